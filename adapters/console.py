@@ -1,0 +1,77 @@
+"""The terminal chat: the local user talks to the core from a shell (and is an admin)."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+
+from core.activity import activity_lines, summary_line
+from core.llm import HOW_TO_CONFIGURE
+from core.service import Core
+from core.types import Assistant, Error, Incoming
+
+PROMPT = "you › "
+Write = Callable[[str], None]
+
+
+def console_incoming(text: str) -> Incoming:
+    """An Incoming from the local terminal user."""
+    try:
+        name = getpass.getuser()
+    except Exception:
+        name = "local"
+    return Incoming(platform="console", user_id="local", chat_id="local", text=text, user_name=name)
+
+
+def render(event: Assistant | Error) -> str:
+    """The answer, then a compact activity summary (or the error, with a config hint for LLM outages)."""
+    if isinstance(event, Error):
+        text = f"⚠️  {event.message}"
+        if event.code == "llm_unavailable":
+            text += f"\n   To fix: {HOW_TO_CONFIGURE}."
+        return text
+    out = [event.text]
+    if event.steps:
+        out.append("   " + summary_line(event.steps, event.elapsed_s))
+        out.extend("   " + line for line in activity_lines(event.steps))
+    return "\n".join(out)
+
+
+async def ask(core: Core, text: str) -> tuple[str, bool]:
+    """Answer one message; returns the printed text and whether it was answered without error."""
+    async with aclosing(core.handle(console_incoming(text))) as events:
+        async for event in events:
+            if isinstance(event, Assistant | Error):
+                return render(event), isinstance(event, Assistant)
+    return "", True
+
+
+async def stdin_lines() -> AsyncIterator[str]:
+    """Lines typed in the terminal, read without blocking the event loop."""
+    loop = asyncio.get_running_loop()
+    while True:
+        sys.stdout.write(PROMPT)
+        sys.stdout.flush()
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return
+        yield line.rstrip("\n")
+
+
+async def chat_loop(core: Core, lines: AsyncIterator[str], write: Write) -> None:
+    """The interactive terminal conversation; /reset starts fresh, /quit (or end of input) leaves."""
+    write("Terminal chat — type a message; /reset for a fresh conversation, /quit to leave.\n")
+    async for line in lines:
+        text = line.strip()
+        if text in ("/quit", "/exit"):
+            return
+        if text == "/reset":
+            await core.reset(console_incoming(text))
+            write("(conversation reset)\n")
+            continue
+        if text:
+            answer, _ = await ask(core, text)
+            write(f"bot › {answer}\n")

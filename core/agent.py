@@ -1,0 +1,143 @@
+"""The agent loop: model → tool calls → results → … → answer, bounded in steps and time."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from core import store
+from core.activity import make_step, step_line
+from core.llm import LLM, LLMReply, LLMTimeout, LLMUnavailable
+from core.tools import Tool, ToolContext, ToolRegistry, envelope_for_prompt, timed_run
+from core.types import Assistant, AssistantDelta, Error, Event, Step, ToolCall, ToolResult
+
+log = logging.getLogger(__name__)
+
+CORRECTIVE_NOTE = (
+    "[note from the bot, not the user] Your previous reply was empty or malformed. "
+    "Reply to the user now with text, or call one of the tools with a JSON object as arguments."
+)
+WRAP_UP_NOTE = (
+    "[note from the bot, not the user] The step limit is reached: do not call tools. In a few sentences, "
+    "tell the user what you did and what is not finished."
+)
+WRAP_UP_MIN_S = 2.0  # a wrap-up call needs at least this much of the time budget left
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds of one turn."""
+
+    max_steps: int
+    step_timeout: float
+    total_timeout: float
+
+
+def _valid(reply: LLMReply) -> bool:
+    """A reply is usable when it has text or well-formed tool calls."""
+    if reply.tool_calls:
+        return all(c.name for c in reply.tool_calls)
+    return bool((reply.content or "").strip())
+
+
+def _fallback_text(steps: Sequence[Step], reason: str) -> str:
+    """A best-effort answer built without the model."""
+    lines = [f"I had to stop before finishing: {reason}."]
+    if steps:
+        lines.append("What I did:")
+        lines.extend(f"- {step_line(s)}" for s in steps)
+    return "\n".join(lines)
+
+
+async def run_agent(
+    llm: LLM, registry: ToolRegistry, tools: Sequence[Tool], ctx: ToolContext, turn_id: int,
+    messages: list[dict[str, Any]], limits: Limits, *, stream: bool = False,
+) -> AsyncIterator[Event]:
+    """Run one turn, storing every message, and yield its events; always ends with Assistant or Error."""
+    started = time.monotonic()
+    deadline = started + limits.total_timeout
+    schemas = [t.schema for t in tools]
+    steps: list[Step] = []
+    corrected = False
+    cut_short: str | None = None
+    for _ in range(limits.max_steps):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            cut_short = f"the time limit of {limits.total_timeout:.0f} s for one answer"
+            break
+        try:
+            reply = LLMReply(content=None)
+            async for item in llm.chat(messages, schemas, stream=stream, timeout=min(limits.step_timeout, remaining)):
+                if isinstance(item, str):
+                    yield AssistantDelta(item)
+                else:
+                    reply = item
+        except LLMTimeout as e:
+            cut_short = str(e)
+            break
+        except LLMUnavailable as e:
+            if not steps:
+                await store.finish_turn(ctx.pool, turn_id, "failed", 0)
+                yield Error("llm_unavailable", f"{e} Your message is saved; please try again in a moment.", turn_id)
+                return
+            cut_short = f"the language model stopped answering ({e})"
+            break
+        if not _valid(reply):
+            if corrected:
+                cut_short = "the model gave no usable answer"
+                break
+            corrected = True
+            messages.append({"role": "user", "content": CORRECTIVE_NOTE})
+            continue
+        if not reply.tool_calls:
+            text = (reply.content or "").strip()
+            await store.finish_turn_with_answer(ctx.pool, ctx.chat, turn_id, text, "done", len(steps))
+            yield Assistant(text, turn_id, tuple(steps), time.monotonic() - started)
+            return
+        calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in reply.tool_calls
+        ]
+        await store.add_assistant(ctx.pool, ctx.chat, turn_id, reply.content, calls)
+        messages.append({"role": "assistant", "content": reply.content, "tool_calls": calls})
+        for c in reply.tool_calls:
+            yield ToolCall(c.id, c.name, c.arguments)
+            budget = max(0.1, min(limits.step_timeout, deadline - time.monotonic()))
+            envelope, took = await timed_run(registry, c.name, c.arguments, ctx, budget)
+            await store.add_tool_result(ctx.pool, ctx.chat, turn_id, c.id, c.name, envelope, int(took * 1000))
+            messages.append({"role": "tool", "tool_call_id": c.id, "content": envelope_for_prompt(envelope)})
+            step = make_step(c.name, c.arguments, envelope, took)
+            steps.append(step)
+            yield ToolResult(c.id, step, envelope)
+    else:
+        cut_short = f"the step limit ({limits.max_steps} steps)"
+    assert cut_short is not None
+    text = await _wrap_up(llm, messages, schemas, limits, deadline, steps, cut_short)
+    await store.finish_turn_with_answer(ctx.pool, ctx.chat, turn_id, text, "cut_short", len(steps))
+    yield Assistant(text, turn_id, tuple(steps), time.monotonic() - started, cut_short=cut_short)
+
+
+async def _wrap_up(
+    llm: LLM, messages: list[dict[str, Any]], schemas: list[dict[str, Any]], limits: Limits,
+    deadline: float, steps: Sequence[Step], reason: str,
+) -> str:
+    """A best-effort answer after a limit: the model's summary when time allows, always with the reason."""
+    note = f"\n\n_(Cut short: {reason}.)_"
+    remaining = min(limits.step_timeout, deadline - time.monotonic())
+    if "step limit" in reason and remaining >= WRAP_UP_MIN_S:
+        try:
+            reply = LLMReply(content=None)
+            async for item in llm.chat(
+                [*messages, {"role": "user", "content": WRAP_UP_NOTE}], schemas,
+                stream=False, timeout=remaining, tool_choice="none",
+            ):
+                if isinstance(item, LLMReply):
+                    reply = item
+            if (reply.content or "").strip() and not reply.tool_calls:
+                return (reply.content or "").strip() + note
+        except (LLMTimeout, LLMUnavailable) as e:
+            log.warning("wrap-up call failed: %s", e)
+    return _fallback_text(steps, reason)

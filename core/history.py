@@ -1,0 +1,56 @@
+"""Turning stored messages into a replay that is always valid for the chat completions API."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from core.tools import TOOL_RESULT_PROMPT_CHARS
+
+Row = Mapping[str, Any]
+
+
+def _user_content(row: Row, group: bool) -> str:
+    """A user message, attributed to its author by name in group chats."""
+    text = row["content"] or ""
+    return f"{row['author_name']}: {text}" if group and row["author_name"] else text
+
+
+def _cut(text: str, limit: int = TOOL_RESULT_PROMPT_CHARS) -> str:
+    """A stored tool result cut for the prompt."""
+    return text if len(text) <= limit else text[:limit] + f"… [truncated, {len(text) - limit} more characters]"
+
+
+def build_replay(rows: Sequence[Row], *, group: bool) -> list[dict[str, Any]]:
+    """API messages from stored rows (oldest first): starts at a user message, never splits tool calls."""
+    out: list[dict[str, Any]] = []
+    start = next((i for i, r in enumerate(rows) if r["role"] == "user"), len(rows))
+    i = start
+    while i < len(rows):
+        row = rows[i]
+        role = row["role"]
+        if role == "user":
+            out.append({"role": "user", "content": _user_content(row, group)})
+            i += 1
+        elif role == "assistant" and row["tool_calls"]:
+            calls = row["tool_calls"]
+            wanted = {c["id"] for c in calls}
+            j = i + 1
+            results: dict[str, Row] = {}
+            while j < len(rows) and rows[j]["role"] == "tool":
+                if rows[j]["tool_call_id"] in wanted:
+                    results[rows[j]["tool_call_id"]] = rows[j]
+                j += 1
+            if set(results) == wanted:  # a turn cut by a crash leaves calls without results: skip them
+                out.append({"role": "assistant", "content": row["content"], "tool_calls": calls})
+                out.extend(
+                    {"role": "tool", "tool_call_id": c["id"], "content": _cut(results[c["id"]]["content"] or "")}
+                    for c in calls
+                )
+            i = j
+        elif role == "assistant":
+            out.append({"role": "assistant", "content": row["content"] or ""})
+            i += 1
+        else:  # a tool result without its call (cannot happen after the checks above): drop it
+            i += 1
+    return out

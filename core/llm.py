@@ -1,0 +1,175 @@
+"""The LLM client: provider → base URL, the openai SDK's retries, streamed or whole replies."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+from openai.types.chat import ChatCompletionMessageFunctionToolCall
+
+from core.settings import Settings
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """Where a provider's OpenAI-compatible API lives and its default model."""
+
+    base_url: str
+    default_model: str
+    local: bool = False
+
+
+PROVIDERS: dict[str, ProviderInfo] = {
+    "openai": ProviderInfo("https://api.openai.com/v1", "gpt-4o-mini"),
+    "anthropic": ProviderInfo("https://api.anthropic.com/v1/", "claude-sonnet-4-5"),
+    "gemini": ProviderInfo("https://generativelanguage.googleapis.com/v1beta/openai/", "gemini-2.5-flash"),
+    "groq": ProviderInfo("https://api.groq.com/openai/v1", "llama-3.3-70b-versatile"),
+    "openrouter": ProviderInfo("https://openrouter.ai/api/v1", "openai/gpt-4o-mini"),
+    "ollama": ProviderInfo("http://localhost:11434/v1", "llama3.1", local=True),
+    "lmstudio": ProviderInfo("http://localhost:1234/v1", "local-model", local=True),
+}
+
+HOW_TO_CONFIGURE = (
+    "set LLM_API_KEY (and LLM_PROVIDER if not openai), or run Ollama locally and set LLM_PROVIDER=ollama "
+    "(LLM_MODEL=llama3.1), or point LLM_BASE_URL at any OpenAI-compatible server"
+)
+
+
+class LLMUnavailable(Exception):
+    """The model could not be reached or refused the request after the SDK's retries."""
+
+
+class LLMTimeout(Exception):
+    """The model took longer than the step allows."""
+
+
+def config_problem(settings: Settings) -> str | None:
+    """One clear line when no usable LLM is configured, else None."""
+    info = PROVIDERS[settings.LLM_PROVIDER]
+    if settings.LLM_API_KEY is None and not info.local and settings.LLM_BASE_URL is None:
+        return f"No language model configured: {HOW_TO_CONFIGURE}."
+    return None
+
+
+@dataclass(frozen=True)
+class RawToolCall:
+    """A tool call as the model wrote it (arguments still a JSON string)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class LLMReply:
+    """One whole model reply."""
+
+    content: str | None
+    tool_calls: list[RawToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+def _parse_whole(resp: Any) -> LLMReply:
+    """An LLMReply from a whole completion; a malformed body becomes an empty (invalid) reply."""
+    try:
+        choice = resp.choices[0]
+        msg = choice.message
+        calls = [
+            RawToolCall(c.id, c.function.name or "", c.function.arguments or "")
+            for c in (msg.tool_calls or [])
+            if isinstance(c, ChatCompletionMessageFunctionToolCall)
+        ]
+        return LLMReply(msg.content, calls, choice.finish_reason)
+    except (TypeError, AttributeError, IndexError):
+        return LLMReply(content=None, finish_reason="malformed")
+
+
+class LLM:
+    """A chat-completions client bound to one model."""
+
+    def __init__(self, client: openai.AsyncOpenAI, model: str, where: str) -> None:
+        """Wrap an SDK client; `where` names the server in error messages."""
+        self.client = client
+        self.model = model
+        self.where = where
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, max_retries: int = 2) -> LLM:
+        """Build the client for the configured provider (LLM_BASE_URL overrides its URL)."""
+        info = PROVIDERS[settings.LLM_PROVIDER]
+        base_url = settings.LLM_BASE_URL or info.base_url
+        key = settings.LLM_API_KEY.get_secret_value() if settings.LLM_API_KEY else "not-needed"
+        client = openai.AsyncOpenAI(
+            api_key=key, base_url=base_url, max_retries=max_retries,
+            timeout=openai.Timeout(settings.AGENT_STEP_TIMEOUT, connect=10.0),
+        )
+        return cls(client, settings.LLM_MODEL or info.default_model, base_url)
+
+    def _unavailable(self, e: openai.OpenAIError) -> LLMUnavailable:
+        """A user-readable error for a failed request."""
+        if isinstance(e, openai.APIStatusError):
+            detail = f"it answered {e.status_code}"
+            if e.status_code in (401, 403):
+                detail += " (check LLM_API_KEY)"
+            elif e.status_code == 404:
+                detail += " (check LLM_MODEL)"
+        elif isinstance(e, openai.APITimeoutError):
+            detail = "it timed out"
+        else:
+            detail = "it is unreachable"
+        return LLMUnavailable(f"The language model at {self.where} could not be used: {detail}.")
+
+    async def chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
+        stream: bool, timeout: float, tool_choice: str | None = None,
+    ) -> AsyncIterator[str | LLMReply]:
+        """Yield text deltas (when streaming), then exactly one LLMReply; the whole call is bounded."""
+        deadline = time.monotonic() + timeout
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            kwargs["tools"] = tools
+            if tool_choice:
+                kwargs["tool_choice"] = tool_choice
+        try:
+            if not stream:
+                resp = await asyncio.wait_for(self.client.chat.completions.create(**kwargs), timeout)
+                yield _parse_whole(resp)
+                return
+            chunks = await asyncio.wait_for(self.client.chat.completions.create(stream=True, **kwargs), timeout)
+            reply = LLMReply(content=None)
+            parts: list[str] = []
+            partial: dict[int, dict[str, str]] = {}
+            iterator = chunks.__aiter__()
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(anext(iterator), max(0.0, deadline - time.monotonic()))
+                except StopAsyncIteration:
+                    break
+                for ch in chunk.choices:
+                    delta = ch.delta
+                    if delta.content:
+                        parts.append(delta.content)
+                        yield delta.content
+                    for tc in delta.tool_calls or []:
+                        slot = partial.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                        if tc.id:
+                            slot["id"] = tc.id
+                        if tc.function and tc.function.name:
+                            slot["name"] += tc.function.name
+                        if tc.function and tc.function.arguments:
+                            slot["arguments"] += tc.function.arguments
+                    if ch.finish_reason:
+                        reply.finish_reason = ch.finish_reason
+            reply.content = "".join(parts) or None
+            reply.tool_calls = [
+                RawToolCall(s["id"] or f"call_{i}", s["name"], s["arguments"]) for i, s in sorted(partial.items())
+            ]
+            yield reply
+        except TimeoutError:
+            raise LLMTimeout(f"the model did not answer within {timeout:.0f} s") from None
+        except openai.OpenAIError as e:
+            raise self._unavailable(e) from e

@@ -1,0 +1,36 @@
+"""The user's own settings: the `set_timezone` tool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from core import store
+from core.timeutil import fmt_local, valid_zone, zone
+from core.tools import Tool, ToolContext, ToolError
+
+
+class SetTimezoneParams(BaseModel):
+    """Parameters of set_timezone."""
+
+    timezone: str = Field(description="IANA zone name, e.g. Europe/Berlin or America/New_York")
+
+
+async def set_timezone(p: SetTimezoneParams, ctx: ToolContext) -> dict[str, Any]:
+    """Validate and store the speaking user's time zone."""
+    name = valid_zone(p.timezone)
+    if name is None:
+        raise ToolError(f"'{p.timezone}' is not an IANA time zone; use a name like Europe/Berlin")
+    await store.set_timezone(ctx.pool, ctx.user, name)
+    now = ctx.now()
+    return {"timezone": name, "local_time": fmt_local(now, zone(name), now),
+            "summary": f"time zone {name}, now {fmt_local(now, zone(name), now)}"}
+
+
+SET_TIMEZONE = Tool(
+    name="set_timezone",
+    description="Set the user's time zone (IANA name). Reminders and times then use it.",
+    params=SetTimezoneParams,
+    handler=set_timezone,
+)

@@ -1,0 +1,40 @@
+"""The system prompt with the per-user context."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import asyncpg
+
+from core.timeutil import describe_now, fmt_local
+from core.tools import ChatRef, Tool, UserRef
+
+DUE_SOON_LINES = 10
+
+_BASE = (
+    "You are a concise, reliable personal assistant chatting on {platform}. "
+    "Answer in the user's language, in Markdown. Use tools to act; never claim you did something "
+    "unless a tool result says so. Times the user mentions are in their time zone: pass due_at as local "
+    "ISO 8601 without an offset. If a tool returns an error, fix the call or explain the problem."
+)
+
+
+def system_prompt(
+    user: UserRef, chat: ChatRef, tz: ZoneInfo, now: datetime,
+    due_soon: Sequence[asyncpg.Record], tools: Sequence[Tool],
+) -> str:
+    """The system message: role, now in the user's zone, due-soon tasks, the tools."""
+    lines = [_BASE.format(platform=user.platform)]
+    lines.append(f"Now for the user: {describe_now(now, tz)}.")
+    who = f"The user is {user.display_name or 'unnamed'} ({user.platform})."
+    if chat.kind == "group":
+        who += " This is a group chat: user messages start with the sender's name; the tools act for the latest sender."
+    lines.append(who)
+    if due_soon:
+        lines.append("Their open tasks due soon:")
+        for r in due_soon[:DUE_SOON_LINES]:
+            lines.append(f"- #{r['id']} {r['title']} — due {fmt_local(r['due_at'], tz, now)}")
+    lines.append("Tools: " + ", ".join(t.name for t in tools) + ".")
+    return "\n".join(lines)

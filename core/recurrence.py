@@ -1,0 +1,106 @@
+"""Recurring schedules in the user's zone, with next times from APScheduler's triggers (DST-correct)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+_DAY_NAMES = {"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
+
+
+class Recurrence(BaseModel):
+    """How a task repeats: `cron` (time of day + days) or `interval` (every N minutes from due_at)."""
+
+    kind: Literal["cron", "interval"] = Field(description="cron: at a time of day on given days; interval: every N minutes")
+    time: str | None = Field(default=None, description="cron: local time of day HH:MM, e.g. 09:00")
+    days_of_week: str | None = Field(
+        default=None, description="cron: e.g. mon-fri, sat,sun or mon; omitted = every day"
+    )
+    day_of_month: str | None = Field(default=None, description="cron: e.g. 1 or 15 or last; omitted = any")
+    every_minutes: int | None = Field(default=None, ge=1, le=525600, description="interval: minutes between")
+
+    @field_validator("time")
+    @classmethod
+    def _check_time(cls, v: str | None) -> str | None:
+        """Accept HH:MM (24 h)."""
+        if v is None:
+            return v
+        hh, sep, mm = v.strip().partition(":")
+        if not sep or not hh.isdigit() or not mm.isdigit() or int(hh) > 23 or int(mm) > 59:
+            raise ValueError("time must be HH:MM in 24-hour form, e.g. 07:30")
+        return f"{int(hh):02d}:{int(mm):02d}"
+
+    @field_validator("days_of_week")
+    @classmethod
+    def _check_days(cls, v: str | None) -> str | None:
+        """Accept APScheduler day-of-week expressions made of day names."""
+        if v is None:
+            return v
+        cleaned = v.strip().lower().replace(" ", "")
+        for part in cleaned.split(","):
+            for name in part.split("-"):
+                if name[:3] not in _DAY_NAMES:
+                    raise ValueError("days_of_week uses mon..sun, e.g. mon-fri or sat,sun")
+        return ",".join("-".join(n[:3] for n in part.split("-")) for part in cleaned.split(","))
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> Recurrence:
+        """Each kind needs its own fields."""
+        if self.kind == "cron" and self.time is None:
+            raise ValueError("a cron recurrence needs time (HH:MM)")
+        if self.kind == "interval" and self.every_minutes is None:
+            raise ValueError("an interval recurrence needs every_minutes")
+        return self
+
+
+def trigger(rec: Recurrence, tz: ZoneInfo, start: datetime | None) -> CronTrigger | IntervalTrigger:
+    """The APScheduler trigger for a recurrence in `tz` (interval anchored at `start`)."""
+    if rec.kind == "interval":
+        assert rec.every_minutes is not None
+        return IntervalTrigger(minutes=rec.every_minutes, start_date=start, timezone=tz)
+    assert rec.time is not None
+    hh, mm = rec.time.split(":")
+    return CronTrigger(
+        day_of_week=rec.days_of_week or "*",
+        day=rec.day_of_month or "*",
+        hour=int(hh),
+        minute=int(mm),
+        timezone=tz,
+    )
+
+
+def next_times(rec: Recurrence, tz: ZoneInfo, after: datetime, start: datetime | None, count: int = 3) -> list[datetime]:
+    """The next `count` occurrences strictly after `after`, in UTC."""
+    trig = trigger(rec, tz, start)
+    out: list[datetime] = []
+    prev: datetime | None = None
+    cursor = after + timedelta(microseconds=1)
+    for _ in range(count):
+        nxt = trig.get_next_fire_time(prev, cursor)
+        if nxt is None:
+            break
+        out.append(nxt.astimezone(UTC))
+        prev = nxt
+        cursor = nxt + timedelta(seconds=1)
+    return out
+
+
+def describe(rec: Recurrence) -> str:
+    """A short human description, e.g. `every mon-fri at 08:00` or `every 90 min`."""
+    if rec.kind == "interval":
+        assert rec.every_minutes is not None
+        m = rec.every_minutes
+        return f"every {m // 60} h" if m % 60 == 0 and m >= 60 else f"every {m} min"
+    days = f"{rec.days_of_week} " if rec.days_of_week else "day "
+    dom = f"on day {rec.day_of_month} " if rec.day_of_month else ""
+    return f"every {days}{dom}at {rec.time}".replace("every day on day", "every month on day")
+
+
+def from_json(data: Any) -> Recurrence | None:
+    """Parse a stored recurrence (jsonb) or None."""
+    return Recurrence.model_validate(data) if data else None

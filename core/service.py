@@ -1,0 +1,172 @@
+"""The core entry: identity, access policy, one turn at a time per chat, de-duplication, the agent."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from core import store
+from core.agent import Limits, run_agent
+from core.db import Pool
+from core.history import build_replay
+from core.llm import LLM
+from core.prompt import system_prompt
+from core.settings import Settings
+from core.tasks import MANAGE_TASKS, OPEN_STATUSES
+from core.profile import SET_TIMEZONE
+from core.sql_tool import EXECUTE_SQL
+from core.timeutil import Clock, system_clock, zone
+from core.tools import ToolContext, ToolRegistry
+from core.types import Error, Event, Incoming
+
+log = logging.getLogger(__name__)
+
+MAX_INCOMING_CHARS = 16000  # longer messages are refused politely without calling the LLM
+DUE_SOON = timedelta(hours=48)
+REFUSAL_EVERY_S = 3600.0  # a refused user is told at most once per chat per hour
+
+
+def default_registry() -> ToolRegistry:
+    """The built-in tools."""
+    return ToolRegistry([MANAGE_TASKS, SET_TIMEZONE, EXECUTE_SQL])
+
+
+@dataclass
+class _ChatLock:
+    """A per-chat lock with a count of turns using or waiting for it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+class Core:
+    """Decides what happens with each incoming message; adapters only translate."""
+
+    def __init__(
+        self, settings: Settings, pool: Pool, llm: LLM, *,
+        registry: ToolRegistry | None = None, clock: Clock = system_clock,
+    ) -> None:
+        """Wire the core with explicit dependencies."""
+        self.settings = settings
+        self.pool = pool
+        self.llm = llm
+        self.registry = registry or default_registry()
+        self.clock = clock
+        self.limits = Limits(settings.AGENT_MAX_STEPS, settings.AGENT_STEP_TIMEOUT, settings.AGENT_TOTAL_TIMEOUT)
+        self._admins = settings.admins
+        self._allowed = settings.allowed_users
+        self._locks: dict[str, _ChatLock] = {}
+        self._refused: dict[str, float] = {}
+
+    def is_admin(self, inc: Incoming) -> bool:
+        """Admins come from ADMINS; the local terminal user is always one."""
+        return inc.platform == "console" or inc.user_key in self._admins
+
+    def is_allowed(self, inc: Incoming) -> bool:
+        """ALLOWED_USERS (or `*`) plus the admins."""
+        return self.is_admin(inc) or "*" in self._allowed or inc.user_key in self._allowed
+
+    def refusal(self, inc: Incoming) -> Error | None:
+        """The refusal for a user who may not use the bot (at most once per chat per hour)."""
+        now = time.monotonic()
+        last = self._refused.get(inc.chat_key)
+        if last is not None and now - last < REFUSAL_EVERY_S:
+            return None
+        self._refused[inc.chat_key] = now
+        return Error(
+            "not_allowed",
+            f"Sorry, this assistant is private. Your {inc.platform} id is {inc.user_id} — ask the owner to "
+            f"add {inc.user_key} to ALLOWED_USERS.",
+        )
+
+    async def handle(self, inc: Incoming, *, stream: bool = False) -> AsyncIterator[Event]:
+        """Answer one incoming message; yields nothing for a duplicate or an ignored message."""
+        if not self.is_allowed(inc):
+            refusal = self.refusal(inc)
+            if refusal is not None:
+                yield refusal
+            return
+        text = inc.text.strip()
+        if not text:
+            return
+        if len(text) > MAX_INCOMING_CHARS:
+            yield Error(
+                "too_long",
+                f"That message is {len(text):,} characters long; I can take up to {MAX_INCOMING_CHARS:,}. "
+                "Please send it in smaller parts.",
+            )
+            return
+        async with self._chat_turn(inc.chat_key):
+            async for event in self._turn(inc, stream):
+                yield event
+
+    async def reset(self, inc: Incoming) -> None:
+        """Start a fresh conversation in the incoming message's chat (old messages stay stored)."""
+        _, chat = await store.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
+        async with self._chat_turn(inc.chat_key):
+            await store.reset_conversation(self.pool, chat)
+
+    def _chat_turn(self, key: str) -> _TurnSlot:
+        """The one-at-a-time slot of a chat."""
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = self._locks[key] = _ChatLock()
+        return _TurnSlot(self._locks, key, entry)
+
+    async def _turn(self, inc: Incoming, stream: bool) -> AsyncIterator[Event]:
+        """One turn inside the chat's slot."""
+        user, chat = await store.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
+        turn_id = await store.start_turn(self.pool, chat, user, inc)
+        if turn_id is None:
+            log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
+            return
+        is_admin = self.is_admin(inc)
+        ctx = ToolContext(self.pool, user, chat, is_admin, self.clock)
+        tools = self.registry.offered(is_admin)
+        now = self.clock()
+        rows = await store.load_history(self.pool, chat, self.settings.HISTORY_MESSAGES)
+        due = await self.pool.fetch(
+            "SELECT id, title, due_at FROM tasks WHERE user_id = $1 AND status = ANY($2::text[])"
+            " AND due_at < $3 ORDER BY due_at LIMIT 10",
+            user.id, list(OPEN_STATUSES), now + DUE_SOON,
+        )
+        messages = [
+            {"role": "system", "content": system_prompt(user, chat, zone(user.timezone), now, due, tools)},
+            *build_replay(rows, group=chat.kind == "group"),
+        ]
+        async for event in run_agent(
+            self.llm, self.registry, tools, ctx, turn_id, messages, self.limits, stream=stream
+        ):
+            yield event
+
+
+class _TurnSlot:
+    """Async context manager holding a chat's lock; forgets the lock when nobody uses it."""
+
+    def __init__(self, locks: dict[str, _ChatLock], key: str, entry: _ChatLock) -> None:
+        """Remember which lock to hold."""
+        self.locks, self.key, self.entry = locks, key, entry
+
+    async def __aenter__(self) -> None:
+        """Wait for the chat's earlier turns."""
+        self.entry.users += 1
+        try:
+            await self.entry.lock.acquire()
+        except BaseException:
+            self._release_user()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Let the chat's next turn run."""
+        self.entry.lock.release()
+        self._release_user()
+
+    def _release_user(self) -> None:
+        """Drop the lock entry when no turn uses or waits for it."""
+        self.entry.users -= 1
+        if self.entry.users == 0 and self.locks.get(self.key) is self.entry:
+            del self.locks[self.key]

@@ -1,0 +1,118 @@
+"""Configuration from the environment and `.env` (the names are a fixed contract, DESIGN §2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Provider = Literal["openai", "anthropic", "gemini", "groq", "openrouter", "ollama", "lmstudio"]
+PLATFORMS = ("telegram", "discord", "console")
+
+
+class SettingsError(Exception):
+    """A configuration value is invalid; the message is one line naming the variable."""
+
+
+def parse_user_list(raw: str) -> frozenset[str]:
+    """Parse `telegram:123,discord:456` (or `*`) into a set of `platform:id` keys."""
+    keys: set[str] = set()
+    for part in raw.replace(";", ",").split(","):
+        item = part.strip()
+        if not item:
+            continue
+        if item == "*":
+            keys.add("*")
+            continue
+        platform, sep, uid = item.partition(":")
+        if not sep or platform.strip().lower() not in PLATFORMS or not uid.strip():
+            raise ValueError(f"'{item}' is not of the form platform:id (platforms: {', '.join(PLATFORMS)})")
+        keys.add(f"{platform.strip().lower()}:{uid.strip()}")
+    return frozenset(keys)
+
+
+class Settings(BaseSettings):
+    """All settings of the bot; field names are the environment variable names."""
+
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+    DATABASE_URL: SecretStr | None = None
+    DATA_DIR: Path = Path(".data")
+    LLM_PROVIDER: Provider = "openai"
+    LLM_MODEL: str | None = None
+    LLM_API_KEY: SecretStr | None = None
+    LLM_BASE_URL: str | None = None
+    TELEGRAM_BOT_TOKEN: SecretStr | None = None
+    TELEGRAM_API_BASE_URL: str | None = None
+    DISCORD_BOT_TOKEN: SecretStr | None = None
+    DISCORD_API_BASE_URL: str | None = None
+    DISCORD_GATEWAY_URL: str | None = None
+    ADMINS: str = ""
+    ALLOWED_USERS: str = ""
+    DEFAULT_TIMEZONE: str = "UTC"
+    AGENT_MAX_STEPS: int = Field(default=10, ge=1, le=100)
+    AGENT_STEP_TIMEOUT: float = Field(default=60.0, gt=0)
+    AGENT_TOTAL_TIMEOUT: float = Field(default=180.0, gt=0)
+    HISTORY_MESSAGES: int = Field(default=40, ge=2, le=1000)
+
+    @field_validator("LLM_PROVIDER", mode="before")
+    @classmethod
+    def _lower_provider(cls, v: object) -> object:
+        """Accept the provider name in any case."""
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("ADMINS", "ALLOWED_USERS")
+    @classmethod
+    def _check_users(cls, v: str) -> str:
+        """Reject malformed user lists at start-up."""
+        parse_user_list(v)
+        return v
+
+    @field_validator("DEFAULT_TIMEZONE")
+    @classmethod
+    def _check_tz(cls, v: str) -> str:
+        """Only IANA zone names are valid."""
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"'{v}' is not an IANA time zone such as Europe/Berlin") from None
+        return v
+
+    @field_validator(
+        "LLM_MODEL", "LLM_BASE_URL", "TELEGRAM_API_BASE_URL", "DISCORD_API_BASE_URL",
+        "DISCORD_GATEWAY_URL", mode="before",
+    )
+    @classmethod
+    def _empty_is_unset(cls, v: object) -> object:
+        """Treat an empty variable as unset."""
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("DATABASE_URL", "LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "DISCORD_BOT_TOKEN", mode="before")
+    @classmethod
+    def _empty_secret_is_unset(cls, v: object) -> object:
+        """Treat an empty secret as unset."""
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @property
+    def admins(self) -> frozenset[str]:
+        """Admin keys (`platform:id`)."""
+        return parse_user_list(self.ADMINS)
+
+    @property
+    def allowed_users(self) -> frozenset[str]:
+        """Allowed keys; admins are always allowed."""
+        return parse_user_list(self.ALLOWED_USERS) | self.admins
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Load settings, turning validation errors into one clear line without secret values."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as e:
+        err = e.errors()[0]
+        name = ".".join(str(p) for p in err["loc"]) or "settings"
+        msg = err["msg"].removeprefix("Value error, ")
+        raise SettingsError(f"Invalid configuration: {name}: {msg}") from None

@@ -1,0 +1,57 @@
+"""`execute_sql`: an admin-only tool to query the bot's database directly."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from core.tools import Tool, ToolContext, ToolError
+
+STATEMENT_TIMEOUT_MS = 5000
+MAX_ROWS = 50
+MAX_CHARS = 6000
+
+
+class ExecuteSqlParams(BaseModel):
+    """Parameters of execute_sql."""
+
+    query: str = Field(description="one SQL statement (PostgreSQL)", max_length=20000)
+
+
+async def execute_sql(p: ExecuteSqlParams, ctx: ToolContext) -> dict[str, Any]:
+    """Run one statement under a timeout; rows as JSON (capped) for queries, a row count otherwise."""
+    import asyncpg
+
+    async with ctx.pool.acquire() as conn, conn.transaction():
+        await conn.execute(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}")
+        try:
+            stmt = await conn.prepare(p.query)
+            if stmt.get_attributes():
+                rows = await stmt.fetch()
+                out = [dict(r) for r in rows[:MAX_ROWS]]
+                text = json.dumps(out, ensure_ascii=False, default=str)
+                truncated = len(rows) > MAX_ROWS or len(text) > MAX_CHARS
+                return {
+                    "rows": json.loads(text[:MAX_CHARS]) if len(text) <= MAX_CHARS else text[:MAX_CHARS],
+                    "row_count": len(rows),
+                    "truncated": truncated,
+                    "summary": f"{len(rows)} row{'s' if len(rows) != 1 else ''}" + (" (truncated)" if truncated else ""),
+                }
+            status = await conn.execute(p.query)
+        except asyncpg.exceptions.QueryCanceledError:
+            raise ToolError(f"statement cancelled after {STATEMENT_TIMEOUT_MS} ms") from None
+        except asyncpg.PostgresError as e:
+            raise ToolError(f"{type(e).__name__}: {e}") from None
+    count = status.rsplit(" ", 1)[-1]
+    return {"status": status, "row_count": int(count) if count.isdigit() else None, "summary": status}
+
+
+EXECUTE_SQL = Tool(
+    name="execute_sql",
+    description="Admin only: run one SQL statement on the bot's PostgreSQL database.",
+    params=ExecuteSqlParams,
+    handler=execute_sql,
+    admin_only=True,
+)

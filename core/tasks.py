@@ -1,0 +1,202 @@
+"""Tasks: the `manage_tasks` tool and the queries behind it (always scoped to the speaking user)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+import asyncpg
+from pydantic import BaseModel, Field
+
+from core import recurrence as rec_mod
+from core.db import Pool
+from core.recurrence import Recurrence
+from core.timeutil import fmt_local, parse_local
+from core.tools import Tool, ToolContext, ToolError
+
+OPEN_STATUSES = ("pending", "in_progress")
+LIST_LIMIT = 50
+_COLUMNS = "id, title, details, status, due_at, recurrence, timezone, chat_id, created_at, updated_at"
+
+
+class ManageTasksParams(BaseModel):
+    """Parameters of manage_tasks."""
+
+    action: Literal["create", "list", "get", "update", "complete", "delete"]
+    id: int | None = Field(default=None, description="task id for get/update/complete/delete")
+    title: str | None = Field(default=None, max_length=500)
+    details: str | None = Field(default=None, max_length=4000)
+    status: Literal["pending", "in_progress", "done", "cancelled"] | None = Field(
+        default=None, description="update: new status; list: filter (default: open tasks)"
+    )
+    due_at: str | None = Field(
+        default=None,
+        description="ISO 8601 local wall time of the user, e.g. 2026-11-22T09:00 (no offset needed)",
+    )
+    recurrence: Recurrence | None = Field(default=None, description="make the task repeat")
+    clear_due: bool = Field(default=False, description="update: remove the due time and recurrence")
+
+
+def task_view(row: asyncpg.Record, tz: ZoneInfo, now: datetime) -> dict[str, Any]:
+    """A task as the model and the user see it, with local times."""
+    view: dict[str, Any] = {"id": row["id"], "title": row["title"], "status": row["status"]}
+    if row["details"]:
+        view["details"] = row["details"]
+    if row["due_at"] is not None:
+        view["due"] = fmt_local(row["due_at"], tz, now)
+        if row["due_at"] < now and row["status"] in OPEN_STATUSES:
+            view["overdue"] = True
+    rec = rec_mod.from_json(row["recurrence"])
+    if rec is not None:
+        view["repeats"] = rec_mod.describe(rec)
+    return view
+
+
+def _label(row: asyncpg.Record, tz: ZoneInfo, now: datetime) -> str:
+    """`#12 "Buy milk", Sat 22 Nov 09:00 CET` for outcome lines."""
+    due = f", {fmt_local(row['due_at'], tz, now)}" if row["due_at"] is not None else ""
+    return f'#{row["id"]} "{row["title"]}"{due}'
+
+
+def _future(due: datetime, ctx: ToolContext, field_name: str = "due_at") -> datetime:
+    """Refuse a time in the past, telling the model the current local time."""
+    now = ctx.now()
+    if due <= now:
+        raise ToolError(
+            f"{field_name} {fmt_local(due, ctx.tz, now)} is in the past; it is now "
+            f"{fmt_local(now, ctx.tz, now)} ({ctx.tz.key}). Ask the user for a future time."
+        )
+    return due
+
+
+def _schedule(p: ManageTasksParams, ctx: ToolContext) -> tuple[datetime | None, list[datetime]]:
+    """The first due time and up to three upcoming occurrences for create/update."""
+    now = ctx.now()
+    due = None
+    if p.due_at:
+        try:
+            due = _future(parse_local(p.due_at, ctx.tz), ctx)
+        except ValueError as e:
+            raise ToolError(str(e)) from None
+    if p.recurrence is None:
+        return due, [due] if due else []
+    if p.recurrence.kind == "interval" and due is None:
+        due = now + timedelta(minutes=p.recurrence.every_minutes or 0)
+    upcoming = rec_mod.next_times(p.recurrence, ctx.tz, now, due)
+    if p.recurrence.kind == "cron" and due is None:
+        due = upcoming[0] if upcoming else None
+    elif due is not None and (not upcoming or upcoming[0] != due):
+        upcoming = [due, *[t for t in upcoming if t > due]][:3]
+    return due, upcoming
+
+
+async def _get(pool: Pool, ctx: ToolContext, task_id: int | None) -> asyncpg.Record:
+    """The speaking user's task with that id; another user's task does not exist for them."""
+    if task_id is None:
+        raise ToolError("id is required for this action")
+    row = await pool.fetchrow(f"SELECT {_COLUMNS} FROM tasks WHERE id = $1 AND user_id = $2", task_id, ctx.user.id)
+    if row is None:
+        raise ToolError(f"task #{task_id} not found (use action=list to see your tasks)")
+    return row
+
+
+async def open_tasks(pool: Pool, user_id: int, limit: int = LIST_LIMIT) -> list[asyncpg.Record]:
+    """The user's open tasks, soonest first (undated last)."""
+    return await pool.fetch(
+        f"SELECT {_COLUMNS} FROM tasks WHERE user_id = $1 AND status = ANY($2::text[])"
+        " ORDER BY due_at NULLS LAST, id LIMIT $3",
+        user_id, list(OPEN_STATUSES), limit,
+    )
+
+
+async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]:
+    """Create, list, get, update, complete or delete the speaking user's tasks."""
+    pool, now, tz = ctx.pool, ctx.now(), ctx.tz
+    if p.action == "create":
+        if not p.title or not p.title.strip():
+            raise ToolError("title is required to create a task")
+        due, upcoming = _schedule(p, ctx)
+        row = await pool.fetchrow(
+            f"INSERT INTO tasks (user_id, chat_id, title, details, due_at, recurrence, timezone)"
+            f" VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {_COLUMNS}",
+            ctx.user.id, ctx.chat.id, p.title.strip(), p.details or "", due,
+            p.recurrence.model_dump(exclude_none=True) if p.recurrence else None, tz.key,
+        )
+        assert row is not None
+        return _with_upcoming(row, tz, now, upcoming, f"created {_label(row, tz, now)}")
+    if p.action == "list":
+        if p.status:
+            rows = await pool.fetch(
+                f"SELECT {_COLUMNS} FROM tasks WHERE user_id = $1 AND status = $2"
+                " ORDER BY due_at NULLS LAST, id LIMIT $3",
+                ctx.user.id, p.status, LIST_LIMIT,
+            )
+        else:
+            rows = await open_tasks(pool, ctx.user.id)
+        return {
+            "tasks": [task_view(r, tz, now) for r in rows],
+            "summary": f"{len(rows)} {p.status or 'open'} task{'s' if len(rows) != 1 else ''}",
+        }
+    row = await _get(pool, ctx, p.id)
+    if p.action == "get":
+        return {"task": task_view(row, tz, now), "summary": _label(row, tz, now)}
+    if p.action == "delete":
+        await pool.execute("DELETE FROM tasks WHERE id = $1 AND user_id = $2", row["id"], ctx.user.id)
+        return {"deleted": row["id"], "summary": f"deleted {_label(row, tz, now)}"}
+    if p.action == "complete":
+        done = await pool.fetchrow(
+            f"UPDATE tasks SET status = 'done', updated_at = now() WHERE id = $1 AND user_id = $2"
+            f" RETURNING {_COLUMNS}",
+            row["id"], ctx.user.id,
+        )
+        assert done is not None
+        return {"task": task_view(done, tz, now), "summary": f"completed {_label(done, tz, now)}"}
+    return await _update(p, ctx, row)
+
+
+async def _update(p: ManageTasksParams, ctx: ToolContext, row: asyncpg.Record) -> dict[str, Any]:
+    """Apply the given fields to one of the speaking user's tasks."""
+    now, tz = ctx.now(), ctx.tz
+    due, recurrence, upcoming = row["due_at"], row["recurrence"], []
+    if p.clear_due:
+        due, recurrence = None, None
+    if p.due_at is not None or p.recurrence is not None:
+        if p.due_at is None and p.recurrence is not None and p.recurrence.kind == "cron":
+            p = p.model_copy(update={"due_at": None})
+        elif p.due_at is None and row["due_at"] is not None and row["due_at"] > now:
+            p = p.model_copy(update={"due_at": row["due_at"].astimezone(tz).replace(tzinfo=None).isoformat()})
+        due, upcoming = _schedule(p, ctx)
+        if p.recurrence is not None:
+            recurrence = p.recurrence.model_dump(exclude_none=True)
+    updated = await ctx.pool.fetchrow(
+        f"UPDATE tasks SET title = $3, details = $4, status = $5, due_at = $6, recurrence = $7,"
+        f" timezone = $8, updated_at = now() WHERE id = $1 AND user_id = $2 RETURNING {_COLUMNS}",
+        row["id"], ctx.user.id, (p.title or row["title"]).strip(),
+        row["details"] if p.details is None else p.details, p.status or row["status"],
+        due, recurrence, tz.key,
+    )
+    assert updated is not None
+    return _with_upcoming(updated, tz, now, upcoming, f"updated {_label(updated, tz, now)}")
+
+
+def _with_upcoming(
+    row: asyncpg.Record, tz: ZoneInfo, now: datetime, upcoming: list[datetime], summary: str
+) -> dict[str, Any]:
+    """The task view plus its next occurrences in local time."""
+    out: dict[str, Any] = {"task": task_view(row, tz, now), "summary": summary}
+    if row["recurrence"] and upcoming:
+        out["next_occurrences"] = [fmt_local(t, tz, now) for t in upcoming[:3]]
+    return out
+
+
+MANAGE_TASKS = Tool(
+    name="manage_tasks",
+    description=(
+        "Create, list, get, update, complete or delete the user's tasks and reminders. "
+        "due_at is the user's local wall time (ISO 8601); past times are refused. "
+        "Use recurrence for repeating reminders."
+    ),
+    params=ManageTasksParams,
+    handler=manage_tasks,
+)

@@ -1,0 +1,192 @@
+"""The tool framework: typed parameters, the per-call context, and the result envelope."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel, ValidationError
+
+from core.db import Pool
+from core.timeutil import Clock, zone
+
+log = logging.getLogger(__name__)
+
+TOOL_RESULT_PROMPT_CHARS = 4000  # a tool result longer than this is cut for the prompt (the DB keeps it all)
+
+
+@dataclass(frozen=True)
+class UserRef:
+    """The speaking user, as known from the platform (never from the model)."""
+
+    id: int
+    platform: str
+    platform_user_id: str
+    display_name: str
+    timezone: str
+
+
+@dataclass(frozen=True)
+class ChatRef:
+    """The conversation the turn belongs to."""
+
+    id: int
+    platform: str
+    platform_chat_id: str
+    thread_id: str
+    kind: str
+    history_floor: int = 0
+
+
+@dataclass
+class ToolContext:
+    """What every tool call receives: the database, the speaking user and chat, their role, a clock."""
+
+    pool: Pool
+    user: UserRef
+    chat: ChatRef
+    is_admin: bool
+    clock: Clock
+
+    @property
+    def tz(self) -> ZoneInfo:
+        """The speaking user's time zone."""
+        return zone(self.user.timezone)
+
+    def now(self) -> datetime:
+        """The current time (aware, UTC) from the injectable clock."""
+        return self.clock()
+
+
+class ToolError(Exception):
+    """A failure the model should read and can often fix (becomes a `tool_error` envelope)."""
+
+
+Handler = Callable[[Any, ToolContext], Awaitable[Any]]
+
+
+def _strip_titles(node: Any) -> Any:
+    """Drop pydantic's `title` keys to keep tool schemas lean for the prompt."""
+    if isinstance(node, dict):
+        return {k: _strip_titles(v) for k, v in node.items() if k != "title"}
+    if isinstance(node, list):
+        return [_strip_titles(v) for v in node]
+    return node
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool offered to the model: pydantic params model + async handler."""
+
+    name: str
+    description: str
+    params: type[BaseModel]
+    handler: Handler
+    admin_only: bool = False
+    schema: dict[str, Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Generate the OpenAI function schema once."""
+        parameters = _strip_titles(self.params.model_json_schema())
+        object.__setattr__(
+            self,
+            "schema",
+            {
+                "type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": parameters},
+            },
+        )
+
+
+def ok(result: Any) -> dict[str, Any]:
+    """A success envelope."""
+    return {"ok": True, "result": result}
+
+
+def err(code: str, message: str) -> dict[str, Any]:
+    """An error envelope; code is one of invalid_args|unknown_function|tool_error|timeout|forbidden."""
+    return {"ok": False, "error": {"code": code, "message": message}}
+
+
+def _validation_message(e: ValidationError) -> str:
+    """A compact, model-readable list of what is wrong with the arguments."""
+    parts = []
+    for item in e.errors()[:6]:
+        where = ".".join(str(p) for p in item["loc"]) or "arguments"
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def envelope_for_prompt(envelope: dict[str, Any], limit: int = TOOL_RESULT_PROMPT_CHARS) -> str:
+    """The envelope as JSON for the model, cut to `limit` characters with a marker."""
+    text = json.dumps(envelope, ensure_ascii=False, default=str)
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"… [truncated, {len(text) - limit} more characters]"
+
+
+class ToolRegistry:
+    """The set of tools; offers only what the speaking user may use and runs calls into envelopes."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        """Register the given tools."""
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t)
+
+    def add(self, tool: Tool) -> None:
+        """Register (or replace) a tool."""
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        """The tool of that name, if any."""
+        return self._tools.get(name)
+
+    def offered(self, is_admin: bool) -> list[Tool]:
+        """The tools the speaking user may see: admin tools only for admins."""
+        return [t for t in self._tools.values() if is_admin or not t.admin_only]
+
+    async def run(self, name: str, raw_args: str, ctx: ToolContext, timeout: float) -> dict[str, Any]:
+        """Run one call and always return an envelope, never raise."""
+        tool = self._tools.get(name)
+        if tool is None or (tool.admin_only and not ctx.is_admin):
+            if tool is not None:
+                return err("forbidden", f"{name} is only available to admins")
+            names = ", ".join(t.name for t in self.offered(ctx.is_admin))
+            return err("unknown_function", f"there is no tool named '{name}'; available: {names}")
+        try:
+            data = json.loads(raw_args) if raw_args.strip() else {}
+        except json.JSONDecodeError as e:
+            return err("invalid_args", f"arguments are not valid JSON ({e.msg} at position {e.pos})")
+        if not isinstance(data, dict):
+            return err("invalid_args", "arguments must be a JSON object")
+        try:
+            params = tool.params.model_validate(data)
+        except ValidationError as e:
+            return err("invalid_args", _validation_message(e))
+        try:
+            result = await asyncio.wait_for(tool.handler(params, ctx), timeout)
+        except TimeoutError:
+            return err("timeout", f"{name} did not finish within {timeout:.0f} s")
+        except ToolError as e:
+            return err("tool_error", str(e))
+        except Exception as e:
+            log.exception("tool %s failed", name)
+            return err("tool_error", f"{type(e).__name__}: {e}")
+        return ok(result)
+
+
+async def timed_run(
+    registry: ToolRegistry, name: str, raw_args: str, ctx: ToolContext, timeout: float
+) -> tuple[dict[str, Any], float]:
+    """Run a call and measure how long it took (seconds)."""
+    start = time.perf_counter()
+    envelope = await registry.run(name, raw_args, ctx, timeout)
+    return envelope, time.perf_counter() - start

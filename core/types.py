@@ -1,0 +1,101 @@
+"""Platform-neutral data that flows between adapters and the core."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ChatKind = Literal["private", "group"]
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One message from a platform, already translated by its adapter."""
+
+    platform: str
+    user_id: str
+    chat_id: str
+    text: str
+    user_name: str = ""
+    thread_id: str = ""
+    chat_kind: ChatKind = "private"
+    chat_title: str = ""
+    message_id: str | None = None
+    reply_to: str | None = None
+    attachments: tuple[str, ...] = ()
+
+    @property
+    def user_key(self) -> str:
+        """`platform:user_id`, the form used by ADMINS and ALLOWED_USERS."""
+        return f"{self.platform}:{self.user_id}"
+
+    @property
+    def chat_key(self) -> str:
+        """A key unique per conversation (chat and thread)."""
+        return f"{self.platform}:{self.chat_id}:{self.thread_id}"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One tool call of a turn and its outcome, as shown in the activity part of a reply."""
+
+    name: str
+    arguments: dict[str, Any]
+    ok: bool
+    outcome: str
+    duration_s: float
+    error_code: str | None = None
+
+
+@dataclass(frozen=True)
+class AssistantDelta:
+    """A piece of the answer text while it streams."""
+
+    text: str
+    type: Literal["assistant_delta"] = "assistant_delta"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """The model asked for a tool call (about to run)."""
+
+    call_id: str
+    name: str
+    arguments: str
+    type: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool call finished; `envelope` is exactly what the model sees (before truncation)."""
+
+    call_id: str
+    step: Step
+    envelope: dict[str, Any]
+    type: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(frozen=True)
+class Assistant:
+    """The final answer of a turn, with its activity."""
+
+    text: str
+    turn_id: int | None
+    steps: tuple[Step, ...] = ()
+    elapsed_s: float = 0.0
+    cut_short: str | None = None
+    type: Literal["assistant"] = "assistant"
+
+
+@dataclass(frozen=True)
+class Error:
+    """The turn could not be answered; `message` is meant for the user."""
+
+    code: str
+    message: str
+    turn_id: int | None = None
+    steps: tuple[Step, ...] = field(default=())
+    type: Literal["error"] = "error"
+
+
+Event = AssistantDelta | ToolCall | ToolResult | Assistant | Error

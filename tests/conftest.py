@@ -1,0 +1,176 @@
+"""Shared fixtures: a real PostgreSQL (embedded), a fresh database per test, the fake LLM, the core."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from core.db import Pool, create_pool, migrate, start_embedded
+from core.llm import LLM
+from core.service import Core
+from core.settings import Settings, load_settings
+from tests.fake_openai import FakeOpenAI
+
+TEMPLATE_DB = "bot_test_template"
+_counter = itertools.count()
+
+
+def with_database(dsn: str, name: str) -> str:
+    """The same server URL pointing at another database."""
+    parts = urlsplit(dsn)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A PostgreSQL server for the whole session: TEST_DATABASE_URL, or an embedded one."""
+    url = os.environ.get("TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    server = start_embedded(tmp_path_factory.mktemp("pgdata"), delete_on_stop=True)
+    try:
+        yield server.uri
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def template_dsn(pg_server: str) -> str:
+    """A migrated template database that every test database is copied from."""
+    import asyncio
+
+    async def build() -> None:
+        conn = await asyncpg.connect(pg_server)
+        try:
+            await conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE_DB}")
+            await conn.execute(f"CREATE DATABASE {TEMPLATE_DB}")
+        finally:
+            await conn.close()
+        pool = await create_pool(with_database(pg_server, TEMPLATE_DB), min_size=1, max_size=2)
+        try:
+            await migrate(pool)
+        finally:
+            await pool.close()
+
+    asyncio.run(build())
+    return with_database(pg_server, TEMPLATE_DB)
+
+
+@pytest.fixture
+async def db_dsn(pg_server: str, template_dsn: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for one test (dropped afterwards)."""
+    name = f"bot_test_{os.getpid()}_{next(_counter)}"
+    conn = await asyncpg.connect(pg_server)
+    try:
+        await conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}")
+    finally:
+        await conn.close()
+    yield with_database(pg_server, name)
+    conn = await asyncpg.connect(pg_server)
+    try:
+        await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def pool(db_dsn: str) -> AsyncIterator[Pool]:
+    """An asyncpg pool on the test's database."""
+    p = await create_pool(db_dsn, min_size=1, max_size=10)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeOpenAI]:
+    """The fake OpenAI-compatible server, started for one test."""
+    async with FakeOpenAI() as fake:
+        yield fake
+
+
+class FakeClock:
+    """A settable clock for tests."""
+
+    def __init__(self, now: datetime) -> None:
+        """Start at `now`."""
+        self.now = now
+
+    def __call__(self) -> datetime:
+        """The current fake time."""
+        return self.now
+
+    def advance(self, **kw: float) -> None:
+        """Move time forward."""
+        self.now += timedelta(**kw)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A fake clock at Sat 2026-11-21 10:00 UTC."""
+    return FakeClock(datetime(2026, 11, 21, 10, 0, tzinfo=UTC))
+
+
+MakeSettings = Callable[..., Settings]
+
+
+@pytest.fixture
+def make_settings(fake_llm: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MakeSettings:
+    """Settings pointed at the fake LLM; keyword overrides use the variable names."""
+    monkeypatch.chdir(tmp_path)  # no stray .env from the developer's tree
+    for name in Settings.model_fields:
+        monkeypatch.delenv(name, raising=False)
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "LLM_BASE_URL": fake_llm.base_url, "LLM_API_KEY": "test", "LLM_MODEL": "fake-model",
+            "DATA_DIR": str(tmp_path / "data"), "ALLOWED_USERS": "*",
+        }
+        values.update(overrides)
+        return load_settings(**values)
+
+    return make
+
+
+MakeCore = Callable[..., Core]
+
+
+@pytest.fixture
+def make_core(pool: Pool, make_settings: MakeSettings, clock: FakeClock) -> MakeCore:
+    """A Core on the test database and the fake LLM (the SDK retries quickly enough for tests)."""
+
+    def make(**overrides: Any) -> Core:
+        settings = make_settings(**overrides)
+        return Core(settings, pool, LLM.from_settings(settings, max_retries=1), clock=clock)
+
+    return make
+
+
+@pytest.fixture
+def allowed_errors() -> list[str]:
+    """Substrings of ERROR logs a test expects (append to it)."""
+    return []
+
+
+@pytest.fixture(autouse=True)
+def fail_on_logged_errors(caplog: pytest.LogCaptureFixture, allowed_errors: list[str]) -> Iterator[None]:
+    """Libraries only log handler exceptions: an ERROR log fails the test unless it expects it."""
+    caplog.set_level(logging.WARNING)
+    yield
+    allowed = allowed_errors
+    bad = [
+        r for r in caplog.records
+        if r.levelno >= logging.ERROR and not any(a in r.getMessage() for a in allowed)
+    ]
+    assert not bad, f"unexpected error logs: {[r.getMessage() for r in bad]}"

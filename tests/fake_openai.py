@@ -1,0 +1,409 @@
+"""In-process fake OpenAI-compatible Chat Completions server for tests."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import json
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["FakeOpenAI", "Reply", "Responder"]
+
+MODEL_ID = "fake-model"
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_ERROR_TYPES = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", None),
+    404: ("invalid_request_error", "model_not_found"),
+    408: ("timeout_error", None),
+    409: ("conflict_error", None),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+@dataclass
+class Reply:
+    """One scripted response of the fake model."""
+
+    text: str | None = None  # assistant content (or the error message when status != 200)
+    # (function name, arguments): a dict is json.dumps'ed, a str is sent verbatim (e.g. invalid JSON)
+    tool_calls: list[tuple[str, str | dict[str, Any]]] = field(default_factory=list)
+    status: int = 200  # non-200 -> OpenAI-style error body with this status (429 adds retry-after: 0)
+    delay: float = 0.0  # seconds to asyncio.sleep before answering
+    raw: dict[str, Any] | None = None  # sent verbatim as the JSON body / only SSE chunk
+
+
+Responder = Callable[[dict[str, Any]], Reply | Awaitable[Reply]]
+
+
+class _InvalidRequest(Exception):
+    """A request the real API would reject with 400."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        """Store the error message and offending parameter."""
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+def _error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    """Build an OpenAI-style error body for a status code."""
+    err_type, code = _ERROR_TYPES.get(
+        status, ("server_error" if status >= 500 else "invalid_request_error", None)
+    )
+    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
+
+
+def _validate(body: dict[str, Any]) -> None:
+    """Raise _InvalidRequest where the real API would answer 400."""
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise _InvalidRequest("you must provide a model parameter", "model")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _InvalidRequest("'messages' must be a non-empty array", "messages")
+    expected: set[str] | None = None  # ids of the assistant tool_calls the current tool run may answer
+    pending: set[str] = set()  # ids not yet answered
+    pending_at = -1
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise _InvalidRequest(f"Invalid type for 'messages[{i}]': expected an object.", f"messages.[{i}]")
+        role = msg.get("role")
+        if role not in _ROLES:
+            raise _InvalidRequest(
+                f"Invalid value: {role!r}. Supported values are: 'system', 'assistant', 'user', "
+                "'tool', 'function', and 'developer'.",
+                f"messages.[{i}].role",
+            )
+        if role == "tool":
+            if expected is None:
+                raise _InvalidRequest(
+                    "Invalid parameter: messages with role 'tool' must be a response to a preceeding "
+                    "message with 'tool_calls'.",
+                    f"messages.[{i}].role",
+                )
+            call_id = msg.get("tool_call_id")
+            if not isinstance(call_id, str):
+                raise _InvalidRequest(
+                    f"Missing required parameter: 'messages.[{i}].tool_call_id'.",
+                    f"messages.[{i}].tool_call_id",
+                )
+            if call_id not in expected:
+                raise _InvalidRequest(
+                    f"Invalid parameter: 'tool_call_id' of '{call_id}' not found in 'tool_calls' of "
+                    "previous message.",
+                    f"messages.[{i}].tool_call_id",
+                )
+            if call_id not in pending:
+                raise _InvalidRequest(
+                    f"Invalid parameter: duplicate tool message for 'tool_call_id' of '{call_id}'.",
+                    f"messages.[{i}].tool_call_id",
+                )
+            pending.discard(call_id)
+            continue
+        if pending:
+            raise _missing_results(pending_at, pending)
+        expected = None
+        if role == "assistant" and msg.get("tool_calls"):
+            ids = _tool_call_ids(i, msg["tool_calls"])
+            expected, pending, pending_at = set(ids), set(ids), i
+    if pending:
+        raise _missing_results(pending_at, pending)
+
+
+def _tool_call_ids(i: int, tool_calls: Any) -> list[str]:
+    """Return the ids of an assistant message's tool calls, checking their shape."""
+    if not isinstance(tool_calls, list):
+        raise _InvalidRequest(f"Invalid type for 'messages[{i}].tool_calls': expected an array.")
+    ids: list[str] = []
+    for j, call in enumerate(tool_calls):
+        where = f"messages.[{i}].tool_calls.[{j}]"
+        if not isinstance(call, dict) or not isinstance(call.get("id"), str):
+            raise _InvalidRequest(f"Missing required parameter: '{where}.id'.", f"{where}.id")
+        function = call.get("function")
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise _InvalidRequest(
+                f"Missing required parameter: '{where}.function.name'.", f"{where}.function"
+            )
+        if call["id"] in ids:
+            raise _InvalidRequest(f"Invalid parameter: duplicate tool call id '{call['id']}'.", f"{where}.id")
+        ids.append(call["id"])
+    return ids
+
+
+def _missing_results(index: int, pending: set[str]) -> _InvalidRequest:
+    """Build the error for an assistant message whose tool calls lack results."""
+    return _InvalidRequest(
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+        "'tool_call_id'. The following tool_call_ids did not have response messages: "
+        + ", ".join(sorted(pending)),
+        f"messages.[{index}].role",
+    )
+
+
+def _split(s: str, parts: int) -> list[str]:
+    """Split s into at most `parts` non-empty consecutive pieces."""
+    if not s:
+        return []
+    size = -(-len(s) // parts)
+    return [s[k : k + size] for k in range(0, len(s), size)]
+
+
+def _tokens(s: str) -> int:
+    """Crudely estimate a token count."""
+    return max(1, len(s) // 4) if s else 0
+
+
+class FakeOpenAI:
+    """A scripted fake OpenAI Chat Completions server on 127.0.0.1."""
+
+    def __init__(self, *, default: Reply | Responder | None = None) -> None:
+        """Create the server; `default` answers when the script queue is empty."""
+        self.default = default
+        self.requests: list[dict[str, Any]] = []
+        self._queue: deque[Reply | Responder] = deque()
+        self._call_ids = itertools.count(1)
+        self._completion_ids = itertools.count(1)
+        self._port: int | None = None
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._down = False
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._app = web.Application()
+        self._app.router.add_post("/v1/chat/completions", self._chat)
+        self._app.router.add_get("/v1/models", self._models)
+
+    # lifecycle
+
+    async def start(self) -> None:
+        """Bind 127.0.0.1 on an ephemeral port (or the previous port after down())."""
+        runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", self._port or 0)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner, self._site = runner, site
+        if self._port is None:
+            addr = runner.addresses[0]
+            self._port = int(addr[1])
+        self._down = False
+
+    async def stop(self) -> None:
+        """Shut the server down, aborting requests still in flight."""
+        self._drop_connections()
+        runner, self._runner, self._site = self._runner, None, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> FakeOpenAI:
+        """Start the server."""
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the server."""
+        await self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """Base URL for openai.AsyncOpenAI, e.g. http://127.0.0.1:PORT/v1."""
+        if self._port is None:
+            raise RuntimeError("FakeOpenAI is not started")
+        return f"http://127.0.0.1:{self._port}/v1"
+
+    def down(self) -> None:
+        """Stop listening and drop open connections so requests fail to connect."""
+        self._down = True
+        self._drop_connections()
+
+    def _drop_connections(self) -> None:
+        """Close the listening socket, every open connection and in-flight handler synchronously."""
+        if self._site is not None and self._site._server is not None:
+            self._site._server.close()
+        if self._runner is not None and self._runner.server is not None:
+            for conn in self._runner.server.connections:
+                conn.force_close()
+        for task in self._inflight:
+            task.cancel()
+        self._inflight.clear()
+
+    async def up(self) -> None:
+        """Listen again on the same port after down()."""
+        if not self._down:
+            return
+        await self.stop()
+        await self.start()
+
+    # scripting
+
+    def script(self, *replies: Reply | Responder) -> None:
+        """Append replies (or responders) to the FIFO queue; each request pops one."""
+        self._queue.extend(replies)
+
+    async def _next_reply(self, body: dict[str, Any]) -> Reply | None:
+        """Pop the next scripted reply (or use the default) and resolve responders."""
+        item = self._queue.popleft() if self._queue else self.default
+        if item is None or isinstance(item, Reply):
+            return item
+        result = item(body)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    # handlers
+
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        """List the single fake model."""
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "fake"}],
+            }
+        )
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        """Handle POST /v1/chat/completions, tracked so down()/stop() can abort it."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._inflight.add(task)
+        try:
+            return await self._handle_chat(request)
+        finally:
+            if task is not None:
+                self._inflight.discard(task)
+
+    async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
+        """Validate, pick the scripted reply and answer it."""
+        raw_text = await request.text()
+        try:
+            parsed: Any = json.loads(raw_text)
+        except ValueError:
+            self.requests.append({"_raw": raw_text})
+            return web.json_response(
+                _error_body(400, "We could not parse the JSON body of your request."), status=400
+            )
+        if not isinstance(parsed, dict):
+            self.requests.append({"_raw": raw_text})
+            return web.json_response(_error_body(400, "The request body must be a JSON object."), status=400)
+        body: dict[str, Any] = parsed
+        self.requests.append(body)
+        try:
+            _validate(body)
+        except _InvalidRequest as e:
+            return web.json_response(_error_body(400, e.message, e.param), status=400)
+
+        reply = await self._next_reply(body)
+        if reply is None:
+            return web.json_response(_error_body(500, "no scripted reply"), status=500)
+        if reply.delay > 0:
+            await asyncio.sleep(reply.delay)
+
+        stream = bool(body.get("stream"))
+        if reply.raw is not None:
+            if stream and reply.status == 200:
+                return await self._send_sse(request, [reply.raw])
+            return web.json_response(reply.raw, status=reply.status)
+        if reply.status != 200:
+            headers = {"retry-after": "0"} if reply.status == 429 else None
+            error = reply.text or f"scripted error {reply.status}"
+            return web.json_response(_error_body(reply.status, error), status=reply.status, headers=headers)
+
+        model = str(body["model"])
+        calls = [
+            (f"call_{next(self._call_ids)}", name, args if isinstance(args, str) else json.dumps(args))
+            for name, args in reply.tool_calls
+        ]
+        finish = "tool_calls" if calls else "stop"
+        prompt_tokens = _tokens(json.dumps(body["messages"]))
+        completion_tokens = _tokens(reply.text or "") + sum(_tokens(n + a) for _, n, a in calls)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        base = {
+            "id": f"chatcmpl-fake{next(self._completion_ids)}",
+            "created": int(time.time()),
+            "model": model,
+        }
+        if not stream:
+            message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None}
+            if calls:
+                message["tool_calls"] = [
+                    {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                    for cid, name, args in calls
+                ]
+            return web.json_response(
+                {
+                    **base,
+                    "object": "chat.completion",
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+                    "usage": usage,
+                }
+            )
+
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+            """Build one chat.completion.chunk."""
+            c: dict[str, Any] = {
+                **base,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+            }
+            if include_usage:
+                c["usage"] = None
+            return c
+
+        chunks = [chunk({"role": "assistant"})]
+        chunks += [chunk({"content": piece}) for piece in _split(reply.text or "", 3)]
+        for index, (cid, name, args) in enumerate(calls):
+            chunks.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": cid,
+                                "type": "function",
+                                "function": {"name": name, "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
+            chunks += [
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                for piece in _split(args, 2)
+            ]
+        chunks.append(chunk({}, finish))
+        if include_usage:
+            chunks.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+        return await self._send_sse(request, chunks)
+
+    async def _send_sse(self, request: web.Request, chunks: list[dict[str, Any]]) -> web.StreamResponse:
+        """Write chunks as server-sent events followed by [DONE]."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        for c in chunks:
+            await resp.write(f"data: {json.dumps(c)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp

@@ -125,7 +125,7 @@ class Core:
             log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
         is_admin = self.is_admin(inc)
-        ctx = ToolContext(self.pool, user, chat, is_admin, self.clock)
+        ctx = ToolContext(self.pool, user, chat, is_admin, self.clock, self.limits.step_timeout)
         tools = self.registry.offered(is_admin)
         now = self.clock()
         rows = await store.load_history(self.pool, chat, self.settings.HISTORY_MESSAGES)

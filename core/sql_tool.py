@@ -24,8 +24,9 @@ async def execute_sql(p: ExecuteSqlParams, ctx: ToolContext) -> dict[str, Any]:
     """Run one statement under a timeout; rows as JSON (capped) for queries, a row count otherwise."""
     import asyncpg
 
+    timeout_ms = max(100, min(STATEMENT_TIMEOUT_MS, int(ctx.step_timeout * 1000) - 200))
     async with ctx.pool.acquire() as conn, conn.transaction():
-        await conn.execute(f"SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}")
+        await conn.execute(f"SET LOCAL statement_timeout = {timeout_ms}")
         try:
             stmt = await conn.prepare(p.query)
             if stmt.get_attributes():
@@ -41,7 +42,7 @@ async def execute_sql(p: ExecuteSqlParams, ctx: ToolContext) -> dict[str, Any]:
                 }
             status = await conn.execute(p.query)
         except asyncpg.exceptions.QueryCanceledError:
-            raise ToolError(f"statement cancelled after {STATEMENT_TIMEOUT_MS} ms") from None
+            raise ToolError(f"statement cancelled after {timeout_ms} ms (statement timeout)") from None
         except asyncpg.PostgresError as e:
             raise ToolError(f"{type(e).__name__}: {e}") from None
     count = status.rsplit(" ", 1)[-1]

@@ -54,6 +54,7 @@ class ToolContext:
     chat: ChatRef
     is_admin: bool
     clock: Clock
+    step_timeout: float = 60.0
 
     @property
     def tz(self) -> ZoneInfo:

@@ -1,0 +1,279 @@
+"""Shared benchmark plumbing: a scratch PostgreSQL, the fake LLM in its own process, settings, stats.
+
+`python -m bench.common --serve [--delay S]` runs the fake OpenAI server (tests.fake_openai) alone:
+it prints `PORT <n>` once listening, answers `stats` on stdin with one JSON line (and resets the
+counters), and exits at end of input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+from aiohttp import web
+
+from core.db import create_pool, migrate, start_embedded
+from core.settings import Settings, load_settings
+from tests.fake_openai import FakeOpenAI, Reply
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- numbers
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) of already sorted values, linearly interpolated."""
+    if not sorted_values:
+        return float("nan")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def verdict(value: float, goal: float) -> str:
+    """`ok` or `MISSED` for a figure that should be at most `goal`."""
+    return "ok" if value <= goal else "MISSED"
+
+
+# ---------------------------------------------------------------- settings
+
+
+def bench_settings(base_url: str, data_dir: Path) -> Settings:
+    """Production defaults pointed at the fake LLM, ignoring any `.env` and everyone allowed."""
+    return load_settings(
+        _env_file=None,
+        LLM_PROVIDER="openai", LLM_BASE_URL=base_url, LLM_API_KEY="bench", LLM_MODEL="fake-model",
+        ALLOWED_USERS="*", ADMINS="", DEFAULT_TIMEZONE="UTC", DATA_DIR=str(data_dir),
+        HISTORY_MESSAGES=40, AGENT_MAX_STEPS=10, AGENT_STEP_TIMEOUT=60.0, AGENT_TOTAL_TIMEOUT=180.0,
+    )
+
+
+# ---------------------------------------------------------------- database
+
+
+def with_database(dsn: str, name: str) -> str:
+    """The same server URL pointing at another database."""
+    parts = urlsplit(dsn)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+@dataclass(frozen=True)
+class BenchDatabase:
+    """A migrated database for one benchmark run."""
+
+    dsn: str
+    description: str
+    tag: str  # prefix of every platform id the benchmark creates
+
+
+async def _migrate(dsn: str) -> None:
+    """Apply the bot's migrations."""
+    pool = await create_pool(dsn, min_size=1, max_size=2)
+    try:
+        await migrate(pool)
+    finally:
+        await pool.close()
+
+
+async def _delete_rows(dsn: str, tag: str) -> None:
+    """Remove what the benchmark stored in a database it did not create (chats cascade)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("DELETE FROM chats WHERE platform_chat_id LIKE $1", f"{tag}%")
+        await conn.execute("DELETE FROM users WHERE platform_user_id LIKE $1", f"{tag}%")
+    finally:
+        await conn.close()
+
+
+@asynccontextmanager
+async def bench_database() -> AsyncIterator[BenchDatabase]:
+    """DATABASE_URL (a scratch database on that server when allowed), else an embedded server in a temp dir."""
+    tag = f"bench-{secrets.token_hex(3)}-"
+    url = (os.environ.get("DATABASE_URL") or "").strip()
+    if not url:
+        with tempfile.TemporaryDirectory(prefix="bench-pg-") as tmp:
+            server = await asyncio.to_thread(start_embedded, Path(tmp), delete_on_stop=True)
+            try:
+                await _migrate(server.uri)
+                yield BenchDatabase(server.uri, "embedded PostgreSQL in a temp dir (deleted afterwards)", tag)
+            finally:
+                await asyncio.to_thread(server.stop)
+        return
+
+    name = f"bench_{os.getpid()}_{secrets.token_hex(3)}"
+    created = False
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+        created = True
+    except asyncpg.PostgresError as e:
+        print(f"(could not create a scratch database on DATABASE_URL: {e}; using it directly)", file=sys.stderr)
+    finally:
+        await conn.close()
+    if not created:
+        await _migrate(url)
+        try:
+            yield BenchDatabase(url, "DATABASE_URL itself (bench rows deleted afterwards)", tag)
+        finally:
+            await _delete_rows(url, tag)
+        return
+    dsn = with_database(url, name)
+    try:
+        await _migrate(dsn)
+        yield BenchDatabase(dsn, f"scratch database {name} on DATABASE_URL (dropped afterwards)", tag)
+    finally:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+
+# ---------------------------------------------------------------- the fake LLM
+
+
+class TimedFakeOpenAI(FakeOpenAI):
+    """FakeOpenAI that counts requests, their arrival times and the time its handler takes."""
+
+    def __init__(self, reply: Reply) -> None:
+        """Answer every request with `reply`."""
+        super().__init__(default=reply)
+        self.delay = reply.delay
+        self.handler_s = 0.0
+        self.arrivals: list[float] = []  # time.monotonic(), comparable across processes on Linux
+        self.cpu_mark = time.process_time()
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        """Time the handler (minus the scripted delay)."""
+        t0 = time.monotonic()
+        self.arrivals.append(t0)
+        try:
+            return await super()._chat(request)
+        finally:
+            self.handler_s += max(0.0, time.monotonic() - t0 - self.delay)
+
+    def take_stats(self) -> dict[str, Any]:
+        """Counters since the last call (then reset); cpu_s is this whole process's CPU time."""
+        now_cpu = time.process_time()
+        out = {
+            "requests": len(self.arrivals), "handler_s": self.handler_s,
+            "cpu_s": now_cpu - self.cpu_mark, "arrivals": self.arrivals,
+        }
+        self.arrivals, self.handler_s, self.cpu_mark = [], 0.0, now_cpu
+        self.requests.clear()
+        return out
+
+
+@dataclass
+class ServerStats:
+    """What the fake server measured over one phase."""
+
+    requests: int
+    handler_s: float  # time inside its request handler, without the scripted delay
+    cpu_s: float | None  # CPU time of the server's own process (None when it shares the bot's)
+    arrivals: list[float]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, own_process: bool) -> ServerStats:
+        """Parse a take_stats() result."""
+        return cls(
+            int(d["requests"]), float(d["handler_s"]), float(d["cpu_s"]) if own_process else None,
+            [float(a) for a in d["arrivals"]],
+        )
+
+
+class FakeLLMProcess:
+    """The fake OpenAI server in a child process, so its CPU time is not the bot's."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        """Configure the reply delay (seconds)."""
+        self.delay = delay
+        self._proc: asyncio.subprocess.Process | None = None
+        self.base_url = ""
+
+    async def __aenter__(self) -> FakeLLMProcess:
+        """Start the child and wait until it listens."""
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.common", "--serve", "--delay", repr(self.delay),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=str(REPO_ROOT), env=env,
+        )
+        assert self._proc.stdout is not None
+        line = (await asyncio.wait_for(self._proc.stdout.readline(), 30)).decode().strip()
+        if not line.startswith("PORT "):
+            await self.__aexit__()
+            raise RuntimeError(f"fake LLM process did not start (said {line!r})")
+        self.base_url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
+        return self
+
+    async def stats(self) -> ServerStats:
+        """The server's counters since the previous call."""
+        assert self._proc is not None and self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(b"stats\n")
+        await self._proc.stdin.drain()
+        line = await asyncio.wait_for(self._proc.stdout.readline(), 30)
+        return ServerStats.from_dict(json.loads(line), own_process=True)
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Stop the child (end of input), killing it if it lingers."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            with suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+
+@asynccontextmanager
+async def fake_llm_in_process(delay: float = 0.0) -> AsyncIterator[TimedFakeOpenAI]:
+    """The fake server on the bot's own event loop (its CPU counts as the bot's)."""
+    fake = TimedFakeOpenAI(Reply(text="ok", delay=delay))
+    async with fake:
+        yield fake
+
+
+async def _serve(delay: float) -> None:
+    """Child process body: serve until stdin closes, answering `stats` requests."""
+    fake = TimedFakeOpenAI(Reply(text="ok", delay=delay))
+    async with fake:
+        print(f"PORT {fake.base_url.rsplit(':', 1)[1].split('/')[0]}", flush=True)
+        loop = asyncio.get_running_loop()
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line:
+                break
+            if line.strip() == "stats":
+                print(json.dumps(fake.take_stats()), flush=True)
+
+
+def main() -> None:
+    """Entry of the child process."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--serve", action="store_true", required=True)
+    parser.add_argument("--delay", type=float, default=0.0)
+    args = parser.parse_args()
+    asyncio.run(_serve(args.delay))
+
+
+if __name__ == "__main__":
+    main()

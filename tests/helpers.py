@@ -1,0 +1,52 @@
+"""Small helpers shared by tests."""
+
+from __future__ import annotations
+
+import json
+from contextlib import aclosing
+from typing import Any
+
+from core.service import Core
+from core.types import Assistant, Error, Event, Incoming
+
+
+def incoming(
+    text: str, *, user: str = "100", chat: str | None = None, platform: str = "telegram",
+    message_id: str | None = None, kind: str = "private", name: str = "Ann",
+) -> Incoming:
+    """An Incoming as a platform adapter would build it."""
+    return Incoming(
+        platform=platform, user_id=user, chat_id=chat or user, text=text, user_name=name,
+        chat_kind="group" if kind == "group" else "private", message_id=message_id,
+    )
+
+
+async def run(core: Core, inc: Incoming, *, stream: bool = False) -> list[Event]:
+    """All events of one handled message."""
+    async with aclosing(core.handle(inc, stream=stream)) as events:
+        return [e async for e in events]
+
+
+def final(events: list[Event]) -> Assistant | Error:
+    """The last event, which ends every answered turn."""
+    assert events, "no events"
+    last = events[-1]
+    assert isinstance(last, Assistant | Error), last
+    return last
+
+
+def answer(events: list[Event]) -> Assistant:
+    """The final Assistant event (fails on an Error)."""
+    last = final(events)
+    assert isinstance(last, Assistant), last
+    return last
+
+
+def tool_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The decoded envelopes of the tool messages in an LLM request."""
+    return [json.loads(m["content"]) for m in request["messages"] if m["role"] == "tool"]
+
+
+def tool_names(request: dict[str, Any]) -> list[str]:
+    """The names of the tools offered in an LLM request."""
+    return [t["function"]["name"] for t in request.get("tools", [])]

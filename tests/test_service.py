@@ -1,0 +1,160 @@
+"""The core entry: access policy, admin tools, de-duplication, per-chat order, cross-chat concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from core.db import Pool
+from core.types import Error
+from tests.conftest import MakeCore
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.helpers import answer, final, incoming, run, tool_messages, tool_names
+
+
+async def test_not_allowed_user_refused_with_id_and_nothing_stored(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    core = make_core(ADMINS="telegram:1", ALLOWED_USERS="telegram:2")
+    events = await run(core, incoming("hello", user="666"))
+    last = final(events)
+    assert isinstance(last, Error) and last.code == "not_allowed"
+    assert "666" in last.message and "telegram:666" in last.message
+    assert fake_llm.requests == []
+    assert await pool.fetchval("SELECT count(*) FROM messages") == 0
+    # told once per chat per hour, not on every message
+    assert await run(core, incoming("hello again", user="666")) == []
+
+
+async def test_allowed_users_default_is_admins_only(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    core = make_core(ADMINS="telegram:1", ALLOWED_USERS="")
+    fake_llm.script(Reply(text="hi admin"))
+    assert answer(await run(core, incoming("hi", user="1"))).text == "hi admin"
+    assert isinstance(final(await run(core, incoming("hi", user="2"))), Error)
+    core = make_core(ADMINS="", ALLOWED_USERS="*")
+    fake_llm.script(Reply(text="hi anyone"))
+    assert answer(await run(core, incoming("hi", user="2"))).text == "hi anyone"
+
+
+async def test_non_admin_never_sees_execute_sql_and_forged_call_forbidden(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    core = make_core(ADMINS="telegram:1", ALLOWED_USERS="telegram:2")
+    fake_llm.script(Reply(tool_calls=[("execute_sql", {"query": "DELETE FROM users"})]), Reply(text="no"))
+    a = answer(await run(core, incoming("drop everything", user="2")))
+    assert "execute_sql" not in tool_names(fake_llm.requests[0])
+    assert "execute_sql" not in fake_llm.requests[0]["messages"][0]["content"]
+    assert tool_messages(fake_llm.requests[1])[0]["error"]["code"] == "forbidden"
+    assert a.steps[0].outcome == "forbidden"
+    assert await pool.fetchval("SELECT count(*) FROM users") == 1
+
+
+async def test_admin_execute_sql_rows_and_counts(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    core = make_core(ADMINS="telegram:1", AGENT_STEP_TIMEOUT=1.5)
+    fake_llm.script(
+        Reply(tool_calls=[
+            ("execute_sql", {"query": "SELECT platform, platform_user_id FROM users"}),
+            ("execute_sql", {"query": "UPDATE users SET display_name = 'Boss'"}),
+            ("execute_sql", {"query": "SELECT pg_sleep(10)"}),
+            ("execute_sql", {"query": "SELEC nonsense"}),
+        ]),
+        Reply(text="done"),
+    )
+    answer(await run(core, incoming("sql", user="1")))
+    assert "execute_sql" in tool_names(fake_llm.requests[0])
+    rows, update, slow, bad = tool_messages(fake_llm.requests[1])
+    assert rows["result"]["rows"] == [{"platform": "telegram", "platform_user_id": "1"}]
+    assert update["result"]["row_count"] == 1
+    assert slow["error"]["code"] == "tool_error" and "cancelled" in slow["error"]["message"]
+    assert bad["error"]["code"] == "tool_error" and "syntax" in bad["error"]["message"].lower()
+
+
+async def test_execute_sql_caps_rows(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    core = make_core(ADMINS="telegram:1")
+    fake_llm.script(
+        Reply(tool_calls=[("execute_sql", {"query": "SELECT g FROM generate_series(1, 500) g"})]), Reply(text="ok")
+    )
+    answer(await run(core, incoming("sql", user="1")))
+    res = tool_messages(fake_llm.requests[1])[0]["result"]
+    assert len(res["rows"]) == 50 and res["row_count"] == 500 and res["truncated"] is True
+
+
+async def test_same_message_id_answered_once(make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool) -> None:
+    core = make_core()
+    fake_llm.script(Reply(text="once"))
+    first = await run(core, incoming("hi", message_id="42"))
+    second = await run(core, incoming("hi", message_id="42"))
+    assert answer(first).text == "once" and second == []
+    assert len(fake_llm.requests) == 1
+    assert await pool.fetchval("SELECT count(*) FROM messages WHERE role = 'user'") == 1
+    # the same id in another chat is another message
+    fake_llm.script(Reply(text="other chat"))
+    assert answer(await run(core, incoming("hi", message_id="42", chat="-5", kind="group"))).text == "other chat"
+
+
+async def test_duplicate_delivered_concurrently_answered_once(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    core = make_core()
+    fake_llm.script(Reply(text="once", delay=0.2))
+    results = await asyncio.gather(*(run(core, incoming("hi", message_id="7")) for _ in range(3)))
+    assert sorted(len(r) for r in results) == [0, 0, 1]
+    assert len(fake_llm.requests) == 1
+
+
+async def test_one_turn_at_a_time_per_chat(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    core = make_core()
+    active = 0
+    peak = 0
+
+    async def responder(req: dict[str, Any]) -> Reply:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.05)
+        active -= 1
+        return Reply(text=f"re: {req['messages'][-1]['content']}")
+
+    fake_llm.script(responder, responder, responder)
+    results = await asyncio.gather(*(run(core, incoming(f"m{i}", message_id=str(i))) for i in range(3)))
+    assert peak == 1
+    assert [answer(r).text for r in results] == ["re: m0", "re: m1", "re: m2"]
+    # each later turn saw the earlier answers in order
+    last = fake_llm.requests[-1]["messages"]
+    assert [m["content"] for m in last[1:]] == ["m0", "re: m0", "m1", "re: m1", "m2"]
+
+
+async def test_chats_run_concurrently(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    core = make_core()
+    fake_llm.script(*[Reply(text="slow", delay=0.5) for _ in range(10)])
+    start = time.perf_counter()
+    results = await asyncio.gather(*(run(core, incoming("hi", user=str(u))) for u in range(10)))
+    assert all(answer(r).text == "slow" for r in results)
+    assert time.perf_counter() - start < 2.0  # ten 0.5 s answers in parallel, not 5 s in a row
+
+
+async def test_huge_message_refused_without_llm(make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool) -> None:
+    core = make_core()
+    last = final(await run(core, incoming("x" * 16001)))
+    assert isinstance(last, Error) and last.code == "too_long" and "16,000" in last.message
+    assert fake_llm.requests == []
+    assert await run(core, incoming("   ")) == []
+
+
+async def test_group_messages_attributed_by_name(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    core = make_core()
+    fake_llm.script(Reply(text="hi Ann"), Reply(text="hi Bob"))
+    await run(core, incoming("hello", user="1", chat="-100", kind="group", name="Ann"))
+    await run(core, incoming("me too", user="2", chat="-100", kind="group", name="Bob"))
+    msgs = fake_llm.requests[-1]["messages"]
+    assert [m["content"] for m in msgs[1:]] == ["Ann: hello", "hi Ann", "Bob: me too"]
+    assert "group chat" in msgs[0]["content"]
+
+
+async def test_reset_stops_replay_but_keeps_messages(make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool) -> None:
+    core = make_core()
+    fake_llm.script(Reply(text="a1"), Reply(text="a2"))
+    await run(core, incoming("first"))
+    await core.reset(incoming("/reset"))
+    await run(core, incoming("second"))
+    assert [m["content"] for m in fake_llm.requests[-1]["messages"][1:]] == ["second"]
+    assert await pool.fetchval("SELECT count(*) FROM messages") == 4

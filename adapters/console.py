@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
 from core.activity import activity_lines, summary_line
-from core.llm import HOW_TO_CONFIGURE
+from core.providers import HOW_TO_CONFIGURE
 from core.service import Core
 from core.types import Assistant, Error, Incoming
 

@@ -7,8 +7,7 @@ import asyncio
 import logging
 import sys
 
-from bot.app import run_bot
-from core.llm import config_problem
+from core.providers import config_problem
 from core.settings import SettingsError, load_settings
 
 
@@ -39,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     ask_text = " ".join(args.text) if args.command == "ask" else None
+    from bot.app import run_bot  # the heavy imports (openai SDK, adapters) only after the checks
+
     try:
         return asyncio.run(run_bot(settings, ask_text=ask_text))
     except KeyboardInterrupt:

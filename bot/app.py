@@ -48,6 +48,5 @@ async def run_bot(settings: Settings, *, ask_text: str | None = None) -> int:
         if settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None:
             await console.chat_loop(core, console.stdin_lines(), lambda s: print(s, end="", flush=True))
             return 0
-        print("Platform adapters are not available yet; unset the tokens to use the terminal chat.",
-              file=sys.stderr)
+        print("Platform adapters are not available yet; unset the tokens to use the terminal chat.", file=sys.stderr)
         return 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,9 +53,16 @@ def _fallback_text(steps: Sequence[Step], reason: str) -> str:
 
 
 async def run_agent(
-    llm: LLM, registry: ToolRegistry, tools: Sequence[Tool], ctx: ToolContext, turn_id: int,
-    messages: list[dict[str, Any]], limits: Limits, *, stream: bool = False,
-) -> AsyncIterator[Event]:
+    llm: LLM,
+    registry: ToolRegistry,
+    tools: Sequence[Tool],
+    ctx: ToolContext,
+    turn_id: int,
+    messages: list[dict[str, Any]],
+    limits: Limits,
+    *,
+    stream: bool = False,
+) -> AsyncGenerator[Event, None]:
     """Run one turn, storing every message, and yield its events; always ends with Assistant or Error."""
     started = time.monotonic()
     deadline = started + limits.total_timeout
@@ -121,8 +128,13 @@ async def run_agent(
 
 
 async def _wrap_up(
-    llm: LLM, messages: list[dict[str, Any]], schemas: list[dict[str, Any]], limits: Limits,
-    deadline: float, steps: Sequence[Step], reason: str,
+    llm: LLM,
+    messages: list[dict[str, Any]],
+    schemas: list[dict[str, Any]],
+    limits: Limits,
+    deadline: float,
+    steps: Sequence[Step],
+    reason: str,
 ) -> str:
     """A best-effort answer after a limit: the model's summary when time allows, always with the reason."""
     note = f"\n\n_(Cut short: {reason}.)_"
@@ -131,8 +143,11 @@ async def _wrap_up(
         try:
             reply = LLMReply(content=None)
             async for item in llm.chat(
-                [*messages, {"role": "user", "content": WRAP_UP_NOTE}], schemas,
-                stream=False, timeout=remaining, tool_choice="none",
+                [*messages, {"role": "user", "content": WRAP_UP_NOTE}],
+                schemas,
+                stream=False,
+                timeout=remaining,
+                tool_choice="none",
             ):
                 if isinstance(item, LLMReply):
                     reply = item

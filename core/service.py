@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -14,11 +14,11 @@ from core.agent import Limits, run_agent
 from core.db import Pool
 from core.history import build_replay
 from core.llm import LLM
+from core.profile import SET_TIMEZONE
 from core.prompt import system_prompt
 from core.settings import Settings
-from core.tasks import MANAGE_TASKS, OPEN_STATUSES
-from core.profile import SET_TIMEZONE
 from core.sql_tool import EXECUTE_SQL
+from core.tasks import MANAGE_TASKS, OPEN_STATUSES
 from core.timeutil import Clock, system_clock, zone
 from core.tools import ToolContext, ToolRegistry
 from core.types import Error, Event, Incoming
@@ -47,8 +47,13 @@ class Core:
     """Decides what happens with each incoming message; adapters only translate."""
 
     def __init__(
-        self, settings: Settings, pool: Pool, llm: LLM, *,
-        registry: ToolRegistry | None = None, clock: Clock = system_clock,
+        self,
+        settings: Settings,
+        pool: Pool,
+        llm: LLM,
+        *,
+        registry: ToolRegistry | None = None,
+        clock: Clock = system_clock,
     ) -> None:
         """Wire the core with explicit dependencies."""
         self.settings = settings
@@ -83,7 +88,7 @@ class Core:
             f"add {inc.user_key} to ALLOWED_USERS.",
         )
 
-    async def handle(self, inc: Incoming, *, stream: bool = False) -> AsyncIterator[Event]:
+    async def handle(self, inc: Incoming, *, stream: bool = False) -> AsyncGenerator[Event, None]:
         """Answer one incoming message; yields nothing for a duplicate or an ignored message."""
         if not self.is_allowed(inc):
             refusal = self.refusal(inc)
@@ -117,7 +122,7 @@ class Core:
             entry = self._locks[key] = _ChatLock()
         return _TurnSlot(self._locks, key, entry)
 
-    async def _turn(self, inc: Incoming, stream: bool) -> AsyncIterator[Event]:
+    async def _turn(self, inc: Incoming, stream: bool) -> AsyncGenerator[Event, None]:
         """One turn inside the chat's slot."""
         user, chat = await store.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
         turn_id = await store.start_turn(self.pool, chat, user, inc)
@@ -132,7 +137,9 @@ class Core:
         due = await self.pool.fetch(
             "SELECT id, title, due_at FROM tasks WHERE user_id = $1 AND status = ANY($2::text[])"
             " AND due_at < $3 ORDER BY due_at LIMIT 10",
-            user.id, list(OPEN_STATUSES), now + DUE_SOON,
+            user.id,
+            list(OPEN_STATUSES),
+            now + DUE_SOON,
         )
         messages = [
             {"role": "system", "content": system_prompt(user, chat, zone(user.timezone), now, due, tools)},

@@ -82,8 +82,12 @@ class Settings(BaseSettings):
         return v
 
     @field_validator(
-        "LLM_MODEL", "LLM_BASE_URL", "TELEGRAM_API_BASE_URL", "DISCORD_API_BASE_URL",
-        "DISCORD_GATEWAY_URL", mode="before",
+        "LLM_MODEL",
+        "LLM_BASE_URL",
+        "TELEGRAM_API_BASE_URL",
+        "DISCORD_API_BASE_URL",
+        "DISCORD_GATEWAY_URL",
+        mode="before",
     )
     @classmethod
     def _empty_is_unset(cls, v: object) -> object:

@@ -38,7 +38,8 @@ async def execute_sql(p: ExecuteSqlParams, ctx: ToolContext) -> dict[str, Any]:
                     "rows": json.loads(text[:MAX_CHARS]) if len(text) <= MAX_CHARS else text[:MAX_CHARS],
                     "row_count": len(rows),
                     "truncated": truncated,
-                    "summary": f"{len(rows)} row{'s' if len(rows) != 1 else ''}" + (" (truncated)" if truncated else ""),
+                    "summary": f"{len(rows)} row{'s' if len(rows) != 1 else ''}"
+                    + (" (truncated)" if truncated else ""),
                 }
             status = await conn.execute(p.query)
         except asyncpg.exceptions.QueryCanceledError:

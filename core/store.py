@@ -46,14 +46,18 @@ SELECT id, role, content, author_name, tool_calls, tool_call_id FROM (
 async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:
     """Upsert the speaking user and the chat (one round trip) and return their references."""
     row = await pool.fetchrow(
-        _IDENTITY_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
-        inc.chat_kind, inc.chat_title,
+        _IDENTITY_SQL,
+        inc.platform,
+        inc.user_id,
+        inc.user_name,
+        inc.chat_id,
+        inc.thread_id,
+        inc.chat_kind,
+        inc.chat_title,
     )
     assert row is not None
     user = UserRef(row["user_id"], inc.platform, inc.user_id, inc.user_name, row["timezone"] or default_tz)
-    chat = ChatRef(
-        row["chat_id"], inc.platform, inc.chat_id, inc.thread_id, inc.chat_kind, row["history_floor"]
-    )
+    chat = ChatRef(row["chat_id"], inc.platform, inc.chat_id, inc.thread_id, inc.chat_kind, row["history_floor"])
     return user, chat
 
 
@@ -76,7 +80,10 @@ async def add_assistant(
     """Store an assistant message (text and/or tool calls)."""
     await pool.execute(
         "INSERT INTO messages (chat_id, turn_id, role, content, tool_calls) VALUES ($1, $2, 'assistant', $3, $4)",
-        chat.id, turn_id, content, tool_calls,
+        chat.id,
+        turn_id,
+        content,
+        tool_calls,
     )
 
 
@@ -87,8 +94,13 @@ async def add_tool_result(
     await pool.execute(
         "INSERT INTO messages (chat_id, turn_id, role, content, tool_call_id, tool_name, tool_ok, duration_ms)"
         " VALUES ($1, $2, 'tool', $3, $4, $5, $6, $7)",
-        chat.id, turn_id, json.dumps(envelope, ensure_ascii=False, default=str), call_id, name,
-        bool(envelope.get("ok")), duration_ms,
+        chat.id,
+        turn_id,
+        json.dumps(envelope, ensure_ascii=False, default=str),
+        call_id,
+        name,
+        bool(envelope.get("ok")),
+        duration_ms,
     )
 
 
@@ -99,22 +111,23 @@ async def finish_turn(pool: Pool, turn_id: int, status: str, steps: int) -> None
     )
 
 
-async def finish_turn_with_answer(
-    pool: Pool, chat: ChatRef, turn_id: int, text: str, status: str, steps: int
-) -> None:
+async def finish_turn_with_answer(pool: Pool, chat: ChatRef, turn_id: int, text: str, status: str, steps: int) -> None:
     """Store the final answer and close the turn in one round trip."""
     await pool.execute(
         "WITH m AS (INSERT INTO messages (chat_id, turn_id, role, content) VALUES ($1, $2, 'assistant', $3))"
         " UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2",
-        chat.id, turn_id, text, status, steps,
+        chat.id,
+        turn_id,
+        text,
+        status,
+        steps,
     )
 
 
 async def reset_conversation(pool: Pool, chat: ChatRef) -> None:
     """Stop replaying the chat's earlier messages (they stay stored)."""
     await pool.execute(
-        "UPDATE chats SET history_floor = COALESCE((SELECT max(id) FROM messages WHERE chat_id = $1), 0)"
-        " WHERE id = $1",
+        "UPDATE chats SET history_floor = COALESCE((SELECT max(id) FROM messages WHERE chat_id = $1), 0) WHERE id = $1",
         chat.id,
     )
 

@@ -106,7 +106,9 @@ async def open_tasks(pool: Pool, user_id: int, limit: int = LIST_LIMIT) -> list[
     return await pool.fetch(
         f"SELECT {_COLUMNS} FROM tasks WHERE user_id = $1 AND status = ANY($2::text[])"
         " ORDER BY due_at NULLS LAST, id LIMIT $3",
-        user_id, list(OPEN_STATUSES), limit,
+        user_id,
+        list(OPEN_STATUSES),
+        limit,
     )
 
 
@@ -120,8 +122,13 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
         row = await pool.fetchrow(
             f"INSERT INTO tasks (user_id, chat_id, title, details, due_at, recurrence, timezone)"
             f" VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {_COLUMNS}",
-            ctx.user.id, ctx.chat.id, p.title.strip(), p.details or "", due,
-            p.recurrence.model_dump(exclude_none=True) if p.recurrence else None, tz.key,
+            ctx.user.id,
+            ctx.chat.id,
+            p.title.strip(),
+            p.details or "",
+            due,
+            p.recurrence.model_dump(exclude_none=True) if p.recurrence else None,
+            tz.key,
         )
         assert row is not None
         return _with_upcoming(row, tz, now, upcoming, f"created {_label(row, tz, now)}")
@@ -130,7 +137,9 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
             rows = await pool.fetch(
                 f"SELECT {_COLUMNS} FROM tasks WHERE user_id = $1 AND status = $2"
                 " ORDER BY due_at NULLS LAST, id LIMIT $3",
-                ctx.user.id, p.status, LIST_LIMIT,
+                ctx.user.id,
+                p.status,
+                LIST_LIMIT,
             )
         else:
             rows = await open_tasks(pool, ctx.user.id)
@@ -146,9 +155,9 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
         return {"deleted": row["id"], "summary": f"deleted {_label(row, tz, now)}"}
     if p.action == "complete":
         done = await pool.fetchrow(
-            f"UPDATE tasks SET status = 'done', updated_at = now() WHERE id = $1 AND user_id = $2"
-            f" RETURNING {_COLUMNS}",
-            row["id"], ctx.user.id,
+            f"UPDATE tasks SET status = 'done', updated_at = now() WHERE id = $1 AND user_id = $2 RETURNING {_COLUMNS}",
+            row["id"],
+            ctx.user.id,
         )
         assert done is not None
         return {"task": task_view(done, tz, now), "summary": f"completed {_label(done, tz, now)}"}
@@ -158,7 +167,8 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
 async def _update(p: ManageTasksParams, ctx: ToolContext, row: asyncpg.Record) -> dict[str, Any]:
     """Apply the given fields to one of the speaking user's tasks."""
     now, tz = ctx.now(), ctx.tz
-    due, recurrence, upcoming = row["due_at"], row["recurrence"], []
+    due, recurrence = row["due_at"], row["recurrence"]
+    upcoming: list[datetime] = []
     if p.clear_due:
         due, recurrence = None, None
     if p.due_at is not None or p.recurrence is not None:
@@ -172,9 +182,14 @@ async def _update(p: ManageTasksParams, ctx: ToolContext, row: asyncpg.Record) -
     updated = await ctx.pool.fetchrow(
         f"UPDATE tasks SET title = $3, details = $4, status = $5, due_at = $6, recurrence = $7,"
         f" timezone = $8, updated_at = now() WHERE id = $1 AND user_id = $2 RETURNING {_COLUMNS}",
-        row["id"], ctx.user.id, (p.title or row["title"]).strip(),
-        row["details"] if p.details is None else p.details, p.status or row["status"],
-        due, recurrence, tz.key,
+        row["id"],
+        ctx.user.id,
+        (p.title or row["title"]).strip(),
+        row["details"] if p.details is None else p.details,
+        p.status or row["status"],
+        due,
+        recurrence,
+        tz.key,
     )
     assert updated is not None
     return _with_upcoming(updated, tz, now, upcoming, f"updated {_label(updated, tz, now)}")

@@ -45,9 +45,7 @@ def parse_local(text: str, tz: ZoneInfo) -> datetime:
         try:
             dt = datetime.combine(date.fromisoformat(raw), time(9, 0))
         except ValueError:
-            raise ValueError(
-                f"'{text}' is not an ISO 8601 date/time such as 2026-11-22T09:00"
-            ) from None
+            raise ValueError(f"'{text}' is not an ISO 8601 date/time such as 2026-11-22T09:00") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=tz)
     return dt.astimezone(UTC)

@@ -139,8 +139,11 @@ def make_settings(fake_llm: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.Monk
 
     def make(**overrides: Any) -> Settings:
         values: dict[str, Any] = {
-            "LLM_BASE_URL": fake_llm.base_url, "LLM_API_KEY": "test", "LLM_MODEL": "fake-model",
-            "DATA_DIR": str(tmp_path / "data"), "ALLOWED_USERS": "*",
+            "LLM_BASE_URL": fake_llm.base_url,
+            "LLM_API_KEY": "test",
+            "LLM_MODEL": "fake-model",
+            "DATA_DIR": str(tmp_path / "data"),
+            "ALLOWED_USERS": "*",
         }
         values.update(overrides)
         return load_settings(**values)
@@ -174,8 +177,5 @@ def fail_on_logged_errors(caplog: pytest.LogCaptureFixture, allowed_errors: list
     caplog.set_level(logging.WARNING)
     yield
     allowed = allowed_errors
-    bad = [
-        r for r in caplog.records
-        if r.levelno >= logging.ERROR and not any(a in r.getMessage() for a in allowed)
-    ]
+    bad = [r for r in caplog.records if r.levelno >= logging.ERROR and not any(a in r.getMessage() for a in allowed)]
     assert not bad, f"unexpected error logs: {[r.getMessage() for r in bad]}"

@@ -11,13 +11,24 @@ from core.types import Assistant, Error, Event, Incoming
 
 
 def incoming(
-    text: str, *, user: str = "100", chat: str | None = None, platform: str = "telegram",
-    message_id: str | None = None, kind: str = "private", name: str = "Ann",
+    text: str,
+    *,
+    user: str = "100",
+    chat: str | None = None,
+    platform: str = "telegram",
+    message_id: str | None = None,
+    kind: str = "private",
+    name: str = "Ann",
 ) -> Incoming:
     """An Incoming as a platform adapter would build it."""
     return Incoming(
-        platform=platform, user_id=user, chat_id=chat or user, text=text, user_name=name,
-        chat_kind="group" if kind == "group" else "private", message_id=message_id,
+        platform=platform,
+        user_id=user,
+        chat_id=chat or user,
+        text=text,
+        user_name=name,
+        chat_kind="group" if kind == "group" else "private",
+        message_id=message_id,
     )
 
 

@@ -40,11 +40,13 @@ async def test_system_prompt_has_local_time_and_tools(make_core: MakeCore, fake_
 async def test_several_tool_calls_in_one_step_run_in_order(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
     core = make_core()
     fake_llm.script(
-        Reply(tool_calls=[
-            ("manage_tasks", {"action": "create", "title": "A", "due_at": "2026-11-22T09:00"}),
-            ("manage_tasks", {"action": "create", "title": "B"}),
-            ("manage_tasks", {"action": "list"}),
-        ]),
+        Reply(
+            tool_calls=[
+                ("manage_tasks", {"action": "create", "title": "A", "due_at": "2026-11-22T09:00"}),
+                ("manage_tasks", {"action": "create", "title": "B"}),
+                ("manage_tasks", {"action": "list"}),
+            ]
+        ),
         Reply(text="Made two."),
     )
     events = await run(core, incoming("two tasks"))
@@ -231,17 +233,15 @@ async def test_history_replay_keeps_tool_calls_with_results(make_core: MakeCore,
     assert msgs[1]["content"] == "question 2" and msgs[-1]["content"] == "last"
 
 
-async def test_history_skips_calls_left_without_results(
-    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
-) -> None:
+async def test_history_skips_calls_left_without_results(make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool) -> None:
     core = make_core()
     fake_llm.script(Reply(text="first"))
     answer(await run(core, incoming("one")))
     # a crash between storing the tool call and its result leaves an orphan call
     await pool.execute(
         "INSERT INTO messages (chat_id, role, tool_calls) SELECT id, 'assistant',"
-        " '[{\"id\": \"call_x\", \"type\": \"function\", \"function\": {\"name\": \"manage_tasks\","
-        " \"arguments\": \"{}\"}}]'::jsonb FROM chats"
+        ' \'[{"id": "call_x", "type": "function", "function": {"name": "manage_tasks",'
+        ' "arguments": "{}"}}]\'::jsonb FROM chats'
     )
     fake_llm.script(Reply(text="fine"))
     assert answer(await run(core, incoming("two"))).text == "fine"  # the fake rejects invalid lists with 400
@@ -258,7 +258,7 @@ async def test_tool_output_truncated_for_prompt_but_stored_whole(
         Reply(text="ok"),
     )
     answer(await run(core, incoming("sql", platform="console", user="local")))
-    prompt_copy = [m for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"][0]["content"]
+    prompt_copy = next(m for m in fake_llm.requests[1]["messages"] if m["role"] == "tool")["content"]
     stored = await pool.fetchval("SELECT content FROM messages WHERE role = 'tool'")
     assert len(stored) > 5000
     assert prompt_copy.startswith(stored[:4000]) and prompt_copy.endswith("more characters]")

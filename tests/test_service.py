@@ -53,12 +53,14 @@ async def test_non_admin_never_sees_execute_sql_and_forged_call_forbidden(
 async def test_admin_execute_sql_rows_and_counts(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
     core = make_core(ADMINS="telegram:1", AGENT_STEP_TIMEOUT=1.5)
     fake_llm.script(
-        Reply(tool_calls=[
-            ("execute_sql", {"query": "SELECT platform, platform_user_id FROM users"}),
-            ("execute_sql", {"query": "UPDATE users SET display_name = 'Boss'"}),
-            ("execute_sql", {"query": "SELECT pg_sleep(10)"}),
-            ("execute_sql", {"query": "SELEC nonsense"}),
-        ]),
+        Reply(
+            tool_calls=[
+                ("execute_sql", {"query": "SELECT platform, platform_user_id FROM users"}),
+                ("execute_sql", {"query": "UPDATE users SET display_name = 'Boss'"}),
+                ("execute_sql", {"query": "SELECT pg_sleep(10)"}),
+                ("execute_sql", {"query": "SELEC nonsense"}),
+            ]
+        ),
         Reply(text="done"),
     )
     answer(await run(core, incoming("sql", user="1")))

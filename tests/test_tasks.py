@@ -10,8 +10,9 @@ from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import answer, incoming, run, tool_messages
 
 
-async def _call(core: object, fake: FakeOpenAI, args: dict[str, object], *, user: str = "100",
-                tool: str = "manage_tasks") -> dict[str, object]:
+async def _call(
+    core: object, fake: FakeOpenAI, args: dict[str, object], *, user: str = "100", tool: str = "manage_tasks"
+) -> dict[str, object]:
     """Have the fake model call one tool for `user`; return the envelope the model saw."""
     from core.service import Core
 
@@ -108,12 +109,20 @@ async def test_recurrence_next_occurrences_dst(
 ) -> None:
     clock.now = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)  # Friday before the spring change in Berlin
     core = make_core(DEFAULT_TIMEZONE="Europe/Berlin")
-    env = await _call(core, fake_llm, {
-        "action": "create", "title": "Stretch", "recurrence": {"kind": "cron", "time": "09:00"},
-    })
+    env = await _call(
+        core,
+        fake_llm,
+        {
+            "action": "create",
+            "title": "Stretch",
+            "recurrence": {"kind": "cron", "time": "09:00"},
+        },
+    )
     result = env["result"]
     assert result["next_occurrences"] == [  # type: ignore[index]
-        "Sat 28 Mar 09:00 CET", "Sun 29 Mar 09:00 CEST", "Mon 30 Mar 09:00 CEST",
+        "Sat 28 Mar 09:00 CET",
+        "Sun 29 Mar 09:00 CEST",
+        "Mon 30 Mar 09:00 CEST",
     ]
     assert result["task"]["repeats"] == "every day at 09:00"  # type: ignore[index]
     assert await pool.fetchval("SELECT due_at FROM tasks") == datetime(2026, 3, 28, 8, 0, tzinfo=UTC)
@@ -121,8 +130,14 @@ async def test_recurrence_next_occurrences_dst(
 
 async def test_invalid_recurrence_is_explained(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
     core = make_core()
-    env = await _call(core, fake_llm, {
-        "action": "create", "title": "x", "recurrence": {"kind": "cron", "time": "25:00", "days_of_week": "funday"},
-    })
+    env = await _call(
+        core,
+        fake_llm,
+        {
+            "action": "create",
+            "title": "x",
+            "recurrence": {"kind": "cron", "time": "25:00", "days_of_week": "funday"},
+        },
+    )
     assert env["error"]["code"] == "invalid_args"  # type: ignore[index]
     assert "HH:MM" in env["error"]["message"] and "mon..sun" in env["error"]["message"]  # type: ignore[index]

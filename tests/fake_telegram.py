@@ -1,0 +1,1086 @@
+"""In-process fake of the Telegram Bot API for tests that drive the real python-telegram-bot."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import json
+import re
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["MAX_TEXT_LENGTH", "FakeTelegram", "HtmlError", "auto_entities", "parse_html", "utf16_len"]
+
+MAX_TEXT_LENGTH = 4096  # UTF-16 code units after entity parsing
+CALLBACK_DATA_MAX_BYTES = 64
+NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup are exactly "
+    "the same as a current content and reply markup of the message"
+)
+QUERY_TOO_OLD = "Bad Request: query is too old and response timeout expired or query ID is invalid"
+CONFLICT = "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"
+
+# parameters that are plain strings on the wire (never JSON-decoded even when they look like numbers)
+_STRING_PARAMS = frozenset(
+    {
+        "text", "caption", "parse_mode", "callback_query_id", "action", "language_code", "url",
+        "inline_message_id", "business_connection_id", "message_effect_id", "description",
+        "short_description", "name", "query", "secret_token", "ip_address", "emoji", "custom_emoji_id",
+        "title", "first_name", "last_name", "question", "explanation", "address", "payload", "currency",
+        "provider_token", "start_parameter", "error_message", "shipping_query_id", "pre_checkout_query_id",
+        "result_id", "web_app_query_id", "invite_link", "switch_pm_text", "switch_pm_parameter",
+    }
+)
+_CHAT_ACTIONS = frozenset(
+    {
+        "typing", "upload_photo", "record_video", "upload_video", "record_voice", "upload_voice",
+        "upload_document", "choose_sticker", "find_location", "record_video_note", "upload_video_note",
+    }
+)
+_BUTTON_ACTIONS = frozenset(
+    {
+        "url", "callback_data", "web_app", "login_url", "switch_inline_query",
+        "switch_inline_query_current_chat", "switch_inline_query_chosen_chat", "copy_text",
+        "callback_game", "pay",
+    }
+)
+_COMMAND_RE = re.compile(r"[a-z0-9_]{1,32}")
+_STRIP = " \t\r\n"
+
+# ---------------------------------------------------------------------------------------------------------
+# HTML parse mode (modelled on tdlib's parse_html, with the stricter rules documented on parse_html)
+
+_TAGS = frozenset(
+    {
+        "b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span", "tg-spoiler", "a", "code",
+        "pre", "blockquote", "tg-emoji",
+    }
+)
+_SIMPLE_ENTITY = {
+    "b": "bold", "strong": "bold", "i": "italic", "em": "italic", "u": "underline", "ins": "underline",
+    "s": "strikethrough", "strike": "strikethrough", "del": "strikethrough", "span": "spoiler",
+    "tg-spoiler": "spoiler", "code": "code",
+}
+_NAMED_ENTITIES = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
+_SPACE = frozenset(" \t\r\n\v\0")
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+class HtmlError(ValueError):
+    """An HTML text Telegram refuses to parse (the message is the part after "can't parse entities: ")."""
+
+
+def utf16_len(s: str) -> int:
+    """Length of s in UTF-16 code units, as Telegram counts."""
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _decode_entity(text: str, pos: int, strict: bool) -> tuple[str, int] | None:
+    """Decode the character reference at text[pos] ("&"): (character, next index), or None."""
+    n = len(text)
+    end = pos + 1
+    if end < n and text[end] == "#":
+        end += 1
+        value = 0
+        hexadecimal = end < n and text[end] == "x"
+        if hexadecimal:
+            end += 1
+        digits = _HEX if hexadecimal else frozenset("0123456789")
+        while end < n and text[end] in digits:
+            value = value * (16 if hexadecimal else 10) + int(text[end], 16)
+            end += 1
+            if value >= 0x10FFFF:
+                return None
+        if value == 0 or 0xD800 <= value <= 0xDFFF:
+            return None
+        char = chr(value)
+    else:
+        start = end
+        while end < n and text[end].isascii() and text[end].isalpha():
+            end += 1
+        found = _NAMED_ENTITIES.get(text[start:end])
+        if found is None:
+            return None
+        char = found
+    if end < n and text[end] == ";":
+        return char, end + 1
+    if strict:
+        return None
+    return char, end  # tdlib accepts a missing semicolon
+
+
+@dataclass
+class _Open:
+    """A start tag waiting for its end tag."""
+
+    tag: str
+    offset: int  # UTF-16 offset of the content
+    byte_pos: int
+    arg: str = ""
+    language: str = ""  # pre: language of the inner <code class="language-...">
+    has_code: bool = False  # pre: already holds its one <code>
+    order: int = 0  # position among start tags, so outer entities sort first on ties
+
+
+class _HtmlParser:
+    """One run of the HTML parser over one text."""
+
+    def __init__(self, text: str, strict_entities: bool) -> None:
+        """Prepare to parse text."""
+        self.text = text
+        self.n = len(text)
+        self.strict = strict_entities
+        self.out: list[str] = []
+        self.utf16 = 0
+        self.stack: list[_Open] = []
+        self.entities: list[dict[str, Any]] = []
+        self.order: dict[int, int] = {}  # id(entity) -> order of its start tag
+        self.opened = 0
+
+    def at(self, k: int) -> str:
+        """The character at k, or NUL past the end (like tdlib's C string)."""
+        return self.text[k] if k < self.n else "\0"
+
+    def byte(self, k: int) -> int:
+        """UTF-8 byte offset of character index k."""
+        return len(self.text[:k].encode("utf-8", "surrogatepass"))
+
+    def emit(self, s: str) -> None:
+        """Append decoded text."""
+        self.out.append(s)
+        self.utf16 += utf16_len(s)
+
+    def entity(self, pos: int) -> tuple[str, int] | None:
+        """Decode a character reference at pos, raising for a bare "&" in strict mode."""
+        decoded = _decode_entity(self.text, pos, self.strict)
+        if decoded is None and self.strict:
+            raise HtmlError(
+                f'Character "&" at byte offset {self.byte(pos)} must be escaped as "&amp;" '
+                "(only &lt; &gt; &amp; &quot; and numeric references are allowed)"
+            )
+        return decoded
+
+    def run(self) -> tuple[str, list[dict[str, Any]]]:
+        """Parse the whole text into (plain text, entities)."""
+        i = 0
+        while i < self.n:
+            c = self.text[i]
+            if c == "&":
+                decoded = self.entity(i)
+                if decoded is not None:
+                    self.emit(decoded[0])
+                    i = decoded[1]
+                    continue
+            if c != "<":
+                self.emit(c)
+                i += 1
+                continue
+            i = self.end_tag(i) if self.at(i + 1) == "/" else self.start_tag(i)
+        if self.stack:
+            raise HtmlError(f'Can\'t find end tag corresponding to start tag "{self.stack[-1].tag}"')
+        self.entities.sort(key=lambda e: (e["offset"], -e["length"], self.order[id(e)]))
+        return "".join(self.out), self.entities
+
+    def start_tag(self, begin: int) -> int:
+        """Parse a start tag at begin ("<"); return the index after it."""
+        i = begin + 1
+        while self.at(i) not in _SPACE and self.at(i) != ">":
+            i += 1
+        if i >= self.n:
+            raise HtmlError(f"Unclosed start tag at byte offset {self.byte(begin)}")
+        tag = self.text[begin + 1 : i].lower()
+        where = f"at byte offset {self.byte(begin)}"
+        if tag not in _TAGS:
+            raise HtmlError(f'Unsupported start tag "{tag}" {where}')
+        attrs: dict[str, str] = {}
+        while self.at(i) != ">":
+            while i < self.n and self.at(i) in _SPACE:
+                i += 1
+            if self.at(i) == ">":
+                break
+            name_begin = i
+            while self.at(i) not in _SPACE and self.at(i) not in "=>":
+                i += 1
+            name = self.text[name_begin:i]
+            if not name:
+                raise HtmlError(f'Empty attribute name in the tag "{tag}" {where}')
+            while i < self.n and self.at(i) in _SPACE:
+                i += 1
+            if self.at(i) != "=":
+                if tag == "blockquote" and name == "expandable":
+                    attrs[name] = ""
+                    continue
+                raise HtmlError(f'Expected equal sign in declaration of an attribute of the tag "{tag}" {where}')
+            i += 1
+            while i < self.n and self.at(i) in _SPACE:
+                i += 1
+            if i >= self.n:
+                raise HtmlError(f'Unclosed start tag "{tag}" {where}')
+            value, i = self.attribute_value(i)
+            if i >= self.n:
+                raise HtmlError(f"Unclosed start tag {where}")
+            attrs[name] = value
+        self.open(tag, attrs, begin)
+        return i + 1
+
+    def attribute_value(self, i: int) -> tuple[str, int]:
+        """Parse a quoted string or a name token at i; return (value, next index)."""
+        quote = self.text[i]
+        if quote not in "'\"":
+            token_begin = i
+            while self.at(i).isascii() and (self.at(i).isalnum() or self.at(i) in ".-"):
+                i += 1
+            if self.at(i) not in _SPACE and self.at(i) != ">":
+                raise HtmlError(f"Unexpected end of name token at byte offset {self.byte(token_begin)}")
+            return self.text[token_begin:i].lower(), i
+        i += 1
+        chars: list[str] = []
+        while i < self.n and self.text[i] != quote:
+            if self.text[i] == "&":
+                decoded = self.entity(i)
+                if decoded is not None:
+                    chars.append(decoded[0])
+                    i = decoded[1]
+                    continue
+            chars.append(self.text[i])
+            i += 1
+        if i < self.n:
+            i += 1
+        return "".join(chars), i
+
+    def open(self, tag: str, attrs: dict[str, str], begin: int) -> None:
+        """Check a start tag's attributes and nesting, then push it."""
+        where = f"at byte offset {self.byte(begin)}"
+        for outer in self.stack:
+            if outer.tag in ("pre", "code"):
+                top = self.stack[-1]
+                if not (tag == "code" and top.tag == "pre" and not top.has_code):
+                    raise HtmlError(f'Tag "{tag}" can\'t be nested inside tag "{outer.tag}" {where}')
+            if tag == "blockquote" and outer.tag == "blockquote":
+                raise HtmlError(f'Tag "blockquote" can\'t be nested inside tag "blockquote" {where}')
+        self.opened += 1
+        item = _Open(tag, self.utf16, self.byte(begin), order=self.opened)
+        if tag == "a":
+            href = attrs.get("href", "")
+            if not href:
+                raise HtmlError(f'Tag "a" must have non-empty attribute "href" {where}')
+            item.arg = href
+        elif tag == "span":
+            if attrs.get("class") != "tg-spoiler":
+                raise HtmlError(f'Tag "span" must have class "tg-spoiler" {where}')
+        elif tag == "tg-emoji":
+            emoji_id = attrs.get("emoji-id", "")
+            if not emoji_id.isdigit() or int(emoji_id) == 0:
+                raise HtmlError("Invalid custom emoji identifier specified")
+            item.arg = emoji_id
+        elif tag == "blockquote":
+            item.arg = "expandable" if "expandable" in attrs else ""
+        elif tag == "code":
+            cls = attrs.get("class", "")
+            item.arg = cls[len("language-") :] if cls.startswith("language-") else ""
+            if self.stack:
+                self.stack[-1].has_code = True
+        self.stack.append(item)
+
+    def end_tag(self, begin: int) -> int:
+        """Parse an end tag at begin ("</"); return the index after it."""
+        if not self.stack:
+            raise HtmlError(f"Unexpected end tag at byte offset {self.byte(begin)}")
+        i = begin + 2
+        while self.at(i) not in _SPACE and self.at(i) != ">":
+            i += 1
+        name = self.text[begin + 2 : i]
+        while i < self.n and self.at(i) in _SPACE:
+            i += 1
+        if self.at(i) != ">":
+            raise HtmlError(f"Unclosed end tag at byte offset {self.byte(begin)}")
+        top = self.stack.pop()
+        if name and name.lower() != top.tag:
+            raise HtmlError(
+                f'Unmatched end tag at byte offset {self.byte(begin)}, expected "</{top.tag}>", found "</{name}>"'
+            )
+        self.close(top)
+        return i + 1
+
+    def close(self, item: _Open) -> None:
+        """Record the entity of a closed tag (empty ones are dropped, as Telegram does)."""
+        length = self.utf16 - item.offset
+        parent = self.stack[-1] if self.stack else None
+        if item.tag == "code" and parent is not None and parent.tag == "pre":
+            parent.language = item.arg
+            return
+        if length <= 0:
+            return
+        entity: dict[str, Any] = {"offset": item.offset, "length": length}
+        if item.tag in _SIMPLE_ENTITY:
+            entity["type"] = _SIMPLE_ENTITY[item.tag]
+        elif item.tag == "a":
+            entity.update(type="text_link", url=item.arg)
+        elif item.tag == "pre":
+            entity["type"] = "pre"
+            if item.language:
+                entity["language"] = item.language
+        elif item.tag == "blockquote":
+            entity["type"] = "expandable_blockquote" if item.arg else "blockquote"
+        else:  # tg-emoji
+            entity.update(type="custom_emoji", custom_emoji_id=item.arg)
+        self.order[id(entity)] = item.order
+        self.entities.append(entity)
+
+
+def parse_html(text: str, *, strict_entities: bool = True) -> tuple[str, list[dict[str, Any]]]:
+    """Parse Telegram HTML into (plain text, entities) or raise HtmlError like the Bot API.
+
+    Stricter than the real server (which silently tolerates these): with strict_entities a bare "&", an
+    unknown named entity or a reference without ";" is an error; <a> needs a non-empty href; nested
+    <blockquote> and any tag inside <pre>/<code> (except one <code> directly in <pre>) are errors.
+    """
+    return _HtmlParser(text, strict_entities).run()
+
+
+def auto_entities(text: str, bot_username: str = "test_bot") -> list[dict[str, Any]]:
+    """Entities Telegram would attach to an incoming text: bot commands and @mentions."""
+    found: list[dict[str, Any]] = []
+    for m in re.finditer(r"(?<![\w/@])/[A-Za-z0-9_]{1,64}(?:@[A-Za-z0-9_]{3,32})?", text):
+        found.append({"type": "bot_command", "offset": utf16_len(text[: m.start()]), "length": utf16_len(m[0])})
+    for m in re.finditer(r"(?<![\w/@])@[A-Za-z0-9_]{5,32}(?!\w)", text):
+        found.append({"type": "mention", "offset": utf16_len(text[: m.start()]), "length": utf16_len(m[0])})
+    found.sort(key=lambda e: e["offset"])
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the server
+
+
+class _ApiError(Exception):
+    """A request the Bot API answers with ok=false."""
+
+    def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
+        """Store the HTTP status, description and optional retry_after."""
+        super().__init__(description)
+        self.status = status
+        self.description = description
+        self.retry_after = retry_after
+
+
+@dataclass
+class _Failure:
+    """One scripted failure of a method."""
+
+    status: int
+    description: str
+    retry_after: int | None
+
+
+def _bad(description: str) -> _ApiError:
+    """A 400 Bad Request error."""
+    return _ApiError(400, f"Bad Request: {description}")
+
+
+def _decode_param(key: str, value: Any) -> Any:
+    """Decode one form value: JSON-encoded objects, numbers and booleans; text-like params stay strings."""
+    if not isinstance(value, str) or key in _STRING_PARAMS:
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _as_int(value: Any, name: str, default: int | None = None) -> int:
+    """An integer parameter, or 400 when missing (without default) or malformed."""
+    if value is None or value == "":
+        if default is None:
+            raise _bad(f"{name} is empty")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise _bad(f"wrong parameter {name} in request")
+    try:
+        return int(value)
+    except ValueError:
+        raise _bad(f"wrong parameter {name} in request") from None
+
+
+def _strip(text: str, entities: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """Trim surrounding whitespace like Telegram, shifting and clipping entities."""
+    stripped = text.strip(_STRIP)
+    if stripped == text:
+        return text, entities
+    lead = utf16_len(text[: len(text) - len(text.lstrip(_STRIP))])
+    size = utf16_len(stripped)
+    kept: list[dict[str, Any]] = []
+    for e in entities:
+        start = max(e["offset"] - lead, 0)
+        end = min(e["offset"] + e["length"] - lead, size)
+        if end > start:
+            kept.append({**e, "offset": start, "length": end - start})
+    return stripped, kept
+
+
+def _check_markup(markup: Any) -> None:
+    """Validate reply_markup the way Telegram rejects broken inline keyboards."""
+    if markup is None:
+        return
+    if not isinstance(markup, dict):
+        raise _bad("can't parse reply keyboard markup JSON object")
+    rows = markup.get("inline_keyboard")
+    if rows is None:
+        return
+    if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+        raise _bad("field \"inline_keyboard\" of the InlineKeyboardMarkup must be an Array of Arrays")
+    for row in rows:
+        for button in row:
+            if not isinstance(button, dict) or not isinstance(button.get("text"), str):
+                raise _bad("can't parse inline keyboard button: Field \"text\" must be of type String")
+            if not _BUTTON_ACTIONS & button.keys():
+                raise _bad("can't parse inline keyboard button: Text buttons are unallowed in the inline keyboard")
+            data = button.get("callback_data")
+            if data is not None and (
+                not isinstance(data, str) or not 1 <= len(data.encode()) <= CALLBACK_DATA_MAX_BYTES
+            ):
+                raise _bad("BUTTON_DATA_INVALID")
+            url = button.get("url")
+            if url is not None and not re.match(r"(https?|tg)://\S", str(url)):
+                raise _bad(f"inline keyboard button URL '{url}' is invalid: Unsupported URL protocol")
+
+
+Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+class FakeTelegram:
+    """A fake Telegram Bot API server on 127.0.0.1 for the real PTB (use base_url with ApplicationBuilder)."""
+
+    def __init__(self, token: str = "123:TEST", bot_id: int = 123, bot_username: str = "test_bot") -> None:
+        """Create the (not yet started) server for one bot."""
+        self.token = token
+        self.bot_id = bot_id
+        self.bot_username = bot_username
+        self.strict_entities = True  # False: tolerate a bare "&" in HTML like the real server does
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.sent: list[dict[str, Any]] = []
+        self.drafts: list[dict[str, Any]] = []
+        self.chat_actions: list[dict[str, Any]] = []
+        self.commands: list[dict[str, Any]] | None = None
+        self.callback_answers: list[dict[str, Any]] = []
+        self.get_updates_ok = 0
+        self._updates: deque[dict[str, Any]] = deque()
+        self._last_update_id = 0
+        self._last_message_id: dict[int | str, int] = {}
+        self._messages: dict[tuple[int | str, int], dict[str, Any]] = {}  # every known message
+        self._outgoing: dict[tuple[int | str, int], dict[str, Any]] = {}  # sent entries by (chat, id)
+        self._chats: dict[int | str, dict[str, Any]] = {}
+        self._open_callbacks: set[str] = set()
+        self._callback_ids = itertools.count(4_000_000_000_000_000_001)
+        self._scoped_commands: dict[str, list[dict[str, Any]]] = {}
+        self._failures: dict[str, deque[_Failure]] = {}
+        self._drops = 0
+        self._poll_generation = 0
+        self._wakeup = asyncio.Event()
+        self._closing = False
+        self._port: int | None = None
+        self._runner: web.AppRunner | None = None
+        self._app = web.Application()
+        self._app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._methods: dict[str, Handler] = {
+            "getme": self._get_me,
+            "deletewebhook": self._delete_webhook,
+            "getwebhookinfo": self._get_webhook_info,
+            "getupdates": self._get_updates,
+            "sendmessage": self._send_message,
+            "editmessagetext": self._edit_message_text,
+            "editmessagereplymarkup": self._edit_message_reply_markup,
+            "sendmessagedraft": self._send_message_draft,
+            "sendchataction": self._send_chat_action,
+            "setmycommands": self._set_my_commands,
+            "getmycommands": self._get_my_commands,
+            "deletemycommands": self._delete_my_commands,
+            "answercallbackquery": self._answer_callback_query,
+            "deletemessage": self._delete_message,
+            "close": self._true,
+            "logout": self._true,
+        }
+
+    # lifecycle
+
+    async def start(self) -> None:
+        """Bind 127.0.0.1 on an ephemeral port."""
+        self._closing = False
+        runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self._port = int(runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        """Answer every waiting getUpdates at once (empty) and shut the server down."""
+        self._closing = True
+        self._notify()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def __aenter__(self) -> FakeTelegram:
+        """Start the server."""
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the server."""
+        await self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """Base URL for ApplicationBuilder().base_url(...), e.g. http://127.0.0.1:PORT/bot."""
+        if self._port is None:
+            raise RuntimeError("FakeTelegram is not started")
+        return f"http://127.0.0.1:{self._port}/bot"
+
+    # scripting
+
+    def push_update(self, update: dict[str, Any]) -> int:
+        """Queue a raw Update dict for getUpdates (assigning a monotonic update_id if missing); return the id."""
+        update_id = update.get("update_id")
+        if not isinstance(update_id, int):
+            update_id = self._last_update_id + 1
+            update["update_id"] = update_id
+        self._last_update_id = max(self._last_update_id, update_id)
+        for key in ("message", "edited_message", "channel_post", "edited_channel_post", "business_message"):
+            if isinstance(update.get(key), dict):
+                self._register_message(update[key])
+        query = update.get("callback_query")
+        if isinstance(query, dict):
+            self._open_callbacks.add(str(query.get("id")))
+            if isinstance(query.get("message"), dict):
+                self._register_message(query["message"])
+        self._updates.append(update)
+        self._notify()
+        return update_id
+
+    def message_update(
+        self,
+        text: str,
+        *,
+        chat_id: int = 1001,
+        user_id: int = 1001,
+        first_name: str = "Ann",
+        chat_type: str = "private",
+        message_id: int | None = None,
+        reply_to_bot: bool = False,
+        thread_id: int | None = None,
+        entities: list[dict[str, Any]] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Build (not push) an Update with a user's text message; commands and @mentions get entities."""
+        chat: dict[str, Any] = {"id": chat_id, "type": chat_type}
+        if chat_type == "private":
+            chat["first_name"] = first_name
+        else:
+            chat["title"] = "Test Channel" if chat_type == "channel" else "Test Group"
+            if thread_id is not None and chat_type == "supergroup":
+                chat["is_forum"] = True
+        self._chats.setdefault(chat_id, chat)
+        if message_id is None:
+            message_id = self._next_message_id(chat_id)
+        else:
+            self._last_message_id[chat_id] = max(self._last_message_id.get(chat_id, 0), message_id)
+        message: dict[str, Any] = {
+            "message_id": message_id,
+            "from": {"id": user_id, "is_bot": False, "first_name": first_name, "language_code": "en"},
+            "chat": chat,
+            "date": int(time.time()),
+            "text": text,
+        }
+        found = auto_entities(text, self.bot_username) if entities is None else entities
+        if found:
+            message["entities"] = found
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+        if reply_to_bot:
+            message["reply_to_message"] = self._bot_message_in(chat, thread_id)
+        if extra:
+            message.update(extra)
+        return {"message": message}
+
+    def callback_update(
+        self, data: str, *, message: dict[str, Any], user_id: int = 1001, first_name: str = "Ann"
+    ) -> dict[str, Any]:
+        """Build (not push) an Update with a callback query on message (a Message dict or a `sent` entry)."""
+        inner = message.get("message")
+        msg = copy.deepcopy(inner if isinstance(inner, dict) and "message_id" in inner else message)
+        chat_id = msg.get("chat", {}).get("id", 0)
+        return {
+            "callback_query": {
+                "id": str(next(self._callback_ids)),
+                "from": {"id": user_id, "is_bot": False, "first_name": first_name, "language_code": "en"},
+                "message": msg,
+                "chat_instance": str(abs(hash((chat_id, self.bot_id))) % 10**18),
+                "data": data,
+            }
+        }
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        status: int = 429,
+        description: str = "Too Many Requests: retry after 1",
+        retry_after: int | None = 1,
+        times: int = 1,
+    ) -> None:
+        """Make the next `times` calls of method fail (retry_after is only sent with status 429)."""
+        queue = self._failures.setdefault(method.lower(), deque())
+        queue.extend(_Failure(status, description, retry_after if status == 429 else None) for _ in range(times))
+
+    def drop_next_get_updates(self, times: int = 1) -> None:
+        """Abort the next getUpdates connection(s) without any response (a network drop)."""
+        self._drops += times
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+        """Wait until predicate() holds, re-checking it whenever a call or update arrives."""
+        try:
+            async with asyncio.timeout(timeout):
+                while not predicate():
+                    await self._wakeup.wait()
+        except TimeoutError:
+            raise TimeoutError(
+                f"condition not met within {timeout}s; recent calls: {self._recent_calls()}"
+            ) from None
+
+    async def wait_sent(self, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Wait until at least count messages were sent; return `sent`."""
+        try:
+            await self.wait_for(lambda: len(self.sent) >= count, timeout)
+        except TimeoutError:
+            texts = [s.get("text") for s in self.sent]
+            raise TimeoutError(
+                f"expected {count} sent message(s) within {timeout}s, got {len(self.sent)}: {texts!r}; "
+                f"recent calls: {self._recent_calls()}"
+            ) from None
+        return self.sent
+
+    # internals
+
+    def _notify(self) -> None:
+        """Wake everything waiting for a change."""
+        self._wakeup.set()
+        self._wakeup = asyncio.Event()
+
+    def _recent_calls(self) -> str:
+        """A short description of the last calls, for timeout messages."""
+        return repr([(m, {k: v for k, v in p.items() if k != "reply_markup"}) for m, p in self.calls[-8:]])
+
+    def _next_message_id(self, chat_id: int | str) -> int:
+        """Allocate the next message id of a chat (shared by incoming and outgoing messages)."""
+        self._last_message_id[chat_id] = self._last_message_id.get(chat_id, 0) + 1
+        return self._last_message_id[chat_id]
+
+    def _register_message(self, message: dict[str, Any]) -> None:
+        """Remember an incoming message (and what it replies to) so replies and deletes can find it."""
+        chat = message.get("chat")
+        message_id = message.get("message_id")
+        if not isinstance(chat, dict) or not isinstance(message_id, int):
+            return
+        chat_id = chat.get("id")
+        if not isinstance(chat_id, int | str):
+            return
+        self._chats.setdefault(chat_id, chat)
+        self._messages.setdefault((chat_id, message_id), message)
+        self._last_message_id[chat_id] = max(self._last_message_id.get(chat_id, 0), message_id)
+        if isinstance(message.get("reply_to_message"), dict):
+            self._register_message(message["reply_to_message"])
+
+    def _bot_user(self) -> dict[str, Any]:
+        """The bot as a User dict."""
+        return {"id": self.bot_id, "is_bot": True, "first_name": "Test Bot", "username": self.bot_username}
+
+    def _bot_message_in(self, chat: dict[str, Any], thread_id: int | None) -> dict[str, Any]:
+        """The bot's latest message in chat (a made-up one when it has sent none)."""
+        for entry in reversed(self.sent):
+            msg: dict[str, Any] = entry["message"]
+            if msg["chat"]["id"] == chat["id"] and not entry.get("deleted"):
+                return copy.deepcopy(msg)
+        msg = {
+            "message_id": self._next_message_id(chat["id"]),
+            "from": self._bot_user(),
+            "chat": chat,
+            "date": int(time.time()) - 60,
+            "text": "An earlier message from the bot",
+        }
+        if thread_id is not None:
+            msg["message_thread_id"] = thread_id
+            msg["is_topic_message"] = True
+        return msg
+
+    def _chat_for(self, chat_id: int | str) -> dict[str, Any]:
+        """The Chat dict of a known chat, or a plausible one for an unknown id."""
+        if chat_id in self._chats:
+            return self._chats[chat_id]
+        if isinstance(chat_id, str):
+            chat: dict[str, Any] = {
+                "id": -1_000_000_000_000 - len(self._chats),
+                "type": "channel",
+                "title": chat_id.lstrip("@"),
+                "username": chat_id.lstrip("@"),
+            }
+        elif chat_id > 0:
+            chat = {"id": chat_id, "type": "private", "first_name": f"User {chat_id}"}
+        else:
+            kind = "supergroup" if str(chat_id).startswith("-100") else "group"
+            chat = {"id": chat_id, "type": kind, "title": "Test Group"}
+        self._chats[chat_id] = chat
+        return chat
+
+    def _message_text(self, params: dict[str, Any], *, allow_empty: bool = False) -> tuple[str, list[dict[str, Any]]]:
+        """Parse the text of params per parse_mode and check its length like Telegram."""
+        raw = params.get("text")
+        raw = "" if raw is None else str(raw)
+        mode = params.get("parse_mode")
+        explicit = params.get("entities")
+        if isinstance(explicit, list):
+            text, entities = raw, [e for e in explicit if isinstance(e, dict)]
+        elif mode is None or mode == "":
+            text, entities = raw, []
+        elif not isinstance(mode, str):
+            raise _bad("unsupported parse_mode")
+        elif mode.lower() == "html":
+            try:
+                text, entities = parse_html(raw, strict_entities=self.strict_entities)
+            except HtmlError as e:
+                raise _bad(f"can't parse entities: {e}") from None
+        elif mode.lower() in ("markdown", "markdownv2"):
+            text, entities = raw, []  # not parsed by this fake: only the raw length is checked
+        else:
+            raise _bad("unsupported parse_mode")
+        text, entities = _strip(text, entities)
+        size = utf16_len(text)
+        if size == 0 and not allow_empty:
+            raise _bad("message text is empty")
+        if size > MAX_TEXT_LENGTH:
+            raise _bad("message is too long")
+        return text, entities
+
+    def _chat_id(self, params: dict[str, Any]) -> int | str:
+        """The chat_id parameter (400 when missing)."""
+        chat_id = params.get("chat_id")
+        if isinstance(chat_id, bool) or not isinstance(chat_id, int | str) or chat_id == "":
+            raise _bad("chat_id is empty")
+        return chat_id
+
+    def _target(self, params: dict[str, Any], missing: str) -> tuple[tuple[int | str, int], dict[str, Any]]:
+        """The (key, sent entry) of the bot message that params name; 400 if there is none."""
+        chat_id = self._chat_id(params)
+        message_id = params.get("message_id")
+        if not isinstance(message_id, int) or isinstance(message_id, bool):
+            raise _bad("message identifier is not specified")
+        key = (chat_id, message_id)
+        entry = self._outgoing.get(key)
+        if entry is None:
+            raise _bad("message can't be edited" if key in self._messages else missing)
+        return key, entry
+
+    # method handlers
+
+    async def _true(self, params: dict[str, Any]) -> bool:
+        """Methods that just succeed."""
+        return True
+
+    async def _get_me(self, params: dict[str, Any]) -> dict[str, Any]:
+        """getMe."""
+        return {
+            **self._bot_user(),
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+            "can_connect_to_business": False,
+            "has_main_web_app": False,
+        }
+
+    async def _delete_webhook(self, params: dict[str, Any]) -> bool:
+        """deleteWebhook (drop_pending_updates forgets queued updates)."""
+        if params.get("drop_pending_updates") is True:
+            self._updates.clear()
+        return True
+
+    async def _get_webhook_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        """getWebhookInfo: never a webhook."""
+        return {"url": "", "has_custom_certificate": False, "pending_update_count": len(self._updates)}
+
+    async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """getUpdates: confirm below offset, then long-poll up to timeout seconds for updates."""
+        offset = _as_int(params.get("offset"), "offset", 0)
+        limit = min(max(_as_int(params.get("limit"), "limit", 100), 1), 100)
+        timeout = params.get("timeout")
+        wait = float(timeout) if isinstance(timeout, int | float) and not isinstance(timeout, bool) else 0.0
+        if offset > 0:
+            while self._updates and self._updates[0]["update_id"] < offset:
+                self._updates.popleft()
+        elif offset < 0:
+            while len(self._updates) > -offset:
+                self._updates.popleft()
+        self._poll_generation += 1
+        generation = self._poll_generation
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(wait, 0.0)
+        while not self._updates and not self._closing:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._wakeup.wait()
+            except TimeoutError:
+                break
+            if generation != self._poll_generation:
+                raise _ApiError(409, CONFLICT)
+        self.get_updates_ok += 1
+        return list(itertools.islice(self._updates, limit))
+
+    async def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        """sendMessage: validate, store in `sent` and answer the Message."""
+        chat_id = self._chat_id(params)
+        text, entities = self._message_text(params)
+        markup = params.get("reply_markup")
+        _check_markup(markup)
+        replied: dict[str, Any] | None = None
+        reply = params.get("reply_parameters")
+        reply_id = reply.get("message_id") if isinstance(reply, dict) else params.get("reply_to_message_id")
+        if reply_id is not None:
+            reply_chat = reply.get("chat_id", chat_id) if isinstance(reply, dict) else chat_id
+            replied = self._messages.get((reply_chat, reply_id)) if isinstance(reply_id, int) else None
+            lenient = (isinstance(reply, dict) and reply.get("allow_sending_without_reply") is True) or params.get(
+                "allow_sending_without_reply"
+            ) is True
+            if replied is None and not lenient:
+                raise _bad("message to be replied not found")
+        message: dict[str, Any] = {
+            "message_id": self._next_message_id(chat_id),
+            "from": self._bot_user(),
+            "chat": self._chat_for(chat_id),
+            "date": int(time.time()),
+        }
+        thread_id = params.get("message_thread_id")
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+        if replied is not None:
+            message["reply_to_message"] = {k: v for k, v in replied.items() if k != "reply_to_message"}
+        message["text"] = text
+        if entities:
+            message["entities"] = entities
+        if isinstance(markup, dict) and "inline_keyboard" in markup:
+            message["reply_markup"] = markup
+        entry = {**params, "message_id": message["message_id"], "message": message}
+        key = (chat_id, message["message_id"])
+        self._messages[key] = message
+        self._outgoing[key] = entry
+        self.sent.append(entry)
+        return message
+
+    async def _edit_message_text(self, params: dict[str, Any]) -> dict[str, Any] | bool:
+        """editMessageText: replace text (and keyboard: omitted reply_markup removes it) of a bot message."""
+        if params.get("inline_message_id"):
+            self._message_text(params)
+            _check_markup(params.get("reply_markup"))
+            return True
+        _, entry = self._target(params, "message to edit not found")
+        text, entities = self._message_text(params)
+        markup = params.get("reply_markup")
+        _check_markup(markup)
+        new_markup = markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
+        message: dict[str, Any] = entry["message"]
+        if (
+            message.get("text") == text
+            and message.get("entities", []) == entities
+            and message.get("reply_markup") == new_markup
+        ):
+            raise _bad(NOT_MODIFIED[len("Bad Request: ") :])
+        message["text"] = text
+        message["edit_date"] = int(time.time())
+        for key, value in (("entities", entities or None), ("reply_markup", new_markup)):
+            if value is None:
+                message.pop(key, None)
+            else:
+                message[key] = value
+        for key in ("text", "parse_mode", "entities", "reply_markup", "link_preview_options"):
+            if key in params:
+                entry[key] = params[key]
+            else:
+                entry.pop(key, None)
+        entry["edit_count"] = entry.get("edit_count", 0) + 1
+        return message
+
+    async def _edit_message_reply_markup(self, params: dict[str, Any]) -> dict[str, Any] | bool:
+        """editMessageReplyMarkup: replace (or with no reply_markup remove) a bot message's keyboard."""
+        markup = params.get("reply_markup")
+        _check_markup(markup)
+        if params.get("inline_message_id"):
+            return True
+        _, entry = self._target(params, "message to edit not found")
+        new_markup = markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
+        message: dict[str, Any] = entry["message"]
+        if message.get("reply_markup") == new_markup:
+            raise _bad(NOT_MODIFIED[len("Bad Request: ") :])
+        if new_markup is None:
+            message.pop("reply_markup", None)
+            entry.pop("reply_markup", None)
+        else:
+            message["reply_markup"] = entry["reply_markup"] = new_markup
+        message["edit_date"] = int(time.time())
+        return message
+
+    async def _send_message_draft(self, params: dict[str, Any]) -> bool:
+        """sendMessageDraft (Bot API 9.3+): an ephemeral partial message in a private chat."""
+        chat_id = self._chat_id(params)
+        if not isinstance(chat_id, int) or chat_id <= 0:
+            raise _bad("message drafts can be sent only to private chats")
+        if _as_int(params.get("draft_id"), "draft_id") == 0:
+            raise _bad("draft_id must be non-zero")
+        self._message_text(params, allow_empty=True)
+        self.drafts.append(params)
+        return True
+
+    async def _send_chat_action(self, params: dict[str, Any]) -> bool:
+        """sendChatAction."""
+        self._chat_id(params)
+        if params.get("action") not in _CHAT_ACTIONS:
+            raise _bad("wrong parameter action in request")
+        self.chat_actions.append(params)
+        return True
+
+    @staticmethod
+    def _scope_key(params: dict[str, Any]) -> str:
+        """The storage key of a commands scope + language."""
+        return json.dumps([params.get("scope") or {"type": "default"}, params.get("language_code") or ""])
+
+    async def _set_my_commands(self, params: dict[str, Any]) -> bool:
+        """setMyCommands with Telegram's command and description rules."""
+        commands = params.get("commands")
+        if not isinstance(commands, list) or len(commands) > 100:
+            raise _bad("commands must be an array of at most 100 BotCommand")
+        for command in commands:
+            if not isinstance(command, dict) or not _COMMAND_RE.fullmatch(str(command.get("command", ""))):
+                raise _bad("BOT_COMMAND_INVALID")
+            description = command.get("description")
+            if not isinstance(description, str) or not 1 <= len(description) <= 256:
+                raise _bad("BOT_COMMAND_DESCRIPTION_INVALID")
+        self._scoped_commands[self._scope_key(params)] = commands
+        self.commands = commands
+        return True
+
+    async def _get_my_commands(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """getMyCommands for a scope + language."""
+        return self._scoped_commands.get(self._scope_key(params), [])
+
+    async def _delete_my_commands(self, params: dict[str, Any]) -> bool:
+        """deleteMyCommands for a scope + language (also clears `commands`)."""
+        self._scoped_commands.pop(self._scope_key(params), None)
+        self.commands = None
+        return True
+
+    async def _answer_callback_query(self, params: dict[str, Any]) -> bool:
+        """answerCallbackQuery: each pushed query can be answered once."""
+        query_id = params.get("callback_query_id")
+        if query_id not in self._open_callbacks:
+            raise _bad(QUERY_TOO_OLD[len("Bad Request: ") :])
+        text = params.get("text")
+        if isinstance(text, str) and len(text) > 200:
+            raise _bad("MESSAGE_TOO_LONG")
+        self._open_callbacks.discard(str(query_id))
+        self.callback_answers.append(params)
+        return True
+
+    async def _delete_message(self, params: dict[str, Any]) -> bool:
+        """deleteMessage: the entry in `sent` gets "deleted": True."""
+        chat_id = self._chat_id(params)
+        message_id = params.get("message_id")
+        key = (chat_id, message_id if isinstance(message_id, int) else -1)
+        if key not in self._messages:
+            raise _bad("message to delete not found")
+        del self._messages[key]
+        entry = self._outgoing.pop(key, None)
+        if entry is not None:
+            entry["deleted"] = True
+        return True
+
+    # HTTP
+
+    async def _read_params(self, request: web.Request) -> dict[str, Any]:
+        """Query string plus form-encoded, multipart or JSON body, decoded."""
+        raw: dict[str, Any] = dict(request.query)
+        if request.body_exists:
+            if request.content_type == "application/json":
+                body = await request.json()
+                if not isinstance(body, dict):
+                    raise _bad("parameters must be a JSON object")
+                raw.update(body)
+            else:
+                form = await request.post()
+                for k, v in form.items():
+                    if isinstance(v, bytes | bytearray):
+                        raw[k] = v.decode("utf-8", "replace")
+                    else:
+                        raw[k] = v if isinstance(v, str) else f"<file {v.filename}>"
+        return {k: _decode_param(k, v) for k, v in raw.items()}
+
+    @staticmethod
+    def _error(error: _ApiError) -> web.Response:
+        """An ok=false answer."""
+        body: dict[str, Any] = {"ok": False, "error_code": error.status, "description": error.description}
+        if error.retry_after is not None:
+            body["parameters"] = {"retry_after": error.retry_after}
+        return web.json_response(body, status=error.status)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        """Route /bot<token>/<method> to a method handler."""
+        m = re.fullmatch(r"/bot([^/]+)/([^/]+)", request.path)
+        if m is None:
+            return self._error(_ApiError(404, "Not Found"))
+        if m[1] != self.token:
+            return self._error(_ApiError(401, "Unauthorized"))
+        method = m[2]
+        try:
+            params = await self._read_params(request)
+        except (ValueError, _ApiError) as e:
+            return self._error(e if isinstance(e, _ApiError) else _bad("can't parse request parameters"))
+        self.calls.append((method, params))
+        self._notify()
+        key = method.lower()
+        try:
+            if key == "getupdates" and self._drops > 0:
+                self._drops -= 1
+                if request.transport is not None:
+                    request.transport.abort()
+                return web.Response(status=204)  # never reaches the client: the connection is gone
+            failures = self._failures.get(key)
+            if failures:
+                f = failures.popleft()
+                return self._error(_ApiError(f.status, f.description, f.retry_after))
+            handler = self._methods.get(key)
+            if handler is None:
+                return self._error(_ApiError(404, "Not Found: method not found"))
+            try:
+                result = await handler(params)
+            except _ApiError as e:
+                return self._error(e)
+            return web.json_response({"ok": True, "result": result})
+        finally:
+            self._notify()

@@ -1,0 +1,102 @@
+"""The terminal chat and the command line: `bot ask`, the interactive loop, start-up errors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from adapters import console
+from core.db import Pool
+from tests.conftest import MakeCore
+from tests.fake_openai import FakeOpenAI, Reply
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def bot_cli(*args: str, env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
+    """Run `python -m bot …` as a user would; return (exit code, stdout, stderr)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "TELEGRAM_", "DISCORD_"))}
+    base.pop("DATABASE_URL", None)
+    base["PYTHONPATH"] = str(ROOT)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        *args,
+        env={**base, **env},
+        cwd=str(cwd),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_ask_answers_once_with_activity(fake_llm: FakeOpenAI, db_dsn: str, tmp_path: Path, pool: Pool) -> None:
+    fake_llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Buy milk", "due_at": "2030-01-05T09:00"})]),
+        Reply(text="Added **Buy milk** for Saturday."),
+    )
+    env = {"DATABASE_URL": db_dsn, "LLM_BASE_URL": fake_llm.base_url, "DEFAULT_TIMEZONE": "Europe/Berlin"}
+    code, out, err = await bot_cli("ask", "remind me to buy milk on 5 Jan 2030 at 9", env=env, cwd=tmp_path)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "Added **Buy milk** for Saturday."
+    assert lines[1].startswith("   🔧 1 step · ")
+    assert lines[2] == '   ✅ manage_tasks create → created #1 "Buy milk", Sat 05 Jan 2030 09:00 CET'
+    assert await pool.fetchval("SELECT platform || ':' || platform_user_id FROM users") == "console:local"
+
+
+async def test_ask_without_llm_configured_says_what_to_set(tmp_path: Path) -> None:
+    code, out, err = await bot_cli("ask", "hi", env={}, cwd=tmp_path)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1
+    assert "LLM_API_KEY" in err and "LLM_PROVIDER=ollama" in err and "LLM_BASE_URL" in err
+
+
+async def test_invalid_setting_stops_start_with_one_line(tmp_path: Path) -> None:
+    code, _, err = await bot_cli("ask", "hi", env={"LLM_API_KEY": "sk-x", "AGENT_STEP_TIMEOUT": "soon"}, cwd=tmp_path)
+    assert code == 2 and err.startswith("Invalid configuration: AGENT_STEP_TIMEOUT:") and err.count("\n") == 1
+
+
+async def test_ask_with_llm_unreachable(db_dsn: str, tmp_path: Path) -> None:
+    env = {"DATABASE_URL": db_dsn, "LLM_PROVIDER": "ollama", "LLM_BASE_URL": "http://127.0.0.1:9/v1"}
+    code, out, _ = await bot_cli("ask", "hi", env=env, cwd=tmp_path)
+    assert code == 1
+    assert "could not be used: it is unreachable" in out and "LLM_PROVIDER=ollama" in out
+
+
+async def test_embedded_postgres_started_and_reused(fake_llm: FakeOpenAI, tmp_path: Path) -> None:
+    fake_llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Persist me"})]),
+        Reply(text="saved"),
+        Reply(tool_calls=[("manage_tasks", {"action": "list"})]),
+        Reply(text="listed"),
+    )
+    env = {"LLM_BASE_URL": fake_llm.base_url, "DATA_DIR": str(tmp_path / "data")}
+    code, out, err = await bot_cli("ask", "save", env=env, cwd=tmp_path)
+    assert code == 0, err
+    assert (tmp_path / "data" / "pg" / "PG_VERSION").exists()
+    code, out, err = await bot_cli("ask", "list", env=env, cwd=tmp_path)
+    assert code == 0, err
+    assert "1 open task" in out  # the second start reused the first one's data
+
+
+async def test_interactive_loop(make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool) -> None:
+    core = make_core()
+    fake_llm.script(Reply(text="Hello!"), Reply(text="Fresh start."))
+
+    async def lines() -> AsyncIterator[str]:
+        for line in ["hi", "", "/reset", "who am i", "/quit", "never read"]:
+            yield line
+
+    printed: list[str] = []
+    await console.chat_loop(core, lines(), printed.append)
+    text = "".join(printed)
+    assert "bot › Hello!" in text and "(conversation reset)" in text and "bot › Fresh start." in text
+    assert [m["content"] for m in fake_llm.requests[1]["messages"][1:]] == ["who am i"]
+    assert len(fake_llm.requests) == 2

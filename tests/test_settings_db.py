@@ -138,3 +138,9 @@ async def test_migrations_from_two_processes_at_once(pg_server: str) -> None:
         assert await conn.fetchval("SELECT count(*) FROM schema_migrations") == len(migration_files())
     finally:
         await conn.close()
+
+
+def test_env_example_lists_every_variable() -> None:
+    example = (Path(__file__).resolve().parent.parent / ".env.example").read_text()
+    missing = [name for name in Settings.model_fields if f"\n{name}=" not in example]
+    assert missing == []

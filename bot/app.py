@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import sys
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from adapters import console
+from adapters.telegram import TelegramAdapter
+from core.commands import StatusBoard
 from core.db import EmbeddedPostgres, Pool, create_pool, migrate, start_embedded
 from core.llm import LLM
 from core.service import Core
@@ -48,5 +51,31 @@ async def run_bot(settings: Settings, *, ask_text: str | None = None) -> int:
         if settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None:
             await console.chat_loop(core, console.stdin_lines(), lambda s: print(s, end="", flush=True))
             return 0
-        print("Platform adapters are not available yet; unset the tokens to use the terminal chat.", file=sys.stderr)
+        return await run_platforms(settings, core)
+
+
+async def run_platforms(settings: Settings, core: Core) -> int:
+    """Start every configured platform adapter and run until interrupted."""
+    board = StatusBoard()
+    adapters: list[TelegramAdapter] = []
+    if settings.TELEGRAM_BOT_TOKEN is not None:
+        adapters.append(TelegramAdapter(core, settings, board))
+    if settings.DISCORD_BOT_TOKEN is not None:
+        log.warning("DISCORD_BOT_TOKEN is set but the Discord adapter is not built yet; ignoring it")
+    if not adapters:
         return 2
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    started: list[TelegramAdapter] = []
+    try:
+        for adapter in adapters:
+            await adapter.start()
+            started.append(adapter)
+            log.info("%s adapter started", adapter.platform)
+        await stop.wait()
+    finally:
+        for adapter in reversed(started):
+            await adapter.stop()
+    return 0

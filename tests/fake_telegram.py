@@ -336,12 +336,10 @@ class _HtmlParser:
 
 
 def parse_html(text: str, *, strict_entities: bool = True) -> tuple[str, list[dict[str, Any]]]:
-    """Parse Telegram HTML into (plain text, entities) or raise HtmlError like the Bot API.
-
-    Stricter than the real server (which silently tolerates these): with strict_entities a bare "&", an
-    unknown named entity or a reference without ";" is an error; <a> needs a non-empty href; nested
-    <blockquote> and any tag inside <pre>/<code> (except one <code> directly in <pre>) are errors.
-    """
+    """Parse Telegram HTML into (plain text, entities) or raise HtmlError like the Bot API."""
+    # Stricter than the real server, which silently tolerates these: with strict_entities a bare "&", an
+    # unknown named entity or a reference without ";" is an error; <a> needs a non-empty href; nested
+    # <blockquote> and any tag inside <pre>/<code> (except one <code> directly in <pre>) are errors.
     return _HtmlParser(text, strict_entities).run()
 
 
@@ -513,7 +511,8 @@ class FakeTelegram:
     async def start(self) -> None:
         """Bind 127.0.0.1 on an ephemeral port."""
         self._closing = False
-        runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=0.5)
+        # handler_cancellation: a long poll the client gave up on (PTB stopping) ends with its connection
+        runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=0.5, handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         try:
@@ -647,6 +646,8 @@ class FakeTelegram:
         times: int = 1,
     ) -> None:
         """Make the next `times` calls of method fail (retry_after is only sent with status 429)."""
+        if description == "Too Many Requests: retry after 1" and retry_after is not None:
+            description = f"Too Many Requests: retry after {retry_after}"
         queue = self._failures.setdefault(method.lower(), deque())
         queue.extend(_Failure(status, description, retry_after if status == 429 else None) for _ in range(times))
 
@@ -851,7 +852,6 @@ class FakeTelegram:
                 break
             if generation != self._poll_generation:
                 raise _ApiError(409, CONFLICT)
-        self.get_updates_ok += 1
         return list(itertools.islice(self._updates, limit))
 
     async def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -1081,6 +1081,8 @@ class FakeTelegram:
                 result = await handler(params)
             except _ApiError as e:
                 return self._error(e)
+            if key == "getupdates":
+                self.get_updates_ok += 1
             return web.json_response({"ok": True, "result": result})
         finally:
             self._notify()

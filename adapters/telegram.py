@@ -1,0 +1,333 @@
+"""The Telegram adapter (python-telegram-bot 22): updates → Incoming, core events → HTML replies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from contextlib import aclosing
+from datetime import timedelta
+from typing import Any
+
+from telegram import (
+    BotCommand,
+    LinkPreviewOptions,
+    Message,
+    MessageEntity,
+    ReplyParameters,
+    Update,
+)
+from telegram.constants import ChatAction, ChatType, ParseMode
+from telegram.error import BadRequest, TelegramError
+from telegram.ext import (
+    AIORateLimiter,
+    Application,
+    ApplicationBuilder,
+    CommandHandler,
+    ContextTypes,
+    MessageHandler,
+    filters,
+)
+from telegram.request import HTTPXRequest
+
+from adapters.telegram_html import esc, markdown_to_html, plain_text, render_reply, split_html
+from core.commands import HELP, Commands, StatusBoard
+from core.service import Core
+from core.settings import Settings
+from core.timeutil import system_clock
+from core.types import Assistant, AssistantDelta, Error, Incoming
+
+log = logging.getLogger(__name__)
+
+TYPING_EVERY_S = 4.0  # Telegram shows "typing…" for about 5 s
+DRAFT_EVERY_S = 0.6  # at most this often a streamed draft is updated
+DRAFT_CHARS = 4000
+POLL_TIMEOUT_S = 30
+TEXT_ONLY = "I can only read text for now — please type your message (a caption on a photo works too)."
+FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
+COMMANDS = [
+    BotCommand("start", "what I can do"),
+    BotCommand("help", "how to use me"),
+    BotCommand("tasks", "your open tasks"),
+    BotCommand("timezone", "show or set your time zone"),
+    BotCommand("reset", "start a fresh conversation"),
+    BotCommand("status", "how the bot is doing"),
+]
+
+App = Application[Any, Any, Any, Any, Any, Any]
+
+
+class _PollRequest(HTTPXRequest):
+    """The getUpdates transport; records each successful poll for /status."""
+
+    def __init__(self, board: StatusBoard, **kwargs: Any) -> None:
+        """Report successful polls into `board`."""
+        super().__init__(**kwargs)
+        self._board = board
+
+    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
+        """Send the request and remember when a poll succeeded."""
+        code, payload = await super().do_request(*args, **kwargs)
+        if code == 200:
+            self._board.last_poll["telegram"] = system_clock()
+        return code, payload
+
+
+class TelegramAdapter:
+    """Runs the bot on Telegram inside the caller's event loop."""
+
+    platform = "telegram"
+
+    def __init__(
+        self, core: Core, settings: Settings, board: StatusBoard, *, poll_timeout: int = POLL_TIMEOUT_S
+    ) -> None:
+        """Build the PTB application (not started yet)."""
+        assert settings.TELEGRAM_BOT_TOKEN is not None
+        self.core = core
+        self.commands = Commands(core)
+        self.board = board
+        self.poll_timeout = poll_timeout
+        builder = (
+            ApplicationBuilder()
+            .token(settings.TELEGRAM_BOT_TOKEN.get_secret_value())
+            .rate_limiter(AIORateLimiter(max_retries=3))
+            .concurrent_updates(True)
+            .get_updates_request(_PollRequest(board, read_timeout=poll_timeout + 10.0))
+        )
+        if settings.TELEGRAM_API_BASE_URL:
+            builder = builder.base_url(settings.TELEGRAM_API_BASE_URL)
+        self.app: App = builder.build()
+        self.username = ""
+        self.bot_id = 0
+        self._add_handlers()
+
+    def _add_handlers(self) -> None:
+        """Commands, text (and captions), other messages, errors; edited messages are not handled."""
+        fresh = filters.UpdateType.MESSAGE
+        add = self.app.add_handler
+        add(CommandHandler(["start", "help"], self._on_help, filters=fresh))
+        add(CommandHandler("tasks", self._on_tasks, filters=fresh))
+        add(CommandHandler("timezone", self._on_timezone, filters=fresh))
+        add(CommandHandler("reset", self._on_reset, filters=fresh))
+        add(CommandHandler("status", self._on_status, filters=fresh))
+        add(MessageHandler(fresh & (filters.TEXT | filters.CAPTION) & ~filters.COMMAND, self._on_text))
+        add(MessageHandler(fresh & ~filters.TEXT & ~filters.CAPTION & ~filters.StatusUpdate.ALL, self._on_other))
+        self.app.add_error_handler(self._on_error)
+
+    async def start(self) -> None:
+        """Initialize, register the commands, start long polling and the handlers."""
+        await self.app.initialize()
+        me = self.app.bot
+        self.username, self.bot_id = me.username or "", me.id
+        await me.set_my_commands(COMMANDS)
+        assert self.app.updater is not None
+        await self.app.updater.start_polling(
+            poll_interval=0,
+            timeout=timedelta(seconds=self.poll_timeout),
+            allowed_updates=[Update.MESSAGE, Update.CALLBACK_QUERY],
+            error_callback=self._on_poll_error,
+        )
+        await self.app.start()
+        self.board.adapters["telegram"] = f"@{self.username}"
+
+    async def stop(self) -> None:
+        """Stop polling and the application, in reverse order."""
+        if self.app.updater is not None and self.app.updater.running:
+            await self.app.updater.stop()
+        if self.app.running:
+            await self.app.stop()
+        await self.app.shutdown()
+        self.board.adapters.pop("telegram", None)
+
+    def _on_poll_error(self, error: TelegramError) -> None:
+        """Network trouble while polling is retried by PTB; it never stops the bot."""
+        log.warning("Telegram polling error (will retry): %s", error)
+
+    # ---- translation -------------------------------------------------------------------------
+
+    def _addressed(self, msg: Message) -> bool:
+        """Private chats always; groups when the bot is @mentioned or replied to."""
+        if msg.chat.type == ChatType.PRIVATE:
+            return True
+        reply = msg.reply_to_message
+        if reply is not None and reply.from_user is not None and reply.from_user.id == self.bot_id:
+            return True
+        mention = f"@{self.username}".lower()
+        parsed = msg.parse_entities([MessageEntity.MENTION]) or msg.parse_caption_entities([MessageEntity.MENTION])
+        return any(v.lower() == mention for v in parsed.values())
+
+    def _incoming(self, msg: Message, text: str) -> Incoming:
+        """The core's view of a Telegram message."""
+        user = msg.from_user
+        assert user is not None
+        group = msg.chat.type != ChatType.PRIVATE
+        if self.username:
+            text = text.replace(f"@{self.username}", "").strip()
+        return Incoming(
+            platform="telegram",
+            user_id=str(user.id),
+            chat_id=str(msg.chat.id),
+            thread_id=str(msg.message_thread_id) if msg.is_topic_message and msg.message_thread_id else "",
+            chat_kind="group" if group else "private",
+            chat_title=msg.chat.title or "",
+            text=text,
+            user_name=user.full_name,
+            message_id=str(msg.message_id),
+            reply_to=str(msg.reply_to_message.message_id) if msg.reply_to_message else None,
+        )
+
+    # ---- handlers ----------------------------------------------------------------------------
+
+    async def _on_text(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A text (or captioned) message: a turn when addressed."""
+        msg = update.message
+        if msg is None or msg.from_user is None or msg.from_user.is_bot or not self._addressed(msg):
+            return
+        await self._turn(self._incoming(msg, msg.text or msg.caption or ""), msg)
+
+    async def _on_other(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Photos, stickers, voice…: a short "text only" answer when addressed to the bot."""
+        msg = update.message
+        if msg is None or msg.from_user is None or msg.from_user.is_bot or not self._addressed(msg):
+            return
+        inc = self._incoming(msg, "")
+        if not self.core.is_allowed(inc):
+            await self._refuse(inc, msg)
+            return
+        await self._send_parts(msg, [esc(TEXT_ONLY)])
+
+    async def _command_incoming(self, update: Update) -> tuple[Incoming, Message] | None:
+        """The Incoming of a command, or None after refusing a user who is not allowed."""
+        msg = update.message
+        if msg is None or msg.from_user is None or msg.from_user.is_bot:
+            return None
+        inc = self._incoming(msg, msg.text or "")
+        if not self.core.is_allowed(inc):
+            await self._refuse(inc, msg)
+            return None
+        return inc, msg
+
+    async def _on_help(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/start and /help."""
+        got = await self._command_incoming(update)
+        if got:
+            await self._send_parts(got[1], split_html(markdown_to_html(HELP)))
+
+    async def _on_tasks(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/tasks: the user's open tasks, without the LLM."""
+        got = await self._command_incoming(update)
+        if got:
+            await self._send_parts(got[1], split_html(markdown_to_html(await self.commands.tasks(got[0]))))
+
+    async def _on_timezone(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/timezone [Area/City]: show or set."""
+        got = await self._command_incoming(update)
+        if got:
+            text = await self.commands.timezone(got[0], " ".join(context.args or []))
+            await self._send_parts(got[1], split_html(markdown_to_html(text)))
+
+    async def _on_reset(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/reset: a fresh conversation (old messages stay stored)."""
+        got = await self._command_incoming(update)
+        if got:
+            await self.core.reset(got[0])
+            await self._send_parts(got[1], [esc("Fresh start — I've put our earlier conversation aside.")])
+
+    async def _on_status(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/status: version, uptime, model, adapters, last poll, pending reminders."""
+        got = await self._command_incoming(update)
+        if got:
+            await self._send_parts(got[1], split_html(markdown_to_html(await self.commands.status(self.board))))
+
+    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """The one error funnel: log with the traceback, tell the user briefly."""
+        log.error("Telegram handler failed", exc_info=context.error)
+        if isinstance(update, Update) and update.effective_chat is not None:
+            with contextlib.suppress(TelegramError):
+                await self.app.bot.send_message(update.effective_chat.id, FAILED)
+
+    # ---- a turn --------------------------------------------------------------------------------
+
+    async def _turn(self, inc: Incoming, msg: Message) -> None:
+        """Run the core on one message with live feedback, then send the reply."""
+        private = msg.chat.type == ChatType.PRIVATE
+        typing = asyncio.create_task(self._keep_typing(msg))
+        draft = _Draft(self, msg) if private else None
+        try:
+            async with aclosing(self.core.handle(inc, stream=private)) as events:
+                async for event in events:
+                    if isinstance(event, AssistantDelta) and draft is not None:
+                        await draft.add(event.text)
+                    elif isinstance(event, Assistant):
+                        parts = render_reply(event.text, event.steps, event.elapsed_s)
+                        await self._send_parts(msg, parts)
+                    elif isinstance(event, Error):
+                        await self._send_parts(msg, [esc(event.message)])
+        finally:
+            typing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await typing
+
+    async def _keep_typing(self, msg: Message) -> None:
+        """Refresh the typing action until cancelled."""
+        thread = msg.message_thread_id if msg.is_topic_message else None
+        while True:
+            with contextlib.suppress(TelegramError):
+                await self.app.bot.send_chat_action(msg.chat.id, ChatAction.TYPING, message_thread_id=thread)
+            await asyncio.sleep(TYPING_EVERY_S)
+
+    async def _refuse(self, inc: Incoming, msg: Message) -> None:
+        """The polite refusal with the user's id (rate-limited by the core)."""
+        refusal = self.core.refusal(inc)
+        if refusal is not None:
+            await self._send_parts(msg, [esc(refusal.message)])
+
+    async def _send_parts(self, msg: Message, parts: Sequence[str]) -> list[Message]:
+        """Send HTML parts in order to the message's chat (and topic); a part Telegram rejects is
+        resent as plain text, so a reply is never lost. In groups the first part replies to the user."""
+        thread = msg.message_thread_id if msg.is_topic_message else None
+        reply = (
+            ReplyParameters(msg.message_id, allow_sending_without_reply=True)
+            if msg.chat.type != ChatType.PRIVATE
+            else None
+        )
+        sent: list[Message] = []
+        for i, part in enumerate(parts):
+            kwargs: dict[str, Any] = {
+                "message_thread_id": thread,
+                "link_preview_options": LinkPreviewOptions(is_disabled=True),
+                "reply_parameters": reply if i == 0 else None,
+            }
+            try:
+                sent.append(await self.app.bot.send_message(msg.chat.id, part, parse_mode=ParseMode.HTML, **kwargs))
+            except BadRequest as e:
+                if "parse entities" not in str(e).lower():
+                    raise
+                log.warning("Telegram rejected our HTML (%s); resending as plain text", e)
+                sent.append(await self.app.bot.send_message(msg.chat.id, plain_text(part), **kwargs))
+        return sent
+
+
+class _Draft:
+    """The streamed answer shown with sendMessageDraft in a private chat (throttled, best effort)."""
+
+    def __init__(self, adapter: TelegramAdapter, msg: Message) -> None:
+        """Start an empty draft for the reply to `msg`."""
+        self.adapter, self.msg = adapter, msg
+        self.text = ""
+        self.last = 0.0
+        self.draft_id = msg.message_id or 1
+
+    async def add(self, delta: str) -> None:
+        """Append streamed text; push it at most every DRAFT_EVERY_S."""
+        self.text += delta
+        now = time.monotonic()
+        if now - self.last < DRAFT_EVERY_S or not self.text.strip():
+            return
+        self.last = now
+        try:
+            await self.adapter.app.bot.send_message_draft(self.msg.chat.id, self.draft_id, self.text[-DRAFT_CHARS:])
+        except TelegramError as e:  # a draft is only a preview: never let it disturb the answer
+            log.debug("draft update failed: %s", e)

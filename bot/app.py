@@ -43,15 +43,19 @@ async def database(settings: Settings) -> AsyncIterator[Pool]:
 async def run_bot(settings: Settings, *, ask_text: str | None = None) -> int:
     """Run until stopped; with `ask_text`, answer it in the terminal and return."""
     async with database(settings) as pool:
-        core = Core(settings, pool, LLM.from_settings(settings))
-        if ask_text is not None:
-            answer, answered = await console.ask(core, ask_text)
-            print(answer)
-            return 0 if answered else 1
-        if settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None:
-            await console.chat_loop(core, console.stdin_lines(), lambda s: print(s, end="", flush=True))
-            return 0
-        return await run_platforms(settings, core)
+        llm = LLM.from_settings(settings)
+        try:
+            core = Core(settings, pool, llm)
+            if ask_text is not None:
+                answer, answered = await console.ask(core, ask_text)
+                print(answer)
+                return 0 if answered else 1
+            if settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None:
+                await console.chat_loop(core, console.stdin_lines(), lambda s: print(s, end="", flush=True))
+                return 0
+            return await run_platforms(settings, core)
+        finally:
+            await llm.aclose()
 
 
 async def run_platforms(settings: Settings, core: Core) -> int:

@@ -40,7 +40,7 @@ def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedP
     return EmbeddedPostgres(server=server, uri=server.get_uri())
 
 
-async def create_pool(dsn: str, *, min_size: int = 2, max_size: int = 20) -> Pool:
+async def create_pool(dsn: str, *, min_size: int = 10, max_size: int = 20) -> Pool:
     """Create the asyncpg pool with JSON codecs for json/jsonb."""
 
     async def init(conn: asyncpg.Connection) -> None:

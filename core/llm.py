@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletionMessageFunctionToolCall
+from openai import AsyncStream
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageFunctionToolCall
 
 from core.providers import PROVIDERS
 from core.settings import Settings
@@ -39,6 +40,19 @@ class LLMReply:
     content: str | None
     tool_calls: list[RawToolCall] = field(default_factory=list)
     finish_reason: str | None = None
+
+
+def _refused(e: BaseException) -> bool:
+    """Whether a (timeout-looking) error was really a refused connection (the aiohttp transport maps
+    connector errors to ConnectTimeout)."""
+    seen: BaseException | None = e
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionRefusedError) or type(seen).__name__ == "ClientConnectorError":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _parse_whole(resp: Any) -> LLMReply:
@@ -76,8 +90,13 @@ class LLM:
             base_url=base_url,
             max_retries=max_retries,
             timeout=openai.Timeout(settings.AGENT_STEP_TIMEOUT, connect=10.0),
+            http_client=openai.DefaultAioHttpClient(),  # cheaper per request than httpx (DESIGN §5)
         )
         return cls(client, settings.LLM_MODEL or info.default_model, base_url)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self.client.close()
 
     def _unavailable(self, e: openai.OpenAIError) -> LLMUnavailable:
         """A user-readable error for a failed request."""
@@ -87,7 +106,7 @@ class LLM:
                 detail += " (check LLM_API_KEY)"
             elif e.status_code == 404:
                 detail += " (check LLM_MODEL)"
-        elif isinstance(e, openai.APITimeoutError):
+        elif isinstance(e, openai.APITimeoutError) and not _refused(e):
             detail = "it timed out"
         else:
             detail = "it is unreachable"
@@ -111,34 +130,50 @@ class LLM:
                 kwargs["tool_choice"] = tool_choice
         try:
             if not stream:
-                resp = await asyncio.wait_for(self.client.chat.completions.create(**kwargs), timeout)
+                # client.post skips the SDK's per-call parameter rewriting (the largest CPU cost of a turn);
+                # the body is already plain JSON. Retries and timeouts still come from the SDK.
+                resp = await asyncio.wait_for(
+                    self.client.post("/chat/completions", body=kwargs, cast_to=ChatCompletion), timeout
+                )
                 yield _parse_whole(resp)
                 return
-            chunks = await asyncio.wait_for(self.client.chat.completions.create(stream=True, **kwargs), timeout)
+            chunks = await asyncio.wait_for(
+                self.client.post(
+                    "/chat/completions",
+                    body={**kwargs, "stream": True},
+                    cast_to=ChatCompletion,
+                    stream=True,
+                    stream_cls=AsyncStream[ChatCompletionChunk],
+                ),
+                timeout,
+            )
             reply = LLMReply(content=None)
             parts: list[str] = []
             partial: dict[int, dict[str, str]] = {}
             iterator = chunks.__aiter__()
-            while True:
-                try:
-                    chunk = await asyncio.wait_for(anext(iterator), max(0.0, deadline - time.monotonic()))
-                except StopAsyncIteration:
-                    break
-                for ch in chunk.choices:
-                    delta = ch.delta
-                    if delta.content:
-                        parts.append(delta.content)
-                        yield delta.content
-                    for tc in delta.tool_calls or []:
-                        slot = partial.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                        if tc.id:
-                            slot["id"] = tc.id
-                        if tc.function and tc.function.name:
-                            slot["name"] += tc.function.name
-                        if tc.function and tc.function.arguments:
-                            slot["arguments"] += tc.function.arguments
-                    if ch.finish_reason:
-                        reply.finish_reason = ch.finish_reason
+            try:
+                while True:
+                    try:
+                        chunk = await asyncio.wait_for(anext(iterator), max(0.0, deadline - time.monotonic()))
+                    except StopAsyncIteration:
+                        break
+                    for ch in chunk.choices or []:
+                        delta = ch.delta
+                        if delta.content:
+                            parts.append(delta.content)
+                            yield delta.content
+                        for tc in delta.tool_calls or []:
+                            slot = partial.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                            if tc.id:
+                                slot["id"] = tc.id
+                            if tc.function and tc.function.name:
+                                slot["name"] += tc.function.name
+                            if tc.function and tc.function.arguments:
+                                slot["arguments"] += tc.function.arguments
+                        if ch.finish_reason:
+                            reply.finish_reason = ch.finish_reason
+            finally:
+                await chunks.close()
             reply.content = "".join(parts) or None
             reply.tool_calls = [
                 RawToolCall(s["id"] or f"call_{i}", s["name"], s["arguments"]) for i, s in sorted(partial.items())

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo
-
-import asyncpg
 
 from core.timeutil import describe_now, fmt_local
 from core.tools import ChatRef, Tool, UserRef
@@ -26,7 +25,7 @@ def system_prompt(
     chat: ChatRef,
     tz: ZoneInfo,
     now: datetime,
-    due_soon: Sequence[asyncpg.Record],
+    due_soon: Sequence[Mapping[str, Any]],
     tools: Sequence[Tool],
 ) -> str:
     """The system message: role, now in the user's zone, due-soon tasks, the tools."""

@@ -15,10 +15,10 @@ from core.db import Pool
 from core.history import build_replay
 from core.llm import LLM
 from core.profile import SET_TIMEZONE
-from core.prompt import system_prompt
+from core.prompt import DUE_SOON_LINES, system_prompt
 from core.settings import Settings
 from core.sql_tool import EXECUTE_SQL
-from core.tasks import MANAGE_TASKS, OPEN_STATUSES
+from core.tasks import MANAGE_TASKS
 from core.timeutil import Clock, system_clock, zone
 from core.tools import ToolContext, ToolRegistry
 from core.types import Error, Event, Incoming
@@ -124,8 +124,7 @@ class Core:
 
     async def _turn(self, inc: Incoming, stream: bool) -> AsyncGenerator[Event, None]:
         """One turn inside the chat's slot."""
-        user, chat = await store.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
-        turn_id = await store.start_turn(self.pool, chat, user, inc)
+        user, chat, turn_id = await store.start_turn(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
         if turn_id is None:
             log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
@@ -133,13 +132,8 @@ class Core:
         ctx = ToolContext(self.pool, user, chat, is_admin, self.clock, self.limits.step_timeout)
         tools = self.registry.offered(is_admin)
         now = self.clock()
-        rows = await store.load_history(self.pool, chat, self.settings.HISTORY_MESSAGES)
-        due = await self.pool.fetch(
-            "SELECT id, title, due_at FROM tasks WHERE user_id = $1 AND status = ANY($2::text[])"
-            " AND due_at < $3 ORDER BY due_at LIMIT 10",
-            user.id,
-            list(OPEN_STATUSES),
-            now + DUE_SOON,
+        rows, due = await store.turn_context(
+            self.pool, chat, user, self.settings.HISTORY_MESSAGES, now + DUE_SOON, DUE_SOON_LINES
         )
         messages = [
             {"role": "system", "content": system_prompt(user, chat, zone(user.timezone), now, due, tools)},

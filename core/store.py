@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -11,7 +12,7 @@ from core.db import Pool
 from core.tools import ChatRef, UserRef
 from core.types import Incoming
 
-_IDENTITY_SQL = """
+_BEGIN_SQL = """
 WITH u AS (
     INSERT INTO users (platform, platform_user_id, display_name) VALUES ($1, $2, $3)
     ON CONFLICT (platform, platform_user_id) DO UPDATE SET display_name = EXCLUDED.display_name
@@ -20,19 +21,28 @@ WITH u AS (
     INSERT INTO chats (platform, platform_chat_id, thread_id, kind, title) VALUES ($1, $4, $5, $6, $7)
     ON CONFLICT (platform, platform_chat_id, thread_id) DO UPDATE SET title = EXCLUDED.title
     RETURNING id, history_floor
+), t AS (
+    INSERT INTO turns (chat_id, user_id, platform_message_id) SELECT c.id, u.id, $8 FROM u, c WHERE $10
+    ON CONFLICT (chat_id, platform_message_id) WHERE platform_message_id IS NOT NULL DO NOTHING
+    RETURNING id, chat_id, user_id
+), m AS (
+    INSERT INTO messages (chat_id, turn_id, user_id, role, content, author_name, platform_message_id)
+    SELECT t.chat_id, t.id, t.user_id, 'user', $9, $3, $8 FROM t
+    RETURNING turn_id
 )
-SELECT u.id AS user_id, u.timezone, c.id AS chat_id, c.history_floor FROM u, c
+SELECT u.id AS user_id, u.timezone, c.id AS chat_id, c.history_floor, (SELECT turn_id FROM m) AS turn_id
+FROM u, c
 """
 
-_START_TURN_SQL = """
-WITH t AS (
-    INSERT INTO turns (chat_id, user_id, platform_message_id) VALUES ($1, $2, $3)
-    ON CONFLICT (chat_id, platform_message_id) WHERE platform_message_id IS NOT NULL DO NOTHING
-    RETURNING id
-)
-INSERT INTO messages (chat_id, turn_id, user_id, role, content, author_name, platform_message_id)
-SELECT $1, t.id, $2, 'user', $4, $5, $3 FROM t
-RETURNING turn_id
+_CONTEXT_SQL = """
+SELECT
+    (SELECT coalesce(json_agg(h ORDER BY h.id), '[]') FROM (
+        SELECT id, role, content, author_name, tool_calls, tool_call_id FROM messages
+        WHERE chat_id = $1 AND id > $2 ORDER BY id DESC LIMIT $3) h) AS history,
+    (SELECT coalesce(json_agg(d ORDER BY d.due_at), '[]') FROM (
+        SELECT id, title, due_at FROM tasks
+        WHERE user_id = $4 AND status IN ('pending', 'in_progress') AND due_at < $5
+        ORDER BY due_at LIMIT $6) d) AS due
 """
 
 _HISTORY_SQL = """
@@ -43,30 +53,37 @@ SELECT id, role, content, author_name, tool_calls, tool_call_id FROM (
 """
 
 
-async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:
-    """Upsert the speaking user and the chat (one round trip) and return their references."""
+async def _begin(pool: Pool, inc: Incoming, default_tz: str, *, open_turn: bool) -> tuple[UserRef, ChatRef, int | None]:
+    """Upsert the user and chat and (optionally) store the message as a new turn, in one round trip."""
     row = await pool.fetchrow(
-        _IDENTITY_SQL,
-        inc.platform,
-        inc.user_id,
-        inc.user_name,
-        inc.chat_id,
-        inc.thread_id,
-        inc.chat_kind,
-        inc.chat_title,
-    )
+        _BEGIN_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
+        inc.chat_kind, inc.chat_title, inc.message_id, inc.text, open_turn,
+    )  # fmt: skip
     assert row is not None
     user = UserRef(row["user_id"], inc.platform, inc.user_id, inc.user_name, row["timezone"] or default_tz)
     chat = ChatRef(row["chat_id"], inc.platform, inc.chat_id, inc.thread_id, inc.chat_kind, row["history_floor"])
+    return user, chat, row["turn_id"]
+
+
+async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:
+    """Upsert the speaking user and the chat and return their references."""
+    user, chat, _ = await _begin(pool, inc, default_tz, open_turn=False)
     return user, chat
 
 
-async def start_turn(pool: Pool, chat: ChatRef, user: UserRef, inc: Incoming) -> int | None:
-    """Store the user's message and open a turn; None when this platform message was seen before."""
-    turn_id: int | None = await pool.fetchval(
-        _START_TURN_SQL, chat.id, user.id, inc.message_id, inc.text, inc.user_name
-    )
-    return turn_id
+async def start_turn(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef, int | None]:
+    """Identify, store the user's message and open a turn; the turn id is None for a message seen before."""
+    return await _begin(pool, inc, default_tz, open_turn=True)
+
+
+async def turn_context(
+    pool: Pool, chat: ChatRef, user: UserRef, history: int, due_before: datetime, due_limit: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The chat's replay window (oldest first) and the user's open tasks due soon, in one round trip."""
+    row = await pool.fetchrow(_CONTEXT_SQL, chat.id, chat.history_floor, history, user.id, due_before, due_limit)
+    assert row is not None
+    due = [dict(d, due_at=datetime.fromisoformat(d["due_at"])) for d in row["due"]]
+    return row["history"], due
 
 
 async def load_history(pool: Pool, chat: ChatRef, limit: int) -> list[asyncpg.Record]:

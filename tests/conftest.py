@@ -155,12 +155,27 @@ MakeCore = Callable[..., Core]
 
 
 @pytest.fixture
-def make_core(pool: Pool, make_settings: MakeSettings, clock: FakeClock) -> MakeCore:
-    """A Core on the test database and the fake LLM (the SDK retries quickly enough for tests)."""
+async def make_llm(make_settings: MakeSettings) -> AsyncIterator[Callable[[Settings], LLM]]:
+    """LLM clients for the test (closed afterwards); one SDK retry keeps failure tests quick."""
+    made: list[LLM] = []
+
+    def make(settings: Settings, max_retries: int = 1) -> LLM:
+        llm = LLM.from_settings(settings, max_retries=max_retries)
+        made.append(llm)
+        return llm
+
+    yield make
+    for llm in made:
+        await llm.aclose()
+
+
+@pytest.fixture
+def make_core(pool: Pool, make_settings: MakeSettings, clock: FakeClock, make_llm: Callable[..., LLM]) -> MakeCore:
+    """A Core on the test database and the fake LLM."""
 
     def make(**overrides: Any) -> Core:
         settings = make_settings(**overrides)
-        return Core(settings, pool, LLM.from_settings(settings, max_retries=1), clock=clock)
+        return Core(settings, pool, make_llm(settings), clock=clock)
 
     return make
 

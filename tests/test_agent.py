@@ -90,9 +90,8 @@ class _NoParams(BaseModel):
 
 
 async def test_tool_that_raises(
-    make_settings: Any, fake_llm: FakeOpenAI, pool: Pool, clock: Any, allowed_errors: list[str]
+    make_settings: Any, fake_llm: FakeOpenAI, pool: Pool, clock: Any, allowed_errors: list[str], make_llm: Any
 ) -> None:
-    from core.llm import LLM
     from core.service import Core
 
     async def boom(_: _NoParams, ctx: ToolContext) -> str:
@@ -101,7 +100,7 @@ async def test_tool_that_raises(
     registry = default_registry()
     registry.add(Tool("boom", "explodes", _NoParams, boom))
     settings = make_settings()
-    core = Core(settings, pool, LLM.from_settings(settings, max_retries=0), registry=registry, clock=clock)
+    core = Core(settings, pool, make_llm(settings, max_retries=0), registry=registry, clock=clock)
     allowed_errors.append("tool boom failed")
     fake_llm.script(Reply(tool_calls=[("boom", {})]), Reply(text="It failed."))
     a = answer(await run(core, incoming("boom")))
@@ -110,8 +109,9 @@ async def test_tool_that_raises(
     assert a.text == "It failed." and not a.steps[0].ok
 
 
-async def test_slow_tool_times_out(make_settings: Any, fake_llm: FakeOpenAI, pool: Pool, clock: Any) -> None:
-    from core.llm import LLM
+async def test_slow_tool_times_out(
+    make_settings: Any, fake_llm: FakeOpenAI, pool: Pool, clock: Any, make_llm: Any
+) -> None:
     from core.service import Core
 
     async def slow(_: _NoParams, ctx: ToolContext) -> str:
@@ -121,7 +121,7 @@ async def test_slow_tool_times_out(make_settings: Any, fake_llm: FakeOpenAI, poo
     registry = default_registry()
     registry.add(Tool("slow", "slow", _NoParams, slow))
     settings = make_settings(AGENT_STEP_TIMEOUT=0.3)
-    core = Core(settings, pool, LLM.from_settings(settings, max_retries=0), registry=registry, clock=clock)
+    core = Core(settings, pool, make_llm(settings, max_retries=0), registry=registry, clock=clock)
     fake_llm.script(Reply(tool_calls=[("slow", {})]), Reply(text="gave up"))
     a = answer(await run(core, incoming("slow please")))
     assert tool_messages(fake_llm.requests[1])[0]["error"]["code"] == "timeout"

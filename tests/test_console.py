@@ -67,6 +67,7 @@ async def test_ask_with_llm_unreachable(db_dsn: str, tmp_path: Path) -> None:
     env = {"DATABASE_URL": db_dsn, "LLM_PROVIDER": "ollama", "LLM_BASE_URL": "http://127.0.0.1:9/v1"}
     code, out, _ = await bot_cli("ask", "hi", env=env, cwd=tmp_path)
     assert code == 1
+    assert out.count("\n") == 1  # one clear line
     assert "could not be used: it is unreachable" in out and "LLM_PROVIDER=ollama" in out
 
 

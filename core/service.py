@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -21,7 +22,7 @@ from core.sql_tool import EXECUTE_SQL
 from core.tasks import MANAGE_TASKS
 from core.timeutil import Clock, system_clock, zone
 from core.tools import ToolContext, ToolRegistry
-from core.types import Error, Event, Incoming
+from core.types import Assistant, Error, Event, Incoming
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class Core:
         self._allowed = settings.allowed_users
         self._locks: dict[str, _ChatLock] = {}
         self._refused: dict[str, float] = {}
+        self.task_listeners: list[Callable[[], None]] = []
 
     def is_admin(self, inc: Incoming) -> bool:
         """Admins come from ADMINS; the local terminal user is always one."""
@@ -109,6 +111,19 @@ class Core:
             async for event in self._turn(inc, stream):
                 yield event
 
+    def _tasks_changed(self) -> None:
+        """Tell listeners (the reminder scheduler) that a task was created or moved."""
+        for listener in self.task_listeners:
+            listener()
+
+    async def answer_text(self, inc: Incoming) -> str | None:
+        """Run one turn and return its final answer text (None when it failed or was a duplicate)."""
+        async with aclosing(self.handle(inc)) as events:
+            async for event in events:
+                if isinstance(event, Assistant):
+                    return event.text if event.cut_short is None else None
+        return None
+
     async def reset(self, inc: Incoming) -> None:
         """Start a fresh conversation in the incoming message's chat (old messages stay stored)."""
         _, chat = await store.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
@@ -129,7 +144,7 @@ class Core:
             log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
         is_admin = self.is_admin(inc)
-        ctx = ToolContext(self.pool, user, chat, is_admin, self.clock, self.limits.step_timeout)
+        ctx = ToolContext(self.pool, user, chat, is_admin, self.clock, self.limits.step_timeout, self._tasks_changed)
         tools = self.registry.offered(is_admin)
         now = self.clock()
         rows, due = await store.turn_context(

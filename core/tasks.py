@@ -17,7 +17,9 @@ from core.tools import Tool, ToolContext, ToolError
 
 OPEN_STATUSES = ("pending", "in_progress")
 LIST_LIMIT = 50
-_COLUMNS = "id, title, details, status, due_at, recurrence, timezone, chat_id, created_at, updated_at"
+_COLUMNS = (
+    "id, title, details, status, due_at, recurrence, timezone, chat_id, kind, agent_prompt, created_at, updated_at"
+)
 
 
 class ManageTasksParams(BaseModel):
@@ -35,6 +37,12 @@ class ManageTasksParams(BaseModel):
         description="ISO 8601 local wall time of the user, e.g. 2026-11-22T09:00 (no offset needed)",
     )
     recurrence: Recurrence | None = Field(default=None, description="make the task repeat")
+    job: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="agent job: an instruction you will carry out when due (e.g. summarise my open tasks); "
+        "the answer is sent instead of a plain reminder",
+    )
     clear_due: bool = Field(default=False, description="update: remove the due time and recurrence")
 
 
@@ -50,6 +58,8 @@ def task_view(row: asyncpg.Record, tz: ZoneInfo, now: datetime) -> dict[str, Any
     rec = rec_mod.from_json(row["recurrence"])
     if rec is not None:
         view["repeats"] = rec_mod.describe(rec)
+    if row["kind"] == "agent":
+        view["job"] = row["agent_prompt"]
     return view
 
 
@@ -120,8 +130,8 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
             raise ToolError("title is required to create a task")
         due, upcoming = _schedule(p, ctx)
         row = await pool.fetchrow(
-            f"INSERT INTO tasks (user_id, chat_id, title, details, due_at, recurrence, timezone)"
-            f" VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {_COLUMNS}",
+            f"INSERT INTO tasks (user_id, chat_id, title, details, due_at, recurrence, timezone, kind, agent_prompt)"
+            f" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {_COLUMNS}",
             ctx.user.id,
             ctx.chat.id,
             p.title.strip(),
@@ -129,8 +139,11 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
             due,
             p.recurrence.model_dump(exclude_none=True) if p.recurrence else None,
             tz.key,
+            "agent" if p.job else "reminder",
+            p.job,
         )
         assert row is not None
+        ctx.on_tasks_changed()
         return _with_upcoming(row, tz, now, upcoming, f"created {_label(row, tz, now)}")
     if p.action == "list":
         if p.status:
@@ -181,7 +194,8 @@ async def _update(p: ManageTasksParams, ctx: ToolContext, row: asyncpg.Record) -
             recurrence = p.recurrence.model_dump(exclude_none=True)
     updated = await ctx.pool.fetchrow(
         f"UPDATE tasks SET title = $3, details = $4, status = $5, due_at = $6, recurrence = $7,"
-        f" timezone = $8, updated_at = now() WHERE id = $1 AND user_id = $2 RETURNING {_COLUMNS}",
+        f" timezone = $8, kind = $9, agent_prompt = $10, updated_at = now() WHERE id = $1 AND user_id = $2"
+        f" RETURNING {_COLUMNS}",
         row["id"],
         ctx.user.id,
         (p.title or row["title"]).strip(),
@@ -190,8 +204,11 @@ async def _update(p: ManageTasksParams, ctx: ToolContext, row: asyncpg.Record) -
         due,
         recurrence,
         tz.key,
+        ("agent" if p.job else "reminder") if p.job is not None else row["kind"],
+        p.job if p.job is not None else row["agent_prompt"],
     )
     assert updated is not None
+    ctx.on_tasks_changed()
     return _with_upcoming(updated, tz, now, upcoming, f"updated {_label(updated, tz, now)}")
 
 

@@ -55,6 +55,7 @@ class ToolContext:
     is_admin: bool
     clock: Clock
     step_timeout: float = 60.0
+    on_tasks_changed: Callable[[], None] = field(default=lambda: None)
 
     @property
     def tz(self) -> ZoneInfo:

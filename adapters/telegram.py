@@ -30,9 +30,9 @@ from telegram.ext import (
     MessageHandler,
     filters,
 )
-from telegram.request import HTTPXRequest
 
 from adapters.telegram_html import esc, markdown_to_html, plain_text, render_reply, split_html
+from adapters.telegram_request import AiohttpRequest
 from core.commands import HELP, Commands, StatusBoard
 from core.service import Core
 from core.settings import Settings
@@ -59,22 +59,6 @@ COMMANDS = [
 App = Application[Any, Any, Any, Any, Any, Any]
 
 
-class _PollRequest(HTTPXRequest):
-    """The getUpdates transport; records each successful poll for /status."""
-
-    def __init__(self, board: StatusBoard, **kwargs: Any) -> None:
-        """Report successful polls into `board`."""
-        super().__init__(**kwargs)
-        self._board = board
-
-    async def do_request(self, *args: Any, **kwargs: Any) -> tuple[int, bytes]:
-        """Send the request and remember when a poll succeeded."""
-        code, payload = await super().do_request(*args, **kwargs)
-        if code == 200:
-            self._board.last_poll["telegram"] = system_clock()
-        return code, payload
-
-
 class TelegramAdapter:
     """Runs the bot on Telegram inside the caller's event loop."""
 
@@ -94,7 +78,8 @@ class TelegramAdapter:
             .token(settings.TELEGRAM_BOT_TOKEN.get_secret_value())
             .rate_limiter(AIORateLimiter(max_retries=3))
             .concurrent_updates(True)
-            .get_updates_request(_PollRequest(board, read_timeout=poll_timeout + 10.0))
+            .request(AiohttpRequest())
+            .get_updates_request(AiohttpRequest(read_timeout=poll_timeout + 10.0, on_success=self._polled))
         )
         if settings.TELEGRAM_API_BASE_URL:
             builder = builder.base_url(settings.TELEGRAM_API_BASE_URL)
@@ -140,6 +125,10 @@ class TelegramAdapter:
             await self.app.stop()
         await self.app.shutdown()
         self.board.adapters.pop("telegram", None)
+
+    def _polled(self) -> None:
+        """Remember the last successful poll for /status."""
+        self.board.last_poll["telegram"] = system_clock()
 
     def _on_poll_error(self, error: TelegramError) -> None:
         """Network trouble while polling is retried by PTB; it never stops the bot."""
@@ -317,7 +306,7 @@ class _Draft:
         """Start an empty draft for the reply to `msg`."""
         self.adapter, self.msg = adapter, msg
         self.text = ""
-        self.last = 0.0
+        self.last = time.monotonic()  # a fast answer needs no draft: the first one goes out after DRAFT_EVERY_S
         self.draft_id = msg.message_id or 1
 
     async def add(self, delta: str) -> None:

@@ -240,12 +240,19 @@ async def test_keeps_polling_after_dropped_connection(bot: Bot, allowed_errors: 
 
 
 async def test_draft_streamed_in_private_chat(bot: Bot, clock: FakeClock) -> None:
-    bot.llm.script(Reply(text="A streamed answer in several pieces."))
+    # a slow model: the answer starts streaming after 0.7 s, so the user sees a draft first
+    bot.llm.script(Reply(text="A streamed answer in several pieces.", delay=0.7))
     [sent] = await bot.say("stream it")
     assert sent["text"] == "A streamed answer in several pieces."
     assert bot.tg.drafts and bot.tg.drafts[0]["chat_id"] == 1001
     assert "A streamed" in bot.tg.drafts[0]["text"]
     assert bot.llm.requests[0]["stream"] is True
+
+
+async def test_fast_answer_sends_no_draft(bot: Bot) -> None:
+    bot.llm.script(Reply(text="Instant."))
+    await bot.say("quick")
+    assert bot.tg.drafts == []
 
 
 async def test_handler_failure_is_logged_and_user_told(

@@ -10,11 +10,25 @@ from contextlib import aclosing
 
 from core.activity import activity_lines, summary_line
 from core.providers import HOW_TO_CONFIGURE
+from core.reminders import ReminderMessage
 from core.service import Core
 from core.types import Assistant, Error, Incoming
 
 PROMPT = "you › "
 Write = Callable[[str], None]
+
+
+class ConsoleOutbox:
+    """Reminders printed into the terminal chat while it runs."""
+
+    def __init__(self, write: Write) -> None:
+        """Print through `write`."""
+        self.write = write
+
+    async def send_reminder(self, msg: ReminderMessage) -> str | None:
+        """Print one reminder (the buttons become a hint)."""
+        self.write(f"\n{msg.text}\n   (task #{msg.task_id}: say 'done' or 'snooze' to me)\n{PROMPT}")
+        return None
 
 
 def console_incoming(text: str) -> Incoming:

@@ -13,6 +13,8 @@ from typing import Any
 
 from telegram import (
     BotCommand,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
     LinkPreviewOptions,
     Message,
     MessageEntity,
@@ -25,6 +27,7 @@ from telegram.ext import (
     AIORateLimiter,
     Application,
     ApplicationBuilder,
+    CallbackQueryHandler,
     CommandHandler,
     ContextTypes,
     MessageHandler,
@@ -34,6 +37,7 @@ from telegram.ext import (
 from adapters.telegram_html import esc, markdown_to_html, plain_text, render_reply, split_html
 from adapters.telegram_request import AiohttpRequest
 from core.commands import HELP, Commands, StatusBoard
+from core.reminders import ReminderMessage, press
 from core.service import Core
 from core.settings import Settings
 from core.timeutil import system_clock
@@ -47,6 +51,7 @@ DRAFT_CHARS = 4000
 POLL_TIMEOUT_S = 30
 TEXT_ONLY = "I can only read text for now — please type your message (a caption on a photo works too)."
 FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
+BUTTON_LABELS = {"done": "✅ Done", "snooze10": "😴 10 min", "snooze60": "😴 1 h"}
 COMMANDS = [
     BotCommand("start", "what I can do"),
     BotCommand("help", "how to use me"),
@@ -97,6 +102,7 @@ class TelegramAdapter:
         add(CommandHandler("timezone", self._on_timezone, filters=fresh))
         add(CommandHandler("reset", self._on_reset, filters=fresh))
         add(CommandHandler("status", self._on_status, filters=fresh))
+        add(CallbackQueryHandler(self._on_button, pattern=r"^rem:"))
         add(MessageHandler(fresh & (filters.TEXT | filters.CAPTION) & ~filters.COMMAND, self._on_text))
         add(MessageHandler(fresh & ~filters.TEXT & ~filters.CAPTION & ~filters.StatusUpdate.ALL, self._on_other))
         self.app.add_error_handler(self._on_error)
@@ -236,6 +242,45 @@ class TelegramAdapter:
         if isinstance(update, Update) and update.effective_chat is not None:
             with contextlib.suppress(TelegramError):
                 await self.app.bot.send_message(update.effective_chat.id, FAILED)
+
+    # ---- reminders ---------------------------------------------------------------------------
+
+    async def send_reminder(self, msg: ReminderMessage) -> str | None:
+        """Push a reminder into its chat (mentioning the owner in groups) with Done / Snooze buttons."""
+        body = markdown_to_html(msg.text)
+        if msg.chat_kind == "group":
+            body = f'<a href="tg://user?id={int(msg.owner_id)}">{esc(msg.owner_name or "you")}</a> {body}'
+        keyboard = InlineKeyboardMarkup(
+            [[InlineKeyboardButton(BUTTON_LABELS[b], callback_data=f"rem:{b}:{msg.task_id}") for b in msg.buttons]]
+        )
+        thread = int(msg.thread_id) if msg.thread_id else None
+        try:
+            sent = await self.app.bot.send_message(
+                int(msg.chat_id), body, parse_mode=ParseMode.HTML, reply_markup=keyboard, message_thread_id=thread,
+                link_preview_options=LinkPreviewOptions(is_disabled=True),
+            )  # fmt: skip
+        except BadRequest as e:
+            if "parse entities" not in str(e).lower():
+                raise
+            sent = await self.app.bot.send_message(
+                int(msg.chat_id), plain_text(body), reply_markup=keyboard, message_thread_id=thread
+            )
+        return str(sent.message_id)
+
+    async def _on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Done / Snooze pressed: only the owner may; the message is edited to show what happened."""
+        query = update.callback_query
+        if query is None or query.data is None:
+            return
+        _, action, task_id = query.data.split(":", 2)
+        ok, text = await press(
+            self.core.pool, self.core.clock, platform="telegram", presser_id=str(query.from_user.id),
+            task_id=int(task_id), action=action, default_tz=self.core.settings.DEFAULT_TIMEZONE,
+        )  # fmt: skip
+        await query.answer(text, show_alert=not ok)
+        if ok and isinstance(query.message, Message):
+            original = query.message.text or ""
+            await query.edit_message_text(f"{esc(original)}\n\n{esc(text)}", parse_mode=ParseMode.HTML)
 
     # ---- a turn --------------------------------------------------------------------------------
 

@@ -7,14 +7,17 @@ import logging
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 from adapters import console
 from adapters.telegram import TelegramAdapter
 from core.commands import StatusBoard
 from core.db import EmbeddedPostgres, Pool, create_pool, migrate, start_embedded
 from core.llm import LLM
+from core.reminders import Outbox, ReminderEngine, ReminderScheduler
 from core.service import Core
 from core.settings import Settings
+from core.timeutil import system_clock
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +54,48 @@ async def run_bot(settings: Settings, *, ask_text: str | None = None) -> int:
                 print(answer)
                 return 0 if answered else 1
             if settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None:
-                await console.chat_loop(core, console.stdin_lines(), lambda s: print(s, end="", flush=True))
-                return 0
+                return await run_console(settings, core)
             return await run_platforms(settings, core)
         finally:
             await llm.aclose()
 
 
+@asynccontextmanager
+async def reminders(
+    settings: Settings, core: Core, outboxes: dict[str, Outbox], board: StatusBoard
+) -> AsyncIterator[None]:
+    """The reminder scheduler for the running adapters (catches up on missed ones at start)."""
+
+    def count_failure() -> None:
+        board.failed_deliveries += 1
+
+    engine = ReminderEngine(
+        core.pool, outboxes, system_clock, agent=core.answer_text,
+        grace=timedelta(hours=settings.REMINDER_GRACE_HOURS), on_failure=count_failure,
+    )  # fmt: skip
+    scheduler = ReminderScheduler(engine)
+    core.task_listeners.append(scheduler.tasks_changed)
+    await scheduler.start()
+    try:
+        yield
+    finally:
+        await scheduler.stop()
+        core.task_listeners.remove(scheduler.tasks_changed)
+
+
+async def run_console(settings: Settings, core: Core) -> int:
+    """The terminal chat, with reminders printed into it while it runs."""
+
+    def write(text: str) -> None:
+        print(text, end="", flush=True)
+
+    async with reminders(settings, core, {"console": console.ConsoleOutbox(write)}, StatusBoard()):
+        await console.chat_loop(core, console.stdin_lines(), write)
+    return 0
+
+
 async def run_platforms(settings: Settings, core: Core) -> int:
-    """Start every configured platform adapter and run until interrupted."""
+    """Start every configured platform adapter and the reminders, and run until interrupted."""
     board = StatusBoard()
     adapters: list[TelegramAdapter] = []
     if settings.TELEGRAM_BOT_TOKEN is not None:
@@ -78,7 +114,9 @@ async def run_platforms(settings: Settings, core: Core) -> int:
             await adapter.start()
             started.append(adapter)
             log.info("%s adapter started", adapter.platform)
-        await stop.wait()
+        outboxes: dict[str, Outbox] = {a.platform: a for a in started}
+        async with reminders(settings, core, outboxes, board):
+            await stop.wait()
     finally:
         for adapter in reversed(started):
             await adapter.stop()

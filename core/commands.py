@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 
 from core import recurrence as rec_mod
@@ -68,9 +68,16 @@ class Commands:
         """The speaking user's open tasks with local due times."""
         user, _ = await store.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
         rows = await open_tasks(self.core.pool, user.id)
-        if not rows:
-            return "You have no open tasks. Tell me what to remember!"
         tz, now = zone(user.timezone), self.core.clock()
+        skipped = await self.core.pool.fetch(
+            "SELECT t.id, t.title, o.scheduled_at FROM occurrences o JOIN tasks t ON t.id = o.task_id"
+            " WHERE t.user_id = $1 AND o.status = 'skipped' AND o.scheduled_at > $2 ORDER BY o.scheduled_at",
+            user.id, now - timedelta(days=7),
+        )  # fmt: skip
+        notes = [f"- #{r['id']} {r['title']} — was due {fmt_local(r['scheduled_at'], tz, now)}" for r in skipped]
+        skipped_text = "\n\n**Missed while I was offline** (not sent):\n" + "\n".join(notes) if notes else ""
+        if not rows:
+            return "You have no open tasks. Tell me what to remember!" + skipped_text
         lines = [f"**Your open tasks** ({tz.key}):"]
         for r in rows:
             line = f"- #{r['id']} {r['title']}"
@@ -82,7 +89,7 @@ class Commands:
             if rec is not None:
                 line += f" 🔁 {rec_mod.describe(rec)}"
             lines.append(line)
-        return "\n".join(lines)
+        return "\n".join(lines) + skipped_text
 
     async def timezone(self, inc: Incoming, arg: str) -> str:
         """Show the user's time zone, or set it when `arg` names one."""

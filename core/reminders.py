@@ -280,7 +280,7 @@ class ReminderEngine:
 
 
 async def press(
-    pool: Pool, clock: Clock, *, platform: str, presser_id: str, task_id: int, action: str
+    pool: Pool, clock: Clock, *, platform: str, presser_id: str, task_id: int, action: str, default_tz: str = "UTC"
 ) -> tuple[bool, str]:
     """A reminder button: only the task's owner may press; Done ends a series, Snooze moves it."""
     row = await pool.fetchrow(
@@ -298,7 +298,7 @@ async def press(
         await pool.execute(
             "UPDATE tasks SET due_at = $2, status = 'pending', updated_at = now() WHERE id = $1", task_id, until
         )
-        tz = zone(row["timezone"])
+        tz = zone(row["timezone"], default_tz)
         return True, f"😴 Snoozed: {row['title']} — until {until.astimezone(tz):%H:%M}"
     return False, "Unknown button."
 
@@ -316,6 +316,7 @@ class ReminderScheduler:
         self.scheduler = AsyncIOScheduler(timezone="UTC")
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._stopped = False
 
     async def start(self) -> None:
         """Catch up on anything missed (downtime), then run the sweep and plan date jobs."""
@@ -325,21 +326,25 @@ class ReminderScheduler:
         await self.run_once()
 
     async def stop(self) -> None:
-        """Stop firing jobs and wait for a running sweep."""
+        """Stop firing jobs and wait for a running sweep to finish (none starts afterwards)."""
+        self._stopped = True
         self.scheduler.shutdown(wait=False)
         for task in list(self._tasks):
             task.cancel()
         async with self._lock:
             pass
+        await asyncio.sleep(0)  # let jobs that were waiting for the lock see the stop and return
 
     async def run_once(self) -> None:
-        """One sweep (never two at once in this process), then plan the next date jobs."""
+        """One sweep then the next date jobs (never two at once in this process, none after stop)."""
         async with self._lock:
+            if self._stopped:
+                return
             try:
                 await self.engine.tick()
             except Exception:
                 log.exception("reminder sweep failed")
-        await self.plan()
+            await self.plan()
 
     async def plan(self) -> None:
         """A date job for each distinct due time within the horizon."""
@@ -356,6 +361,8 @@ class ReminderScheduler:
 
     def tasks_changed(self) -> None:
         """A task was created or moved: plan its date job now, not at the next sweep."""
+        if self._stopped:
+            return
         task = asyncio.get_running_loop().create_task(self.plan())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

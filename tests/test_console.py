@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from adapters import console
 from core.db import Pool
@@ -101,3 +102,36 @@ async def test_interactive_loop(make_core: MakeCore, fake_llm: FakeOpenAI, pool:
     assert "bot › Hello!" in text and "(conversation reset)" in text and "bot › Fresh start." in text
     assert [m["content"] for m in fake_llm.requests[1]["messages"][1:]] == ["who am i"]
     assert len(fake_llm.requests) == 2
+
+
+async def test_reminder_printed_in_terminal_chat(
+    make_settings: Any, make_llm: Any, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    from datetime import timedelta
+
+    from bot.app import reminders
+    from core.commands import StatusBoard
+    from core.service import Core
+    from core.timeutil import system_clock
+
+    settings = make_settings()
+    core = Core(settings, pool, make_llm(settings))  # the real clock: APScheduler fires the date job
+    due = (system_clock() + timedelta(seconds=1.5)).replace(microsecond=0) + timedelta(seconds=1)
+    fake_llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Tea", "due_at": due.isoformat()})]),
+        Reply(text="I'll remind you."),
+    )
+    printed: list[str] = []
+
+    async def lines() -> AsyncIterator[str]:
+        yield "remind me about tea in a moment"
+        for _ in range(80):  # at most 4 s of real time
+            if any("⏰ Tea" in p for p in printed):
+                break
+            await asyncio.sleep(0.05)
+        yield "/quit"
+
+    async with reminders(settings, core, {"console": console.ConsoleOutbox(printed.append)}, StatusBoard()):
+        await console.chat_loop(core, lines(), printed.append)
+    text = "".join(printed)
+    assert "I'll remind you." in text and "⏰ Tea — due" in text

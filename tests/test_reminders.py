@@ -267,7 +267,8 @@ async def test_apscheduler_date_job_fires_on_time(
     try:
         due = system_clock() + timedelta(seconds=0.6)
         await pool.execute(
-            "INSERT INTO tasks (user_id, chat_id, title, due_at) SELECT u.id, c.id, 'Soon', $1 FROM users u, chats c", due
+            "INSERT INTO tasks (user_id, chat_id, title, due_at) SELECT u.id, c.id, 'Soon', $1 FROM users u, chats c",
+            due,
         )
         sched.tasks_changed()  # what manage_tasks triggers
         delivered_at = None

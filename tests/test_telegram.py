@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -269,3 +270,64 @@ async def test_handler_failure_is_logged_and_user_told(
     bot.llm.script(Reply(text="back to normal"))
     [sent] = await bot.say("and now?")
     assert sent["text"] == "back to normal"
+
+
+async def test_reminder_arrives_with_buttons_only_owner_can_press(bot: Bot, clock: FakeClock) -> None:
+    from core.reminders import ReminderEngine
+
+    bot.llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Call mum", "due_at": "2026-11-21T11:30"})]),
+        Reply(text="Will do."),
+    )
+    await bot.say("remind me to call mum at 11:30")
+    engine = ReminderEngine(bot.pool, {"telegram": bot.adapter}, clock)
+    clock.advance(minutes=30)  # 11:30 in Berlin
+    before = len(bot.tg.sent)
+    assert await engine.tick() == 1
+    reminder = bot.tg.sent[before]
+    assert reminder["chat_id"] == 1001 and reminder["text"] == "⏰ Call mum — due 11:30"
+    buttons = reminder["reply_markup"]["inline_keyboard"][0]
+    assert [b["text"] for b in buttons] == ["✅ Done", "😴 10 min", "😴 1 h"]
+    assert [b["callback_data"] for b in buttons] == ["rem:done:1", "rem:snooze10:1", "rem:snooze60:1"]
+    # someone else presses Done: refused, nothing changes
+    bot.tg.push_update(bot.tg.callback_update("rem:done:1", message=reminder, user_id=1002, first_name="Bob"))
+    await bot.tg.wait_for(lambda: len(bot.tg.callback_answers) == 1)
+    assert "Only the person" in bot.tg.callback_answers[0]["text"]
+    assert await bot.pool.fetchval("SELECT status FROM tasks") == "pending"
+    # the owner snoozes: the database moves and the message is edited
+    bot.tg.push_update(bot.tg.callback_update("rem:snooze10:1", message=reminder))
+    await bot.tg.wait_for(lambda: bot.tg.sent[before].get("edit_count", 0) == 1)
+    assert "😴 Snoozed: Call mum — until 11:40" in bot.tg.sent[before]["text"]
+    assert await bot.pool.fetchval("SELECT due_at FROM tasks") == clock.now + timedelta(minutes=10)
+
+
+async def test_group_reminder_mentions_its_owner(bot: Bot, clock: FakeClock) -> None:
+    from core.reminders import ReminderEngine
+
+    bot.llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Standup", "due_at": "2026-11-21T11:15"})]),
+        Reply(text="ok"),
+    )
+    await bot.say("@test_bot remind me of standup at 11:15", chat_id=-300, chat_type="supergroup", thread_id=9)
+    clock.advance(minutes=15)
+    before = len(bot.tg.sent)
+    assert await ReminderEngine(bot.pool, {"telegram": bot.adapter}, clock).tick() == 1
+    sent = bot.tg.sent[before]
+    assert sent["chat_id"] == -300 and sent["message_thread_id"] == 9
+    assert sent["text"].startswith('<a href="tg://user?id=1001">Ann</a> ⏰ Standup')
+    assert_valid_html(sent["text"])
+
+
+async def test_tasks_shows_reminders_skipped_during_downtime(bot: Bot, clock: FakeClock) -> None:
+    from core.reminders import ReminderEngine
+
+    bot.llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Old", "due_at": "2026-11-21T12:00"})]),
+        Reply(text="ok"),
+    )
+    await bot.say("old one")
+    clock.advance(days=2)  # the bot was down for two days
+    assert await ReminderEngine(bot.pool, {"telegram": bot.adapter}, clock).tick() == 0
+    [sent] = await bot.say("/tasks")
+    text = assert_valid_html(sent["text"])
+    assert "Missed while I was offline" in text and "#1 Old — was due Sat 21 Nov 12:00 CET" in text

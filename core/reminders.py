@@ -154,10 +154,11 @@ class ReminderEngine:
     failed_deliveries: int = 0
     on_failure: Callable[[], None] | None = None
 
-    async def tick(self) -> int:
+    async def tick(self, *, include_stale: bool = True) -> int:
         """Deliver everything due now (repeating until nothing is left to claim); returns how many."""
         delivered = 0
-        await self._skip_stale()
+        if include_stale:
+            await self.skip_stale()
         while True:
             now = self.clock()
             rows = await self.pool.fetch(
@@ -169,7 +170,7 @@ class ReminderEngine:
             if len(rows) < self.batch:
                 return delivered
 
-    async def _skip_stale(self) -> None:
+    async def skip_stale(self) -> None:
         """Occurrences older than the grace window are not sent: recorded as skipped, series moved on."""
         now = self.clock()
         rows = await self.pool.fetch(_STALE_SQL, now, self.grace, self.batch)
@@ -268,13 +269,13 @@ class ReminderEngine:
             answer = None
         return f"⏰ {row['title']}\n\n{answer}" if answer else fallback
 
-    async def upcoming_times(self, horizon: timedelta) -> list[datetime]:
+    async def upcoming_times(self, horizon: timedelta, limit: int = 20000) -> list[datetime]:
         """Distinct due times of open tasks within the horizon (for precise date jobs)."""
         now = self.clock()
         rows = await self.pool.fetch(
             "SELECT DISTINCT due_at FROM tasks WHERE status IN ('pending', 'in_progress') AND due_at > $1"
-            " AND due_at <= $2 ORDER BY due_at LIMIT 1000",
-            now, now + horizon,
+            " AND due_at <= $2 ORDER BY due_at LIMIT $3",
+            now, now + horizon, limit,
         )  # fmt: skip
         return [r["due_at"] for r in rows]
 
@@ -304,59 +305,95 @@ async def press(
 
 
 class ReminderScheduler:
-    """APScheduler wiring: a date job per upcoming due time (about a second precise) and an interval sweep."""
+    """APScheduler wiring: a date job per upcoming due time (about a second precise) and an interval sweep.
 
-    def __init__(self, engine: ReminderEngine, *, sweep_s: float = 30.0, horizon: timedelta | None = None) -> None:
+    Date jobs only wake the engine: a job that fires while a tick runs asks for one more tick instead of
+    queueing, so thousands of due times in a minute cost a handful of claim queries, not thousands."""
+
+    def __init__(
+        self, engine: ReminderEngine, *, sweep_s: float = 30.0, horizon: timedelta | None = None,
+        max_planned: int = 20000,
+    ) -> None:  # fmt: skip
         """Wrap an engine; nothing runs until start()."""
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
         self.engine = engine
         self.sweep_s = sweep_s
         self.horizon = horizon or timedelta(seconds=sweep_s * 2)
+        self.max_planned = max_planned
         self.scheduler = AsyncIOScheduler(timezone="UTC")
-        self._lock = asyncio.Lock()
+        self._planned: set[datetime] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._running = False
+        self._again = False
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._stopped = False
 
     async def start(self) -> None:
         """Catch up on anything missed (downtime), then run the sweep and plan date jobs."""
         self.scheduler.start()
-        self.scheduler.add_job(self.run_once, "interval", seconds=self.sweep_s, id="sweep", max_instances=1,
+        self.scheduler.add_job(self.sweep, "interval", seconds=self.sweep_s, id="sweep", max_instances=1,
                                coalesce=True)  # fmt: skip
-        await self.run_once()
+        await self.sweep()
 
     async def stop(self) -> None:
-        """Stop firing jobs and wait for a running sweep to finish (none starts afterwards)."""
+        """Stop firing jobs and wait for a running tick to finish (none starts afterwards)."""
         self._stopped = True
         self.scheduler.shutdown(wait=False)
         for task in list(self._tasks):
             task.cancel()
-        async with self._lock:
-            pass
-        await asyncio.sleep(0)  # let jobs that were waiting for the lock see the stop and return
+        await self._idle.wait()
 
-    async def run_once(self) -> None:
-        """One sweep then the next date jobs (never two at once in this process, none after stop)."""
-        async with self._lock:
-            if self._stopped:
-                return
-            try:
-                await self.engine.tick()
-            except Exception:
-                log.exception("reminder sweep failed")
-            await self.plan()
+    async def sweep(self) -> None:
+        """The interval job: skip stale occurrences, deliver what is due, plan the next date jobs."""
+        if self._stopped:
+            return
+        try:
+            await self.engine.skip_stale()
+        except Exception:
+            log.exception("skipping stale reminders failed")
+        await self.wake()
+        await self.plan()
+
+    async def wake(self) -> None:
+        """Deliver what is due now; if already delivering, make the running loop tick once more."""
+        if self._running:
+            self._again = True
+            return
+        self._running = True
+        self._idle.clear()
+        try:
+            while not self._stopped:
+                self._again = False
+                try:
+                    await self.engine.tick(include_stale=False)
+                except Exception:
+                    log.exception("reminder tick failed")
+                if not self._again:
+                    break
+        finally:
+            self._running = False
+            self._idle.set()
 
     async def plan(self) -> None:
-        """A date job for each distinct due time within the horizon."""
+        """A date job for each distinct due time within the horizon that has none yet."""
         from apscheduler.triggers.date import DateTrigger
 
+        if self._stopped:
+            return
         try:
-            times = await self.engine.upcoming_times(self.horizon)
+            times = await self.engine.upcoming_times(self.horizon, self.max_planned)
         except Exception:
             log.exception("planning reminders failed")
             return
+        now = self.engine.clock()
+        self._planned = {t for t in self._planned if t > now}
         for when in times:
-            self.scheduler.add_job(self.run_once, DateTrigger(run_date=when), id=f"due:{when.isoformat()}",
+            if when in self._planned:
+                continue
+            self._planned.add(when)
+            self.scheduler.add_job(self.wake, DateTrigger(run_date=when), id=f"due:{when.isoformat()}",
                                    replace_existing=True, misfire_grace_time=None)  # fmt: skip
 
     def tasks_changed(self) -> None:

@@ -295,3 +295,22 @@ async def test_group_reminder_goes_to_the_group(
     out = Outbox()
     assert await engine(pool, clock, out).tick() == 1
     assert (out.sent[0].chat_id, out.sent[0].chat_kind, out.sent[0].owner_id) == ("-500", "group", "100")
+
+
+async def test_final_failure_counted_in_status(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock, allowed_errors: list[str]
+) -> None:
+    from core.commands import Commands, StatusBoard
+
+    allowed_errors.append("could not be delivered")
+    core = make_core()
+    await create(core, fake_llm, {"title": "Lost", "due_at": "2026-11-21T10:01"})
+    board = StatusBoard()
+
+    def count() -> None:
+        board.failed_deliveries += 1
+
+    clock.advance(minutes=1)
+    eng = engine(pool, clock, Outbox(fail_first=99), send_attempts=2, on_failure=count)
+    assert await eng.tick() == 0
+    assert "failed deliveries: 1" in await Commands(core).status(board)

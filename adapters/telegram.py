@@ -254,17 +254,7 @@ class TelegramAdapter:
             [[InlineKeyboardButton(BUTTON_LABELS[b], callback_data=f"rem:{b}:{msg.task_id}") for b in msg.buttons]]
         )
         thread = int(msg.thread_id) if msg.thread_id else None
-        try:
-            sent = await self.app.bot.send_message(
-                int(msg.chat_id), body, parse_mode=ParseMode.HTML, reply_markup=keyboard, message_thread_id=thread,
-                link_preview_options=LinkPreviewOptions(is_disabled=True),
-            )  # fmt: skip
-        except BadRequest as e:
-            if "parse entities" not in str(e).lower():
-                raise
-            sent = await self.app.bot.send_message(
-                int(msg.chat_id), plain_text(body), reply_markup=keyboard, message_thread_id=thread
-            )
+        sent = await self._send_html(int(msg.chat_id), body, reply_markup=keyboard, message_thread_id=thread)
         return str(sent.message_id)
 
     async def _on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -327,20 +317,23 @@ class TelegramAdapter:
             if msg.chat.type != ChatType.PRIVATE
             else None
         )
-        sent: list[Message] = []
-        for i, part in enumerate(parts):
-            kwargs: dict[str, Any] = {
-                "message_thread_id": thread,
-                "link_preview_options": LinkPreviewOptions(is_disabled=True),
-                "reply_parameters": reply if i == 0 else None,
-            }
-            try:
-                sent.append(await self.app.bot.send_message(msg.chat.id, part, parse_mode=ParseMode.HTML, **kwargs))
-            except BadRequest as e:
-                if "parse entities" not in str(e).lower():
-                    raise
-                log.warning("Telegram rejected our HTML (%s); resending as plain text", e)
-                sent.append(await self.app.bot.send_message(msg.chat.id, plain_text(part), **kwargs))
+        return [
+            await self._send_html(
+                msg.chat.id, part, message_thread_id=thread, reply_parameters=reply if i == 0 else None
+            )
+            for i, part in enumerate(parts)
+        ]
+
+    async def _send_html(self, chat_id: int, html_text: str, **kwargs: Any) -> Message:
+        """Send one HTML message without link previews; if Telegram rejects the HTML, resend it as plain text."""
+        kwargs["link_preview_options"] = LinkPreviewOptions(is_disabled=True)
+        try:
+            sent: Message = await self.app.bot.send_message(chat_id, html_text, parse_mode=ParseMode.HTML, **kwargs)
+        except BadRequest as e:
+            if "parse entities" not in str(e).lower():
+                raise
+            log.warning("Telegram rejected our HTML (%s); resending as plain text", e)
+            sent = await self.app.bot.send_message(chat_id, plain_text(html_text), **kwargs)
         return sent
 
 

@@ -135,7 +135,7 @@ class TimedScheduler(ReminderScheduler):
         super().__init__(engine, sweep_s=sweep_s)
         self.runs = 0  # finished
         self.run_s = 0.0
-        self.cancelled = 0  # still waiting for the lock at stop()
+        self.cancelled = 0  # cancelled by stop()
         self.in_flight = 0
         self.max_in_flight = 0
         self.events: Counter[str] = Counter()
@@ -325,9 +325,9 @@ def print_counters(label: str, c: dict[str, Any], ready: dict[str, Any]) -> None
         return
     claim = c["tick_s"] - c["deliver_s"] - c["stale_s"]
     events = ", ".join(f"{k} {v}" for k, v in sorted(c["events"].items())) or "none"
-    print(f"    {label}: {c['runs']} runs finished (date jobs + sweeps; mean {ms(c['run_s'] / max(c['runs'], 1))} "
-          f"incl. the wait for the lock), up to {c['max_in_flight']} at once, {c['cancelled']} still waiting for the "
-          f"lock when stopped; APScheduler events: {events}")
+    print(f"    {label}: {c['runs']} wake-ups finished (date jobs + sweeps; mean {ms(c['run_s'] / max(c['runs'], 1))}, "
+          f"one that finds a tick running returns at once), up to {c['max_in_flight']} at once, {c['cancelled']} "
+          f"cancelled by stop(); APScheduler events: {events}")
     print(f"      {c['ticks']} ticks {c['tick_s']:.1f} s (max {ms(c['tick_max_s'])}): claim queries ~{claim:.1f} s, "
           f"{c['batches']} batches sent+recorded {c['deliver_s']:.1f} s, stale query {c['stale_s']:.1f} s; "
           f"{c['plans']} plans {c['plan_s']:.1f} s, at most {c['max_jobs']} jobs queued; "
@@ -347,7 +347,7 @@ async def explain(dsn: str, at: datetime, *, full: bool) -> list[tuple[str, list
     queries = [
         ("claim query at the end of the minute (all {n} delivered, 500 a batch)", _CLAIM_SQL,
          ("explain", at, 500, timedelta(seconds=60), timedelta(minutes=2), grace)),
-        ("stale query (run before every claim) 25 h later, when those tasks are past the grace window",
+        ("stale query (run by each sweep) 25 h later, when those tasks are past the grace window",
          _STALE_SQL, (at + timedelta(hours=25), grace, 500)),
     ]  # fmt: skip
     out: list[tuple[str, list[str]]] = []

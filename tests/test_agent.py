@@ -115,7 +115,7 @@ async def test_slow_tool_times_out(
     from core.service import Core
 
     async def slow(_: _NoParams, ctx: ToolContext) -> str:
-        await asyncio.sleep(30)
+        await asyncio.Event().wait()  # never finishes on its own
         return "never"
 
     registry = default_registry()

@@ -17,7 +17,6 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 import argparse
 import asyncio
 import cProfile
-import importlib
 import inspect
 import logging
 import pstats
@@ -77,9 +76,14 @@ def sequential_incoming(tag: str, n: int) -> Incoming:
         user = g * 4 + (n // CONVERSATIONS) % 4
         chat, kind, title = f"{tag}g{g}", "group", f"bench group {g}"
     return Incoming(
-        platform="telegram", user_id=f"{tag}u{user}", chat_id=chat, user_name=f"User {user}",
+        platform="telegram",
+        user_id=f"{tag}u{user}",
+        chat_id=chat,
+        user_name=f"User {user}",
         text=f"Message {n}: what is on my list for today, and anything due this week?",
-        chat_kind=kind, chat_title=title, message_id=f"{tag}m{n}",
+        chat_kind=kind,
+        chat_title=title,
+        message_id=f"{tag}m{n}",
     )
 
 
@@ -91,8 +95,12 @@ def replayed_messages(n: int) -> int:
 def burst_incoming(tag: str, i: int, round_no: int) -> Incoming:
     """Chat i of the concurrent burst (one user per private chat)."""
     return Incoming(
-        platform="telegram", user_id=f"{tag}bu{i}", chat_id=f"{tag}bc{i}", user_name=f"Burst {i}",
-        text=f"Hello from chat {i}, round {round_no}", message_id=f"{tag}bm{i}-{round_no}",
+        platform="telegram",
+        user_id=f"{tag}bu{i}",
+        chat_id=f"{tag}bc{i}",
+        user_name=f"Burst {i}",
+        text=f"Hello from chat {i}, round {round_no}",
+        message_id=f"{tag}bm{i}-{round_no}",
     )
 
 
@@ -191,8 +199,13 @@ class SequentialResult:
 
 
 async def sequential(
-    core: Core, tag: str, warmup: int, turns: int, take_stats: Callable[[], Awaitable[ServerStats]],
-    meter: CpuMeter, label: str,
+    core: Core,
+    tag: str,
+    warmup: int,
+    turns: int,
+    take_stats: Callable[[], Awaitable[ServerStats]],
+    meter: CpuMeter,
+    label: str,
 ) -> SequentialResult:
     """Warm up, then time `turns` turns one after another."""
     for n in range(warmup):
@@ -226,12 +239,15 @@ def print_sequential(r: SequentialResult, *, headline: bool) -> None:
     buckets: dict[str, list[float]] = defaultdict(list)
     for t, h in zip(r.ms, r.history, strict=True):
         buckets["1-19" if h < 20 else "20-39" if h < HISTORY else f"{HISTORY} (full)"].append(t)
-    print("    p50 by replayed history: " + ", ".join(
-        f"{k} msgs {percentile(sorted(v), 50):.2f} ms (n={len(v)})" for k, v in buckets.items()
-    ))
+    print(
+        "    p50 by replayed history: "
+        + ", ".join(f"{k} msgs {percentile(sorted(v), 50):.2f} ms (n={len(v)})" for k, v in buckets.items())
+    )
     handler_ms = r.server.handler_s * 1000 / max(1, r.server.requests)
-    print(f"    {r.cpu.line(r.turns, 'turn')}"
-          + ("" if r.server.cpu_s is not None else " (bot includes the in-process fake LLM)"))
+    print(
+        f"    {r.cpu.line(r.turns, 'turn')}"
+        + ("" if r.server.cpu_s is not None else " (bot includes the in-process fake LLM)")
+    )
     print(f"    fake LLM: {r.server.requests} requests, {handler_ms:.2f} ms/request inside its handler")
     if r.server.cpu_s is None:
         print(f"    p50 minus the fake handler's mean: {p50 - handler_ms:.2f} ms (aiohttp's own work still inside)")
@@ -256,7 +272,13 @@ class BurstResult:
 
 
 async def burst(
-    core: Core, tag: str, chats: int, round_no: int, server: FakeLLMProcess, meter: CpuMeter, label: str,
+    core: Core,
+    tag: str,
+    chats: int,
+    round_no: int,
+    server: FakeLLMProcess,
+    meter: CpuMeter,
+    label: str,
 ) -> BurstResult:
     """`chats` concurrent handle() calls in distinct chats; wall time until the last one is answered."""
     incs = [burst_incoming(tag, i, round_no) for i in range(chats)]
@@ -286,26 +308,39 @@ async def burst(
         else:
             errors["no answer"] += 1
     return BurstResult(
-        label, chats, wall, answered, dict(errors), sorted(d - t0 for d in done),
-        sorted(a - t0 for a in st.arrivals), cpu, core.pool.get_size(),
+        label,
+        chats,
+        wall,
+        answered,
+        dict(errors),
+        sorted(d - t0 for d in done),
+        sorted(a - t0 for a in st.arrivals),
+        cpu,
+        core.pool.get_size(),
     )
 
 
 def print_burst(r: BurstResult, delay: float) -> None:
     """The figures of one burst."""
     print(f"  {r.label}")
-    print(f"    wall until all {r.chats} answered: {r.wall_s:.3f} s   goal <= {GOAL_BURST_S} s   "
-          f"{verdict(r.wall_s, GOAL_BURST_S)}")
+    print(
+        f"    wall until all {r.chats} answered: {r.wall_s:.3f} s   goal <= {GOAL_BURST_S} s   "
+        f"{verdict(r.wall_s, GOAL_BURST_S)}"
+    )
     errs = ", ".join(f"{k}: {v}" for k, v in r.errors.items())
     print(f"    answered successfully: {r.answered}/{r.chats}" + (f"   errors: {errs}" if errs else ""))
     a, d = r.arrivals_s, r.done_s
     if a:
-        print(f"    LLM requests reached the fake server after: first {a[0] * 1000:.0f} ms, "
-              f"median {percentile(a, 50) * 1000:.0f} ms, last {a[-1] * 1000:.0f} ms  (= pre-LLM work: DB + SDK)")
+        print(
+            f"    LLM requests reached the fake server after: first {a[0] * 1000:.0f} ms, "
+            f"median {percentile(a, 50) * 1000:.0f} ms, last {a[-1] * 1000:.0f} ms  (= pre-LLM work: DB + SDK)"
+        )
     if a and d:
         tail = d[-1] - (a[-1] + delay)
-        print(f"    answers done after: first {d[0]:.3f} s, median {percentile(d, 50):.3f} s, last {d[-1]:.3f} s "
-              f"(last one {tail * 1000:.0f} ms after the last reply was sent)")
+        print(
+            f"    answers done after: first {d[0]:.3f} s, median {percentile(d, 50):.3f} s, last {d[-1]:.3f} s "
+            f"(last one {tail * 1000:.0f} ms after the last reply was sent)"
+        )
     busy = r.cpu.bot_s / r.wall_s if r.wall_s else 0.0
     print(f"    {r.cpu.line(r.chats, 'turn')}")
     print(f"    bot event loop busy {busy:.0%} of the wall time; DB pool size after the burst: {r.pool_size}")
@@ -335,16 +370,14 @@ def phase_timers(core: Core) -> Iterator[dict[str, float]]:
         undo.append((owner, name, orig))
         setattr(owner, name, timed)
 
-    for name in ("identify", "start_turn", "load_history", "finish_turn_with_answer"):
+    for name in ("start_turn", "turn_context", "finish_turn_with_answer"):
         wrap(store, name, f"DB: store.{name}")
-    wrap(core.llm.client.chat.completions, "create", "openai SDK: chat.completions.create (all of it)")
-    sdk = importlib.import_module("openai.resources.chat.completions.completions")
-    wrap(sdk, "async_maybe_transform", "  of which: SDK request-params transform")
+    wrap(core.llm.client, "post", "openai SDK: client.post (all of it)")
     try:
         yield acc
     finally:
         for owner, name, orig in reversed(undo):
-            if owner is core.llm.client.chat.completions:
+            if owner is core.llm.client:
                 delattr(owner, name)
             else:
                 setattr(owner, name, orig)
@@ -357,7 +390,7 @@ def _package(filename: str) -> str:
         return path.split("/site-packages/", 1)[1].split("/", 1)[0].removesuffix(".py")
     root = str(REPO_ROOT).replace("\\", "/") + "/"
     if path.startswith(root):
-        rel = path[len(root):]
+        rel = path[len(root) :]
         return rel.split("/", 1)[0] + "/ (ours)" if "/" in rel else rel
     if "/lib/python3" in path:
         rest = path.split("/lib/python3", 1)[1].split("/", 1)[1]
@@ -366,8 +399,12 @@ def _package(filename: str) -> str:
 
 
 _C_OWNERS = (
-    ("asyncpg", "asyncpg (C)"), ("pydantic_core", "pydantic_core (C)"), ("select.epoll", "epoll wait (idle)"),
-    ("_socket", "socket syscalls"), ("_json", "json (C)"), ("_ssl", "ssl"),
+    ("asyncpg", "asyncpg (C)"),
+    ("pydantic_core", "pydantic_core (C)"),
+    ("select.epoll", "epoll wait (idle)"),
+    ("_socket", "socket syscalls"),
+    ("_json", "json (C)"),
+    ("_ssl", "ssl"),
 )
 
 
@@ -395,8 +432,10 @@ def print_profile(prof: cProfile.Profile, turns: int, top: int = 20) -> None:
         for c, v in caller_tt.items():
             share = v / weight if weight else 1.0 / len(caller_tt)
             by_pkg[_package(c[0]) if c[0] != "~" else (_builtin_owner(c[2]) or "C (other)")] += tt * share
-    print(f"  cProfile of {turns} turns: {total * 1000 / turns:.2f} ms/turn of self time "
-          "(cProfile inflates pure-Python code)")
+    print(
+        f"  cProfile of {turns} turns: {total * 1000 / turns:.2f} ms/turn of self time "
+        "(cProfile inflates pure-Python code)"
+    )
     print("  self time by owner (C builtins charged to their Python callers):")
     for pkg, tt in sorted(by_pkg.items(), key=lambda kv: -kv[1])[:16]:
         print(f"    {tt * 1000 / turns:7.3f} ms/turn  {tt / total:6.1%}  {pkg}")
@@ -411,8 +450,10 @@ def print_profile(prof: cProfile.Profile, turns: int, top: int = 20) -> None:
 
 async def part_sequential(db: BenchDatabase, args: argparse.Namespace, meter: CpuMeter) -> int:
     """Part 1: sequential turns with an instant fake LLM, out of process (headline) and in process."""
-    print(f"== 1. Bot time per turn: {args.turns} sequential turns after {args.warmup} warm-up, instant fake "
-          f"LLM, {PRIVATE_CHATS} private + {GROUP_CHATS} group chats, HISTORY_MESSAGES={HISTORY} ==")
+    print(
+        f"== 1. Bot time per turn: {args.turns} sequential turns after {args.warmup} warm-up, instant fake "
+        f"LLM, {PRIVATE_CHATS} private + {GROUP_CHATS} group chats, HISTORY_MESSAGES={HISTORY} =="
+    )
     async with FakeLLMProcess(0.0) as server, make_core(db.dsn, server.base_url) as core:
         headline = await sequential(
             core, f"{db.tag}s1-", args.warmup, args.turns, server.stats, meter, "fake LLM in a separate process"
@@ -436,23 +477,44 @@ async def part_sequential(db: BenchDatabase, args: argparse.Namespace, meter: Cp
 async def part_burst(db: BenchDatabase, args: argparse.Namespace, meter: CpuMeter, max_conn: int) -> int:
     """Part 2: many chats at once with a slow fake LLM."""
     n, delay = args.chats, args.delay
-    print(f"== 2. {n} chats at once: {n} concurrent handle() calls, distinct users and chats, "
-          f"fake LLM takes {delay:g} s per reply (separate process) ==")
+    print(
+        f"== 2. {n} chats at once: {n} concurrent handle() calls, distinct users and chats, "
+        f"fake LLM takes {delay:g} s per reply (separate process) =="
+    )
     async with FakeLLMProcess(delay) as server:
         async with make_core(db.dsn, server.base_url) as core:
-            cold = await burst(core, f"{db.tag}b1-", n, 1, server, meter,
-                               f"[HEADLINE] round 1, cold: new users and chats, fresh pool (max "
-                               f"{POOL_MAX_DEFAULT}) and HTTP client")
+            cold = await burst(
+                core,
+                f"{db.tag}b1-",
+                n,
+                1,
+                server,
+                meter,
+                f"[HEADLINE] round 1, cold: new users and chats, fresh pool (max {POOL_MAX_DEFAULT}) and HTTP client",
+            )
             print_burst(cold, delay)
-            warm = await burst(core, f"{db.tag}b1-", n, 2, server, meter,
-                               "round 2, warm: the same chats again, pool and keep-alive connections reused")
+            warm = await burst(
+                core,
+                f"{db.tag}b1-",
+                n,
+                2,
+                server,
+                meter,
+                "round 2, warm: the same chats again, pool and keep-alive connections reused",
+            )
             print_burst(warm, delay)
         big = min(max(n, POOL_MAX_DEFAULT), max_conn - 10)
         if args.diagnose and big > POOL_MAX_DEFAULT:
             async with make_core(db.dsn, server.base_url, pool_max=big) as core:
-                diag = await burst(core, f"{db.tag}b2-", n, 1, server, meter,
-                                   f"diagnostic: round 1 (cold) again with pool max_size={big}: is the pool the "
-                                   "limit?")
+                diag = await burst(
+                    core,
+                    f"{db.tag}b2-",
+                    n,
+                    1,
+                    server,
+                    meter,
+                    f"diagnostic: round 1 (cold) again with pool max_size={big}: is the pool the limit?",
+                )
                 print_burst(diag, delay)
     print()
     return int(cold.answered < n or cold.wall_s > GOAL_BURST_S)
@@ -462,8 +524,10 @@ async def part_profile(db: BenchDatabase, args: argparse.Namespace) -> None:
     """Per-phase wall time and a cProfile of sequential turns with full history (fake LLM in its own process)."""
     turns = args.profile_turns
     fill = CONVERSATIONS * HISTORY // 2 + CONVERSATIONS
-    print(f"== Profile: {turns} sequential turns with full history ({fill} turns first), fake LLM in a "
-          "separate process ==")
+    print(
+        f"== Profile: {turns} sequential turns with full history ({fill} turns first), fake LLM in a "
+        "separate process =="
+    )
     async with FakeLLMProcess(0.0) as server, make_core(db.dsn, server.base_url) as core:
         tag = f"{db.tag}p-"
         for n in range(fill):
@@ -477,7 +541,7 @@ async def part_profile(db: BenchDatabase, args: argparse.Namespace) -> None:
         for label, s in sorted(acc.items(), key=lambda kv: -kv[1]):
             print(f"    {s * 1000 / turns:7.3f} ms/turn  {label}")
         rest = total - sum(s for label, s in acc.items() if not label.startswith(" "))
-        print(f"    {rest * 1000 / turns:7.3f} ms/turn  the rest: due-tasks query, prompt, replay, our code")
+        print(f"    {rest * 1000 / turns:7.3f} ms/turn  the rest: prompt, replay, our code")
         prof = cProfile.Profile()
         prof.enable()
         for n in range(fill + turns, fill + 2 * turns):
@@ -502,10 +566,14 @@ async def bench(args: argparse.Namespace) -> int:
         meter = CpuMeter(postmaster)
         retries = inspect.signature(LLM.from_settings).parameters["max_retries"].default
         print(f"PostgreSQL {version}: {db.description}")
-        print(f"  max_connections {max_conn}, synchronous_commit {sync_commit}; the bot's pool: create_pool "
-              f"defaults (min 2, max {POOL_MAX_DEFAULT})")
-        print(f"openai {openai.__version__} via LLM.from_settings: max_retries {retries}, default HTTP pool "
-              f"{openai.DEFAULT_CONNECTION_LIMITS}")
+        print(
+            f"  max_connections {max_conn}, synchronous_commit {sync_commit}; the bot's pool: create_pool "
+            f"defaults (min 2, max {POOL_MAX_DEFAULT})"
+        )
+        print(
+            f"openai {openai.__version__} via LLM.from_settings: max_retries {retries}, default HTTP pool "
+            f"{openai.DEFAULT_CONNECTION_LIMITS}"
+        )
         print(f"Python {sys.version.split()[0]}, {type(asyncio.get_running_loop()).__name__}; host: {load_average()}")
         print()
         if not args.skip_sequential:
@@ -527,8 +595,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-sequential", action="store_true", help="skip part 1")
     parser.add_argument("--skip-in-process", action="store_true", help="skip part 1's in-process variant")
     parser.add_argument("--skip-burst", action="store_true", help="skip part 2")
-    parser.add_argument("--no-diagnose", dest="diagnose", action="store_false",
-                        help="skip the burst with a bigger pool")
+    parser.add_argument(
+        "--no-diagnose", dest="diagnose", action="store_false", help="skip the burst with a bigger pool"
+    )
     parser.add_argument("--profile", action="store_true", help="add a phase breakdown and a cProfile")
     parser.add_argument("--profile-turns", type=int, default=300, help="turns to profile (300)")
     args = parser.parse_args(argv)

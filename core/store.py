@@ -6,8 +6,6 @@ import json
 from datetime import datetime
 from typing import Any
 
-import asyncpg
-
 from core.db import Pool
 from core.tools import ChatRef, UserRef
 from core.types import Incoming
@@ -45,13 +43,6 @@ SELECT
         ORDER BY due_at LIMIT $6) d) AS due
 """
 
-_HISTORY_SQL = """
-SELECT id, role, content, author_name, tool_calls, tool_call_id FROM (
-    SELECT id, role, content, author_name, tool_calls, tool_call_id FROM messages
-    WHERE chat_id = $1 AND id > $2 ORDER BY id DESC LIMIT $3
-) m ORDER BY id
-"""
-
 
 async def _begin(pool: Pool, inc: Incoming, default_tz: str, *, open_turn: bool) -> tuple[UserRef, ChatRef, int | None]:
     """Upsert the user and chat and (optionally) store the message as a new turn, in one round trip."""
@@ -84,11 +75,6 @@ async def turn_context(
     assert row is not None
     due = [dict(d, due_at=datetime.fromisoformat(d["due_at"])) for d in row["due"]]
     return row["history"], due
-
-
-async def load_history(pool: Pool, chat: ChatRef, limit: int) -> list[asyncpg.Record]:
-    """The last `limit` stored messages of the chat since its last reset, oldest first."""
-    return await pool.fetch(_HISTORY_SQL, chat.id, chat.history_floor, limit)
 
 
 async def add_assistant(

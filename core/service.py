@@ -83,6 +83,8 @@ class Core:
         last = self._refused.get(inc.chat_key)
         if last is not None and now - last < REFUSAL_EVERY_S:
             return None
+        if len(self._refused) > 10000:  # forget refusals older than the window so the map stays small
+            self._refused = {k: t for k, t in self._refused.items() if now - t < REFUSAL_EVERY_S}
         self._refused[inc.chat_key] = now
         return Error(
             "not_allowed",

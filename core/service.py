@@ -86,10 +86,14 @@ class Core:
         if len(self._refused) > 10000:  # forget refusals older than the window so the map stays small
             self._refused = {k: t for k, t in self._refused.items() if now - t < REFUSAL_EVERY_S}
         self._refused[inc.chat_key] = now
-        return Error(
-            "not_allowed",
+        return Error("not_allowed", self.refusal_text(inc))
+
+    @staticmethod
+    def refusal_text(inc: Incoming) -> str:
+        """The polite refusal that shows the user their id."""
+        return (
             f"Sorry, this assistant is private. Your {inc.platform} id is {inc.user_id} — ask the owner to "
-            f"add {inc.user_key} to ALLOWED_USERS.",
+            f"add {inc.user_key} to ALLOWED_USERS."
         )
 
     async def handle(self, inc: Incoming, *, stream: bool = False) -> AsyncGenerator[Event, None]:

@@ -34,6 +34,19 @@ def parse_user_list(raw: str) -> frozenset[str]:
     return frozenset(keys)
 
 
+def parse_id_list(raw: str) -> frozenset[int]:
+    """Parse `123,456` into a set of numeric ids."""
+    ids: set[int] = set()
+    for part in raw.replace(";", ",").split(","):
+        item = part.strip()
+        if not item:
+            continue
+        if not item.isdigit():
+            raise ValueError(f"'{item}' is not a numeric channel id (enable Developer Mode, then Copy Channel ID)")
+        ids.add(int(item))
+    return frozenset(ids)
+
+
 class Settings(BaseSettings):
     """All settings of the bot; field names are the environment variable names."""
 
@@ -50,6 +63,7 @@ class Settings(BaseSettings):
     DISCORD_BOT_TOKEN: SecretStr | None = None
     DISCORD_API_BASE_URL: str | None = None
     DISCORD_GATEWAY_URL: str | None = None
+    DISCORD_CHANNELS: str = ""  # channel ids where every message is a turn (no mention needed)
     ADMINS: str = ""
     ALLOWED_USERS: str = ""
     DEFAULT_TIMEZONE: str = "UTC"
@@ -70,6 +84,13 @@ class Settings(BaseSettings):
     def _check_users(cls, v: str) -> str:
         """Reject malformed user lists at start-up."""
         parse_user_list(v)
+        return v
+
+    @field_validator("DISCORD_CHANNELS")
+    @classmethod
+    def _check_channels(cls, v: str) -> str:
+        """Only comma-separated numeric channel ids."""
+        parse_id_list(v)
         return v
 
     @field_validator("DEFAULT_TIMEZONE")
@@ -105,6 +126,11 @@ class Settings(BaseSettings):
     def admins(self) -> frozenset[str]:
         """Admin keys (`platform:id`)."""
         return parse_user_list(self.ADMINS)
+
+    @property
+    def discord_channels(self) -> frozenset[int]:
+        """Discord channels where every message is answered."""
+        return parse_id_list(self.DISCORD_CHANNELS)
 
     @property
     def allowed_users(self) -> frozenset[str]:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from core.activity import make_step
 from core.db import Pool
 from core.tools import ChatRef, UserRef
-from core.types import Incoming
+from core.types import Incoming, Step
 
 _BEGIN_SQL = """
 WITH u AS (
@@ -138,3 +140,52 @@ async def reset_conversation(pool: Pool, chat: ChatRef) -> None:
 async def set_timezone(pool: Pool, user: UserRef, tz_name: str) -> None:
     """Store the user's IANA time zone."""
     await pool.execute("UPDATE users SET timezone = $2 WHERE id = $1", user.id, tz_name)
+
+
+@dataclass(frozen=True)
+class TurnSteps:
+    """A stored turn's tool activity, with who asked and where (for the "Show steps" button)."""
+
+    turn_id: int
+    platform: str
+    user_id: str  # the platform id of the user whose message started the turn
+    chat_id: str
+    thread_id: str
+    steps: tuple[Step, ...]
+    elapsed_s: float
+
+
+_STEPS_SQL = """
+SELECT c.platform, c.platform_chat_id, c.thread_id, u.platform_user_id,
+       extract(epoch FROM coalesce(t.finished_at, t.started_at) - t.started_at)::float8 AS elapsed,
+       (SELECT coalesce(json_agg(m ORDER BY m.id), '[]') FROM (
+           SELECT id, role, tool_calls, tool_call_id, tool_name, content, duration_ms FROM messages
+           WHERE turn_id = t.id AND (role = 'tool' OR tool_calls IS NOT NULL)) m) AS rows
+FROM turns t JOIN chats c ON c.id = t.chat_id LEFT JOIN users u ON u.id = t.user_id
+WHERE t.id = $1
+"""
+
+
+async def turn_steps(pool: Pool, turn_id: int) -> TurnSteps | None:
+    """The tool calls of a stored turn and their outcomes (None when the turn no longer exists)."""
+    row = await pool.fetchrow(_STEPS_SQL, turn_id)
+    if row is None:
+        return None
+    calls: dict[str, tuple[str, str]] = {}
+    steps: list[Step] = []
+    for m in row["rows"]:
+        if m["role"] == "assistant":
+            for call in m["tool_calls"] or []:
+                fn = call.get("function") or {}
+                calls[call.get("id", "")] = (fn.get("name", "?"), fn.get("arguments") or "")
+            continue
+        name, raw_args = calls.get(m["tool_call_id"] or "", (m["tool_name"] or "?", ""))
+        try:
+            envelope = json.loads(m["content"] or "{}")
+        except json.JSONDecodeError:
+            envelope = {"ok": False, "error": {"code": "tool_error"}}
+        steps.append(make_step(m["tool_name"] or name, raw_args, envelope, (m["duration_ms"] or 0) / 1000))
+    return TurnSteps(
+        turn_id, row["platform"], row["platform_user_id"] or "", row["platform_chat_id"], row["thread_id"],
+        tuple(steps), row["elapsed"] or 0.0,
+    )  # fmt: skip

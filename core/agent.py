@@ -25,6 +25,7 @@ WRAP_UP_NOTE = (
     "tell the user what you did and what is not finished."
 )
 WRAP_UP_MIN_S = 2.0  # a wrap-up call needs at least this much of the time budget left
+CHANGES_TOOLS = frozenset({"write_capability", "manage_capability", "restart"})  # may change the offered tools
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,10 @@ async def run_agent(
     *,
     stream: bool = False,
 ) -> AsyncGenerator[Event, None]:
-    """Run one turn, storing every message, and yield its events; always ends with Assistant or Error."""
+    """Run one turn, storing every message, and yield its events; always ends with Assistant or Error.
+
+    The tools are offered again at every step, so a capability written in this turn can be called in it.
+    """
     started = time.monotonic()
     deadline = started + limits.total_timeout
     schemas = [t.schema for t in tools]
@@ -115,6 +119,8 @@ async def run_agent(
             budget = max(0.1, min(limits.step_timeout, deadline - time.monotonic()))
             envelope, took = await timed_run(registry, c.name, c.arguments, ctx, budget)
             await store.add_tool_result(ctx.pool, ctx.chat, turn_id, c.id, c.name, envelope, int(took * 1000))
+            if c.name in CHANGES_TOOLS and envelope["ok"]:
+                schemas = [t.schema for t in registry.offered(ctx.is_admin)]
             messages.append({"role": "tool", "tool_call_id": c.id, "content": envelope_for_prompt(envelope)})
             step = make_step(c.name, c.arguments, envelope, took)
             steps.append(step)

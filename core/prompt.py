@@ -27,8 +27,9 @@ def system_prompt(
     now: datetime,
     due_soon: Sequence[Mapping[str, Any]],
     tools: Sequence[Tool],
+    capabilities: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """The system message: role, now in the user's zone, due-soon tasks, the tools."""
+    """The system message: role, now in the user's zone, due-soon tasks, the tools, the capabilities."""
     lines = [_BASE.format(platform=user.platform)]
     lines.append(f"Now for the user: {describe_now(now, tz)}.")
     who = f"The user is {user.display_name or 'unnamed'} ({user.platform})."
@@ -39,5 +40,9 @@ def system_prompt(
         lines.append("Their open tasks due soon:")
         for r in due_soon[:DUE_SOON_LINES]:
             lines.append(f"- #{r['id']} {r['title']} — due {fmt_local(r['due_at'], tz, now)}")
-    lines.append("Tools: " + ", ".join(t.name for t in tools) + ".")
+    own = {name for name, _ in capabilities}
+    lines.append("Tools: " + ", ".join(t.name for t in tools if t.name not in own) + ".")
+    if capabilities:
+        lines.append("Capabilities (tools written for this bot, callable like the others):")
+        lines.extend(f"- {name} — {description}" for name, description in capabilities)
     return "\n".join(lines)

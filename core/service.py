@@ -9,8 +9,9 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
-from core import store
+from core import capabilities, store
 from core.agent import Limits, run_agent
 from core.db import Pool
 from core.history import build_replay
@@ -55,8 +56,9 @@ class Core:
         *,
         registry: ToolRegistry | None = None,
         clock: Clock = system_clock,
+        capabilities_dir: Path | None = None,
     ) -> None:
-        """Wire the core with explicit dependencies."""
+        """Wire the core with explicit dependencies (capabilities are materialised into `capabilities_dir`)."""
         self.settings = settings
         self.pool = pool
         self.llm = llm
@@ -68,6 +70,12 @@ class Core:
         self._locks: dict[str, _ChatLock] = {}
         self._refused: dict[str, float] = {}
         self.task_listeners: list[Callable[[], None]] = []
+        self.capabilities = capabilities.CapabilityManager(
+            pool, self.registry, capabilities_dir or capabilities.MATERIALISED_DIR, settings.CAPABILITY_TIMEOUT, clock
+        )
+        self.capabilities.install()
+        self.exit_code: int | None = None  # set by restart(mode="full") once its answer has been sent
+        self.stop_listeners: list[Callable[[], None]] = []
 
     def is_admin(self, inc: Incoming) -> bool:
         """Admins come from ADMINS; the local terminal user is always one."""
@@ -113,9 +121,16 @@ class Core:
                 "Please send it in smaller parts.",
             )
             return
-        async with self._chat_turn(inc.chat_key):
-            async for event in self._turn(inc, stream):
+        async with self._chat_turn(inc.chat_key), aclosing(self._turn(inc, stream)) as events:
+            async for event in events:
                 yield event
+
+    def request_exit(self, code: int) -> None:
+        """Stop the bot with this exit code: the composition root's stop listeners end the run."""
+        log.warning("exit with code %d requested", code)
+        self.exit_code = code
+        for listener in self.stop_listeners:
+            listener()
 
     def _tasks_changed(self) -> None:
         """Tell listeners (the reminder scheduler) that a task was created or moved."""
@@ -156,14 +171,19 @@ class Core:
         rows, due = await store.turn_context(
             self.pool, chat, user, self.settings.HISTORY_MESSAGES, now + DUE_SOON, DUE_SOON_LINES
         )
+        caps = self.capabilities.summaries()
         messages = [
-            {"role": "system", "content": system_prompt(user, chat, zone(user.timezone), now, due, tools)},
+            {"role": "system", "content": system_prompt(user, chat, zone(user.timezone), now, due, tools, caps)},
             *build_replay(rows, group=chat.kind == "group"),
         ]
-        async for event in run_agent(
-            self.llm, self.registry, tools, ctx, turn_id, messages, self.limits, stream=stream
-        ):
-            yield event
+        try:
+            async for event in run_agent(
+                self.llm, self.registry, tools, ctx, turn_id, messages, self.limits, stream=stream
+            ):
+                yield event
+        finally:  # runs once the adapter consumed the answer (or closed the turn after it)
+            if ctx.requested_exit is not None:
+                self.request_exit(ctx.requested_exit)
 
 
 class _TurnSlot:

@@ -72,6 +72,7 @@ class Settings(BaseSettings):
     AGENT_TOTAL_TIMEOUT: float = Field(default=180.0, gt=0)
     HISTORY_MESSAGES: int = Field(default=40, ge=2, le=1000)
     REMINDER_GRACE_HOURS: float = Field(default=24.0, gt=0)
+    CAPABILITY_TIMEOUT: float = Field(default=30.0, gt=0)
 
     @field_validator("LLM_PROVIDER", mode="before")
     @classmethod

@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError as JsonSchemaError
 from pydantic import BaseModel, ValidationError
 
 from core.db import Pool
@@ -56,6 +58,7 @@ class ToolContext:
     clock: Clock
     step_timeout: float = 60.0
     on_tasks_changed: Callable[[], None] = field(default=lambda: None)
+    requested_exit: int | None = None  # restart(mode="full") sets it: the process exits after this turn's reply
 
     @property
     def tz(self) -> ZoneInfo:
@@ -69,6 +72,11 @@ class ToolContext:
 
 class ToolError(Exception):
     """A failure the model should read and can often fix (becomes a `tool_error` envelope)."""
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        """The message, and optional structured details the model can act on."""
+        super().__init__(message)
+        self.details = details
 
 
 Handler = Callable[[Any, ToolContext], Awaitable[Any]]
@@ -85,18 +93,28 @@ def _strip_titles(node: Any) -> Any:
 
 @dataclass(frozen=True)
 class Tool:
-    """A tool offered to the model: pydantic params model + async handler."""
+    """A tool offered to the model: a pydantic params model (or a raw JSON Schema) + async handler.
+
+    With a JSON Schema the handler receives the arguments as a dict, validated against the schema.
+    """
 
     name: str
     description: str
-    params: type[BaseModel]
+    params: type[BaseModel] | dict[str, Any]
     handler: Handler
     admin_only: bool = False
+    timeout: float | None = None  # a tighter limit than the step timeout (capabilities)
     schema: dict[str, Any] = field(init=False, repr=False, compare=False)
+    _validator: Draft202012Validator | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        """Generate the OpenAI function schema once."""
-        parameters = _strip_titles(self.params.model_json_schema())
+        """Generate the OpenAI function schema (and the JSON Schema validator) once."""
+        if isinstance(self.params, dict):
+            parameters = self.params
+            object.__setattr__(self, "_validator", Draft202012Validator(self.params))
+        else:
+            parameters = _strip_titles(self.params.model_json_schema())
+            object.__setattr__(self, "_validator", None)
         object.__setattr__(
             self,
             "schema",
@@ -106,15 +124,31 @@ class Tool:
             },
         )
 
+    def parse(self, data: dict[str, Any]) -> Any:
+        """The handler's first argument from the decoded arguments; raises ValueError with a readable text."""
+        if self._validator is None:
+            assert not isinstance(self.params, dict)
+            try:
+                return self.params.model_validate(data)
+            except ValidationError as e:
+                raise ValueError(_validation_message(e)) from None
+        problems = sorted(self._validator.iter_errors(data), key=lambda e: [str(p) for p in e.path])
+        if problems:
+            raise ValueError(_schema_message(problems))
+        return data
+
 
 def ok(result: Any) -> dict[str, Any]:
     """A success envelope."""
     return {"ok": True, "result": result}
 
 
-def err(code: str, message: str) -> dict[str, Any]:
+def err(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     """An error envelope; code is one of invalid_args|unknown_function|tool_error|timeout|forbidden."""
-    return {"ok": False, "error": {"code": code, "message": message}}
+    error: dict[str, Any] = {"code": code, "message": message}
+    if details is not None:
+        error["details"] = details
+    return {"ok": False, "error": error}
 
 
 def _validation_message(e: ValidationError) -> str:
@@ -123,6 +157,15 @@ def _validation_message(e: ValidationError) -> str:
     for item in e.errors()[:6]:
         where = ".".join(str(p) for p in item["loc"]) or "arguments"
         parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def _schema_message(problems: list[JsonSchemaError]) -> str:
+    """A compact, model-readable list of JSON Schema violations."""
+    parts = []
+    for e in problems[:6]:
+        where = ".".join(str(p) for p in e.path) or "arguments"
+        parts.append(f"{where}: {e.message}")
     return "; ".join(parts)
 
 
@@ -147,6 +190,10 @@ class ToolRegistry:
         """Register (or replace) a tool."""
         self._tools[tool.name] = tool
 
+    def remove(self, name: str) -> None:
+        """Unregister a tool (if present)."""
+        self._tools.pop(name, None)
+
     def get(self, name: str) -> Tool | None:
         """The tool of that name, if any."""
         return self._tools.get(name)
@@ -170,15 +217,17 @@ class ToolRegistry:
         if not isinstance(data, dict):
             return err("invalid_args", "arguments must be a JSON object")
         try:
-            params = tool.params.model_validate(data)
-        except ValidationError as e:
-            return err("invalid_args", _validation_message(e))
+            params = tool.parse(data)
+        except ValueError as e:
+            return err("invalid_args", str(e))
+        if tool.timeout is not None:
+            timeout = min(timeout, tool.timeout)
         try:
             result = await asyncio.wait_for(tool.handler(params, ctx), timeout)
         except TimeoutError:
-            return err("timeout", f"{name} did not finish within {timeout:.0f} s")
+            return err("timeout", f"{name} did not finish within {timeout:.3g} s")
         except ToolError as e:
-            return err("tool_error", str(e))
+            return err("tool_error", str(e), e.details)
         except Exception as e:
             log.exception("tool %s failed", name)
             return err("tool_error", f"{type(e).__name__}: {e}")

@@ -194,3 +194,13 @@ def fail_on_logged_errors(caplog: pytest.LogCaptureFixture, allowed_errors: list
     allowed = allowed_errors
     bad = [r for r in caplog.records if r.levelno >= logging.ERROR and not any(a in r.getMessage() for a in allowed)]
     assert not bad, f"unexpected error logs: {[r.getMessage() for r in bad]}"
+
+
+@pytest.fixture(autouse=True)
+def capabilities_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Cores built in tests materialise capabilities into a temporary directory, never the repo's."""
+    import core.capabilities
+
+    directory = tmp_path / "capabilities"
+    monkeypatch.setattr(core.capabilities, "MATERIALISED_DIR", directory)
+    return directory

@@ -45,8 +45,9 @@ EXIT_RESTART = 42  # restart(mode="full") exits with this code; bot/loop.sh and 
 CODE_HELP = (
     "Python module defining `async def <name>(params: dict, ctx)`. ctx: user_id, user_name, platform, "
     "timezone, tz (ZoneInfo), now() (aware, user's zone), is_admin, `await ctx.query(sql, *args)` → list of "
-    "dicts (one read-only SELECT; args arrive as text, cast them: $1::int; non-admins see only their rows of "
-    "users, tasks, occurrences). Return JSON-serialisable data. Blocking code is fine (own thread)."
+    "dicts (one read-only SELECT; args arrive as text, cast them: $1::int; admins see all rows, others only "
+    "their rows of users, tasks, occurrences; capability_user_id() is the speaker's users.id). Return "
+    "JSON-serialisable data. Blocking code is fine (own thread)."
 )
 
 

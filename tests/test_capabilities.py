@@ -6,6 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 import time
 from contextlib import aclosing
 from pathlib import Path
@@ -16,8 +17,10 @@ import asyncpg
 import pytest
 
 from core.capabilities import EXIT_RESTART, MAX_RESULT_CHARS
+from core.capability_runtime import ThreadRunner
 from core.db import Pool
 from core.service import Core
+from core.tools import ToolError
 from core.types import Assistant
 from tests.conftest import MakeCore, with_database
 from tests.fake_openai import FakeOpenAI, Reply
@@ -156,6 +159,36 @@ async def test_arguments_checked_against_schema_and_exceptions_become_envelopes(
     assert "'b' is a required property" in bad["error"]["message"]
     boom = await call(core, fake_llm, "divide", {"a": 1, "b": 0})
     assert boom["error"] == {"code": "tool_error", "message": "ZeroDivisionError: division by zero (line 3)"}
+
+
+async def test_sys_exit_in_a_capability_is_an_error_not_an_exit(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    core = admin_core(make_core)
+    assert (await write(core, fake_llm, "quit", "import sys\n\nasync def quit(params):\n    sys.exit(3)\n"))["ok"]
+    env = await call(core, fake_llm, "quit")
+    assert env["error"] == {"code": "tool_error", "message": "RuntimeError: the capability raised SystemExit"}
+
+
+async def test_runner_refuses_calls_beyond_its_limit() -> None:
+    runner = ThreadRunner(limit=1)
+    release = threading.Event()
+
+    async def blocking() -> str:
+        release.wait(10)
+        return "done"
+
+    async def quick() -> str:
+        return "quick"
+
+    first = asyncio.create_task(runner.run("first", blocking))
+    for _ in range(300):
+        if runner.live:
+            break
+        await asyncio.sleep(0.01)
+    with pytest.raises(ToolError, match="1 capability calls are still running"):
+        await runner.run("second", quick)
+    release.set()
+    assert await first == "done"
+    assert await runner.run("third", quick) == "quick"
 
 
 async def test_long_output_is_cut_for_storage_and_prompt(make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool) -> None:
@@ -319,7 +352,9 @@ async def test_non_admin_can_call_but_neither_write_nor_change(
 QUERY_CAP = """
 async def my_tasks(params, ctx):
     rows = await ctx.query("SELECT t.title FROM tasks t WHERE t.status = $1 ORDER BY t.id", "pending")
+    mine = await ctx.query("SELECT title FROM tasks WHERE user_id = capability_user_id()")
     return {
+        "mine": [r["title"] for r in mine],
         "user": [ctx.platform, ctx.user_id, ctx.user_name, ctx.timezone, ctx.is_admin],
         "now": ctx.now().isoformat(),
         "titles": [r["title"] for r in rows],
@@ -356,6 +391,7 @@ async def test_capability_queries_see_what_the_speaking_user_may_see(
     assert member["now"] == "2026-11-21T11:00:00+01:00"
     admin = (await call(core, fake_llm, "my_tasks", user=ADMIN))["result"]
     assert admin["titles"] == ["admin's task", "member's task", "third's task"]
+    assert admin["mine"] == ["admin's task"] and member["mine"] == ["member's task"]
     admin_id = await pool.fetchval("SELECT id FROM users WHERE platform_user_id = $1", ADMIN)
     forged = (await call(core, fake_llm, "forge", {"id": str(admin_id)}, user=MEMBER))["result"]
     assert forged["forged"] == []  # claiming another user's id shows nothing

@@ -25,7 +25,6 @@ WRAP_UP_NOTE = (
     "tell the user what you did and what is not finished."
 )
 WRAP_UP_MIN_S = 2.0  # a wrap-up call needs at least this much of the time budget left
-CHANGES_TOOLS = frozenset({"write_capability", "manage_capability", "restart"})  # may change the offered tools
 
 
 @dataclass(frozen=True)
@@ -71,6 +70,7 @@ async def run_agent(
     started = time.monotonic()
     deadline = started + limits.total_timeout
     schemas = [t.schema for t in tools]
+    revision = registry.revision
     steps: list[Step] = []
     corrected = False
     cut_short: str | None = None
@@ -119,8 +119,8 @@ async def run_agent(
             budget = max(0.1, min(limits.step_timeout, deadline - time.monotonic()))
             envelope, took = await timed_run(registry, c.name, c.arguments, ctx, budget)
             await store.add_tool_result(ctx.pool, ctx.chat, turn_id, c.id, c.name, envelope, int(took * 1000))
-            if c.name in CHANGES_TOOLS and envelope["ok"]:
-                schemas = [t.schema for t in registry.offered(ctx.is_admin)]
+            if registry.revision != revision:  # e.g. write_capability added a tool: offer it from the next step
+                schemas, revision = [t.schema for t in registry.offered(ctx.is_admin)], registry.revision
             messages.append({"role": "tool", "tool_call_id": c.id, "content": envelope_for_prompt(envelope)})
             step = make_step(c.name, c.arguments, envelope, took)
             steps.append(step)

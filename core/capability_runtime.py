@@ -86,21 +86,21 @@ class _Worker:
     caller: asyncio.AbstractEventLoop
     done: asyncio.Future[Any]
     release: Callable[[], None]
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _task: asyncio.Task[Any] | None = None
-    _loop: asyncio.AbstractEventLoop | None = None
-    _cancelled: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _task: asyncio.Task[Any] | None = field(default=None, init=False)
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
+    _cancelled: bool = field(default=False, init=False)
 
     def main(self) -> None:
-        """The thread's body."""
+        """The thread's body; the job counts as finished before the caller hears of it."""
+        result: Any = None
+        error: BaseException | None = None
         try:
             result = asyncio.run(self._guarded())
         except BaseException as e:
-            self._settle(None, e)
-        else:
-            self._settle(result, None)
-        finally:
-            self.release()
+            error = e
+        self.release()
+        self._settle(result, error)
 
     async def _guarded(self) -> Any:
         """The job as a task of this thread's loop, unless it was cancelled before it started."""

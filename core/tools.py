@@ -183,16 +183,19 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         """Register the given tools."""
         self._tools: dict[str, Tool] = {}
+        self.revision = 0  # changes whenever a tool is added or removed (capabilities come and go)
         for t in tools:
             self.add(t)
 
     def add(self, tool: Tool) -> None:
         """Register (or replace) a tool."""
         self._tools[tool.name] = tool
+        self.revision += 1
 
     def remove(self, name: str) -> None:
         """Unregister a tool (if present)."""
-        self._tools.pop(name, None)
+        if self._tools.pop(name, None) is not None:
+            self.revision += 1
 
     def get(self, name: str) -> Tool | None:
         """The tool of that name, if any."""

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
+from core import capability_store
 from core.capabilities import EXIT_RESTART, MAX_RESULT_CHARS
 from core.capability_runtime import ThreadRunner
 from core.db import Pool
@@ -288,7 +289,7 @@ async def test_materialised_from_the_database_after_a_restart_with_an_empty_dire
 
 
 async def test_new_version_is_used_at_once_and_rollback_restores_the_old(
-    make_core: MakeCore, fake_llm: FakeOpenAI
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
 ) -> None:
     core = admin_core(make_core)
     assert (await write(core, fake_llm, "version", "async def version(params):\n    return 'one'\n"))["ok"]
@@ -310,6 +311,14 @@ async def test_new_version_is_used_at_once_and_rollback_restores_the_old(
     reload = await call(core, fake_llm, "restart", {"mode": "reload"})
     assert reload["result"] == {"loaded": ["version v1"], "failed": {}, "summary": "1 loaded"}
     assert (await call(core, fake_llm, "version"))["result"] == "one"
+    # a version written by another process on the same database is picked up by a reload
+    await capability_store.save_version(
+        pool, "version", "v3", "async def version(params):\n    return 3\n", {"type": "object"}, "x"
+    )
+    assert (await call(core, fake_llm, "version"))["result"] == "one"
+    assert (await call(core, fake_llm, "restart", {"mode": "reload"}))["result"]["loaded"] == ["version v3"]
+    assert (await call(core, fake_llm, "version"))["result"] == 3
+    await call(core, fake_llm, "manage_capability", {"action": "rollback", "name": "version", "version": 1})
     # disable: no longer offered or callable; enable: back
     await call(core, fake_llm, "manage_capability", {"action": "disable", "name": "version"})
     gone = await call(core, fake_llm, "version")

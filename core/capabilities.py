@@ -10,6 +10,7 @@ import asyncio
 import functools
 import json
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,14 +204,19 @@ class CapabilityManager:
         return Loaded(v.name, v.version, v.description, v.parameters_schema, fn, takes_context, str(path))
 
     def _register(self, cap: Loaded) -> None:
-        """Offer the capability as a tool (replacing an earlier version)."""
+        """Offer the capability as a tool (replacing an earlier version, whose module is forgotten)."""
+        previous = self.loaded.get(cap.name)
+        if previous is not None and previous.fn.__module__ != cap.fn.__module__:
+            sys.modules.pop(previous.fn.__module__, None)
         self.loaded[cap.name] = cap
         handler = functools.partial(self._call, cap)
         self.registry.add(Tool(cap.name, cap.description, cap.schema, handler, timeout=self.timeout))
 
     def _unregister(self, name: str) -> None:
         """Stop offering a capability."""
-        if self.loaded.pop(name, None) is not None:
+        cap = self.loaded.pop(name, None)
+        if cap is not None:
+            sys.modules.pop(cap.fn.__module__, None)
             self.registry.remove(name)
 
     # ---- calling ---------------------------------------------------------------------------------

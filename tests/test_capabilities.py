@@ -318,6 +318,7 @@ async def test_new_version_is_used_at_once_and_rollback_restores_the_old(
     assert (await call(core, fake_llm, "version"))["result"] == "one"
     assert (await call(core, fake_llm, "restart", {"mode": "reload"}))["result"]["loaded"] == ["version v3"]
     assert (await call(core, fake_llm, "version"))["result"] == 3
+    assert len([m for m in sys.modules if m.startswith("capability_version_")]) == 1  # old versions forgotten
     await call(core, fake_llm, "manage_capability", {"action": "rollback", "name": "version", "version": 1})
     # disable: no longer offered or callable; enable: back
     await call(core, fake_llm, "manage_capability", {"action": "disable", "name": "version"})

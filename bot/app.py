@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 from adapters import console
+from adapters.discord import DiscordAdapter
 from adapters.telegram import TelegramAdapter
 from core.commands import StatusBoard
 from core.db import EmbeddedPostgres, Pool, create_pool, migrate, start_embedded
@@ -49,10 +50,11 @@ async def run_bot(settings: Settings, *, ask_text: str | None = None) -> int:
         llm = LLM.from_settings(settings)
         try:
             core = Core(settings, pool, llm)
+            await core.capabilities.load_all()  # a capability that fails to load is logged and skipped
             if ask_text is not None:
                 answer, answered = await console.ask(core, ask_text)
                 print(answer)
-                return 0 if answered else 1
+                return core.exit_code if core.exit_code is not None else 0 if answered else 1
             if settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None:
                 return await run_console(settings, core)
             return await run_platforms(settings, core)
@@ -90,25 +92,34 @@ async def run_console(settings: Settings, core: Core) -> int:
         print(text, end="", flush=True)
 
     async with reminders(settings, core, {"console": console.ConsoleOutbox(write)}, StatusBoard()):
-        await console.chat_loop(core, console.stdin_lines(), write)
-    return 0
+        await console.chat_loop(core, until_exit(core, console.stdin_lines()), write)
+    return core.exit_code or 0
+
+
+async def until_exit(core: Core, lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The lines, until an answer asked the bot to exit (checked before reading the next line)."""
+    async for line in lines:
+        yield line
+        if core.exit_code is not None:
+            return
 
 
 async def run_platforms(settings: Settings, core: Core) -> int:
     """Start every configured platform adapter and the reminders, and run until interrupted."""
     board = StatusBoard()
-    adapters: list[TelegramAdapter] = []
+    adapters: list[TelegramAdapter | DiscordAdapter] = []
     if settings.TELEGRAM_BOT_TOKEN is not None:
         adapters.append(TelegramAdapter(core, settings, board))
     if settings.DISCORD_BOT_TOKEN is not None:
-        log.warning("DISCORD_BOT_TOKEN is set but the Discord adapter is not built yet; ignoring it")
+        adapters.append(DiscordAdapter(core, settings, board))
     if not adapters:
         return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    started: list[TelegramAdapter] = []
+    core.stop_listeners.append(stop.set)  # restart(mode="full"), after its answer was sent
+    started: list[TelegramAdapter | DiscordAdapter] = []
     try:
         for adapter in adapters:
             await adapter.start()
@@ -120,4 +131,4 @@ async def run_platforms(settings: Settings, core: Core) -> int:
     finally:
         for adapter in reversed(started):
             await adapter.stop()
-    return 0
+    return core.exit_code or 0

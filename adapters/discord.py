@@ -1,0 +1,556 @@
+"""The Discord adapter (discord.py 2): messages and slash commands → Incoming, core events → Markdown replies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import aclosing
+from typing import Any, cast
+
+import discord
+import yarl
+from discord import app_commands
+from discord.abc import Messageable
+from discord.gateway import DiscordWebSocket
+
+from adapters.discord_render import MESSAGE_LIMIT, render_reply, split_markdown, steps_text, with_steps, without_steps
+from core.activity import summary_line
+from core.commands import HELP, Commands, StatusBoard
+from core.reminders import ReminderMessage, press
+from core.service import Core
+from core.settings import Settings
+from core.store import turn_steps
+from core.types import Assistant, Error, Incoming
+
+log = logging.getLogger(__name__)
+
+TYPING_EVERY_S = 8.0  # Discord shows "typing…" for about 10 s
+READY_TIMEOUT_S = 60.0
+TEXT_ONLY = "I can only read text for now — please type your message (text next to an attachment works too)."
+FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
+GONE = "I no longer have the steps of that answer (it was deleted)."
+NOT_YOURS = "Only the person who asked can see the steps of this answer."
+BUTTON_LABELS = {"done": "✅ Done", "snooze10": "😴 10 min", "snooze60": "😴 1 h"}
+NO_MENTIONS = discord.AllowedMentions.none()
+REPLY_MENTION = discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=True)
+_MENTION = re.compile(r"<@!?(\d+)>")
+
+
+class StepsButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"steps:(?P<turn>\d+)(?P<shown>:shown)?"):
+    """The persistent "Show steps" button; its custom id carries the turn id (and the DM toggle state)."""
+
+    def __init__(self, turn_id: int, shown: bool = False) -> None:
+        """A Show (or, when shown, Hide) button for one turn."""
+        super().__init__(
+            discord.ui.Button(
+                label="Hide steps" if shown else "Show steps",
+                emoji="🔧",
+                style=discord.ButtonStyle.secondary,
+                custom_id=f"steps:{turn_id}{':shown' if shown else ''}",
+            )
+        )
+        self.turn_id, self.shown = turn_id, shown
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
+    ) -> StepsButton:
+        """Rebuild the button from a pressed custom id (works after restarts)."""
+        return cls(int(match["turn"]), bool(match["shown"]))
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        """Show the steps (ephemeral in servers, toggled in place in DMs)."""
+        adapter = _adapter_of(interaction)
+        await adapter.guard(interaction, adapter.show_steps(interaction, self.turn_id, self.shown))
+
+
+class ReminderButton(
+    discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"rem:(?P<action>done|snooze10|snooze60):(?P<task>\d+)"
+):
+    """Done / Snooze on a reminder; the custom id carries the action and the task id."""
+
+    def __init__(self, action: str, task_id: int) -> None:
+        """One reminder button."""
+        style = discord.ButtonStyle.success if action == "done" else discord.ButtonStyle.secondary
+        super().__init__(
+            discord.ui.Button(label=BUTTON_LABELS[action], style=style, custom_id=f"rem:{action}:{task_id}")
+        )
+        self.action, self.task_id = action, task_id
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
+    ) -> ReminderButton:
+        """Rebuild the button from a pressed custom id."""
+        return cls(match["action"], int(match["task"]))
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        """Only the owner may press; the reminder is edited to show what happened."""
+        adapter = _adapter_of(interaction)
+        await adapter.guard(interaction, adapter.press_reminder(interaction, self.action, self.task_id))
+
+
+def _adapter_of(interaction: discord.Interaction) -> DiscordAdapter:
+    """The adapter behind the client that received the interaction."""
+    return cast(_Client, interaction.client).adapter
+
+
+def _view(*items: discord.ui.Item[Any]) -> discord.ui.View:
+    """A view made of persistent items (never expires; not tracked per message by discord.py)."""
+    view = discord.ui.View(timeout=None)
+    for item in items:
+        view.add_item(item)
+    return view
+
+
+def _canonical(commands: Sequence[dict[str, Any]]) -> list[Any]:
+    """The parts of application commands that matter for deciding whether to sync."""
+
+    def opt(o: dict[str, Any]) -> tuple[Any, ...]:
+        return (o.get("name"), o.get("description"), o.get("type"), bool(o.get("required", False)),
+                tuple(opt(x) for x in o.get("options") or []))  # fmt: skip
+
+    return sorted(
+        (c.get("name"), c.get("description"), c.get("type", 1), tuple(opt(o) for o in c.get("options") or []))
+        for c in commands
+    )
+
+
+class _Client(discord.Client):
+    """discord.Client that hands every event to the adapter."""
+
+    def __init__(self, adapter: DiscordAdapter, intents: discord.Intents, guild_ready_timeout: float) -> None:
+        """A client with no default mentions and a command tree."""
+        super().__init__(
+            intents=intents, allowed_mentions=NO_MENTIONS, guild_ready_timeout=guild_ready_timeout,
+            chunk_guilds_at_startup=False,
+        )  # fmt: skip
+        self.adapter = adapter
+        self.tree: app_commands.CommandTree[_Client] = app_commands.CommandTree(self)
+        self.tree.on_error = adapter.on_command_error  # type: ignore[method-assign]
+
+    async def setup_hook(self) -> None:
+        """Once per login: persistent buttons, slash commands (synced only when they changed)."""
+        self.add_dynamic_items(StepsButton, ReminderButton)
+        self.adapter.add_commands(self.tree)
+        await self.adapter.sync_commands(self)
+
+    async def on_ready(self) -> None:
+        """Connected (or reconnected without resuming)."""
+        self.adapter.ready(self)
+
+    async def on_message(self, message: discord.Message) -> None:
+        """Every message the bot can see."""
+        await self.adapter.on_message(message)
+
+
+class DiscordAdapter:
+    """Runs the bot on Discord inside the caller's event loop."""
+
+    platform = "discord"
+
+    def __init__(self, core: Core, settings: Settings, board: StatusBoard, *, guild_ready_timeout: float = 2.0) -> None:
+        """Prepare the client (not connected yet)."""
+        assert settings.DISCORD_BOT_TOKEN is not None
+        self.core = core
+        self.commands = Commands(core)
+        self.board = board
+        self.token = settings.DISCORD_BOT_TOKEN.get_secret_value()
+        self.api_base = settings.DISCORD_API_BASE_URL
+        self.gateway = settings.DISCORD_GATEWAY_URL
+        self.channels = settings.discord_channels
+        self.guild_ready_timeout = guild_ready_timeout
+        self.client = self._make_client(message_content=True)
+        self._runner: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+
+    def _make_client(self, *, message_content: bool) -> _Client:
+        """A fresh client (a closed client cannot connect again)."""
+        intents = discord.Intents.default()
+        intents.message_content = message_content
+        return _Client(self, intents, self.guild_ready_timeout)
+
+    async def start(self) -> None:
+        """Log in, connect as a background task, and wait until the gateway says READY."""
+        if self.api_base:
+            discord.http.Route.BASE = self.api_base.rstrip("/")
+        if self.gateway:
+            DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(self.gateway)
+        self._ready.clear()
+        await self.client.login(self.token)
+        self._runner = asyncio.create_task(self._run(), name="discord-gateway")
+        waiter = asyncio.create_task(self._ready.wait())
+        done, _ = await asyncio.wait({self._runner, waiter}, timeout=READY_TIMEOUT_S, return_when="FIRST_COMPLETED")
+        if waiter not in done:
+            waiter.cancel()
+            if self._runner in done:
+                self._runner.result()  # raises why the connection failed
+            raise RuntimeError(f"Discord did not become ready within {READY_TIMEOUT_S:.0f} s")
+
+    async def _run(self) -> None:
+        """Stay connected; without the Message Content intent, fall back to mentions and DMs."""
+        try:
+            await self.client.connect(reconnect=True)
+        except discord.PrivilegedIntentsRequired:
+            log.warning(
+                "Discord refused the Message Content intent: enable it in the Developer Portal (Bot → Privileged "
+                "Gateway Intents). Running without it: only DMs and messages that @mention the bot are read."
+            )
+            await self.client.close()  # discord.py raises this without closing its HTTP session
+            self.client = self._make_client(message_content=False)
+            await self.client.login(self.token)
+            await self.client.connect(reconnect=True)
+
+    async def stop(self) -> None:
+        """Close the connection and wait for the gateway task."""
+        await self.client.close()
+        if self._runner is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._runner
+        self.board.adapters.pop("discord", None)
+
+    def ready(self, client: _Client) -> None:
+        """Record the connection for /status and wake start()."""
+        self.board.adapters["discord"] = f"{client.user} in {len(client.guilds)} server(s)"
+        self._ready.set()
+
+    # ---- slash commands ------------------------------------------------------------------------
+
+    def add_commands(self, tree: app_commands.CommandTree[_Client]) -> None:
+        """/ask /tasks /timezone /reset /status /help."""
+
+        @tree.command(name="ask", description="Ask the assistant something")
+        @app_commands.describe(message="What you want to ask or tell me")
+        async def ask(interaction: discord.Interaction, message: str) -> None:
+            await self.guard(interaction, self._on_ask(interaction, message))
+
+        @tree.command(name="tasks", description="Your open tasks")
+        async def tasks(interaction: discord.Interaction) -> None:
+            await self._answer_command(interaction, lambda inc: self.commands.tasks(inc), private=True)
+
+        @tree.command(name="timezone", description="Show or set your time zone")
+        @app_commands.describe(zone="An IANA time zone such as Europe/Berlin (leave empty to see yours)")
+        async def timezone(interaction: discord.Interaction, zone: str | None = None) -> None:
+            await self._answer_command(interaction, lambda inc: self.commands.timezone(inc, zone or ""), private=True)
+
+        @tree.command(name="reset", description="Start a fresh conversation in this channel")
+        async def reset(interaction: discord.Interaction) -> None:
+            await self._answer_command(interaction, self._reset, private=False)
+
+        @tree.command(name="status", description="How the bot is doing")
+        async def status(interaction: discord.Interaction) -> None:
+            await self._answer_command(interaction, lambda inc: self.commands.status(self.board), private=True)
+
+        @tree.command(name="help", description="What I can do")
+        async def help_(interaction: discord.Interaction) -> None:
+            await self._answer_command(interaction, self._help, private=True)
+
+    async def _reset(self, inc: Incoming) -> str:
+        """/reset."""
+        await self.core.reset(inc)
+        return "Fresh start — I've put our earlier conversation aside."
+
+    async def _help(self, inc: Incoming) -> str:
+        """/help."""
+        return HELP
+
+    async def sync_commands(self, client: _Client) -> None:
+        """Upload the slash commands only when Discord's set differs from ours (not on every start/reconnect)."""
+        app_id = client.application_id
+        if app_id is None:
+            return
+        try:
+            remote = await client.http.get_global_commands(app_id)
+            local = [c.to_dict(client.tree) for c in client.tree.get_commands()]
+            if _canonical(cast(list[dict[str, Any]], remote)) != _canonical(local):
+                await client.tree.sync()
+                log.info("Discord slash commands synced (%d)", len(local))
+        except discord.HTTPException as e:
+            log.warning("could not sync Discord slash commands (they may be out of date): %s", e)
+
+    async def _answer_command(
+        self, interaction: discord.Interaction, answer: Callable[[Incoming], Awaitable[str]], *, private: bool
+    ) -> None:
+        """A command answered without the LLM; personal answers are ephemeral in servers."""
+
+        async def run() -> None:
+            inc = self._interaction_incoming(interaction, "")
+            if not self.core.is_allowed(inc):
+                await self._refuse_interaction(interaction, inc)
+                return
+            text = await answer(inc)
+            parts = split_markdown(text)
+            await interaction.response.send_message(parts[0], ephemeral=private, allowed_mentions=NO_MENTIONS)
+            for part in parts[1:]:
+                await interaction.followup.send(part, ephemeral=private, allowed_mentions=NO_MENTIONS)
+
+        await self.guard(interaction, run())
+
+    async def _on_ask(self, interaction: discord.Interaction, text: str) -> None:
+        """/ask: a full turn, answered in the channel like a mention."""
+        inc = self._interaction_incoming(interaction, text)
+        if not self.core.is_allowed(inc):
+            await self._refuse_interaction(interaction, inc)
+            return
+        await interaction.response.defer(thinking=True)
+        answered = False
+        async with aclosing(self.core.handle(inc)) as events:
+            async for event in events:
+                if isinstance(event, Assistant):
+                    parts = render_reply(event.text, event.steps, event.elapsed_s)
+                    view = _view(StepsButton(event.turn_id)) if event.steps and event.turn_id else None
+                    await self._followups(interaction, parts, view)
+                    answered = True
+                elif isinstance(event, Error):
+                    await self._followups(interaction, split_markdown(event.message), None)
+                    answered = True
+        if not answered:  # a duplicate delivery of the same interaction
+            await interaction.followup.send("Already answered.", ephemeral=True)
+
+    async def _followups(
+        self, interaction: discord.Interaction, parts: Sequence[str], view: discord.ui.View | None
+    ) -> None:
+        """Send parts as interaction follow-ups (the first replaces "thinking…"); the view goes on the last."""
+        for i, part in enumerate(parts):
+            if view is not None and i == len(parts) - 1:
+                await interaction.followup.send(part, view=view, allowed_mentions=NO_MENTIONS)
+            else:
+                await interaction.followup.send(part, allowed_mentions=NO_MENTIONS)
+
+    async def _refuse_interaction(self, interaction: discord.Interaction, inc: Incoming) -> None:
+        """Interactions always get an answer (only the user sees it)."""
+        await interaction.response.send_message(self.core.refusal_text(inc), ephemeral=True)
+
+    async def on_command_error(self, interaction: discord.Interaction, error: app_commands.AppCommandError, /) -> None:
+        """Errors of the command tree itself go through the same funnel."""
+        await self._fail(interaction, error)
+
+    # ---- translation -------------------------------------------------------------------------
+
+    def _bot_id(self) -> int:
+        """The bot's own user id."""
+        return self.client.user.id if self.client.user else 0
+
+    def _addressed(self, message: discord.Message) -> bool:
+        """DMs always; in servers a mention, a reply to the bot, or a listed channel."""
+        if message.guild is None:
+            return True
+        me = self._bot_id()
+        if any(u.id == me for u in message.mentions):
+            return True
+        ref = message.reference
+        if ref is not None and isinstance(ref.resolved, discord.Message) and ref.resolved.author.id == me:
+            return True
+        channel = message.channel
+        parent = channel.parent_id if isinstance(channel, discord.Thread) else None
+        return channel.id in self.channels or parent in self.channels
+
+    def _text(self, message: discord.Message) -> str:
+        """The message text without the bot's mention; other mentions become @names."""
+        me = self._bot_id()
+        names = {u.id: getattr(u, "display_name", u.name) for u in message.mentions}
+
+        def repl(m: re.Match[str]) -> str:
+            uid = int(m.group(1))
+            return "" if uid == me else f"@{names.get(uid, 'someone')}"
+
+        return _MENTION.sub(repl, message.content).strip()
+
+    def _where(self, channel: Any, guild_id: int | None) -> tuple[str, str, str]:
+        """(chat id, thread id, title): a thread is its own conversation inside its parent channel."""
+        name = getattr(channel, "name", None) or ""
+        if isinstance(channel, discord.Thread):
+            return str(channel.parent_id), str(channel.id), f"#{name}"
+        return str(channel.id), "", f"#{name}" if guild_id else ""
+
+    def _incoming(self, message: discord.Message, text: str) -> Incoming:
+        """The core's view of a Discord message."""
+        chat_id, thread_id, title = self._where(message.channel, message.guild.id if message.guild else None)
+        ref = message.reference
+        return Incoming(
+            platform="discord",
+            user_id=str(message.author.id),
+            chat_id=chat_id,
+            thread_id=thread_id,
+            chat_kind="private" if message.guild is None else "group",
+            chat_title=title,
+            text=text,
+            user_name=message.author.display_name,
+            message_id=str(message.id),
+            reply_to=str(ref.message_id) if ref is not None and ref.message_id else None,
+            attachments=tuple(a.filename for a in message.attachments),
+        )
+
+    def _interaction_incoming(self, interaction: discord.Interaction, text: str) -> Incoming:
+        """The core's view of a slash command."""
+        channel = interaction.channel
+        chat_id, thread_id, title = (
+            self._where(channel, interaction.guild_id) if channel is not None else (str(interaction.channel_id), "", "")
+        )
+        return Incoming(
+            platform="discord",
+            user_id=str(interaction.user.id),
+            chat_id=chat_id,
+            thread_id=thread_id,
+            chat_kind="private" if interaction.guild_id is None else "group",
+            chat_title=title,
+            text=text,
+            user_name=interaction.user.display_name,
+            message_id=f"interaction:{interaction.id}",
+        )
+
+    # ---- messages ------------------------------------------------------------------------------
+
+    async def on_message(self, message: discord.Message) -> None:
+        """A message: a turn when addressed; the bot's own and other bots' messages are ignored."""
+        if message.author.bot or message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            return
+        if not self._addressed(message):
+            return
+        try:
+            text = self._text(message)
+            inc = self._incoming(message, text)
+            if not text:
+                if not self.core.is_allowed(inc):
+                    await self._refuse(inc, message)
+                elif message.attachments or message.stickers:
+                    await self._send_parts(message, [TEXT_ONLY])
+                return
+            await self._turn(inc, message)
+        except Exception as e:
+            await self._fail_message(message, e)
+
+    async def _turn(self, inc: Incoming, message: discord.Message) -> None:
+        """Run the core on one message with typing shown, then send the reply."""
+        typing = asyncio.create_task(self._keep_typing(message.channel))
+        try:
+            async with aclosing(self.core.handle(inc)) as events:
+                async for event in events:
+                    if isinstance(event, Assistant):
+                        await _stop(typing)
+                        parts = render_reply(event.text, event.steps, event.elapsed_s)
+                        view = _view(StepsButton(event.turn_id)) if event.steps and event.turn_id else None
+                        await self._send_parts(message, parts, view)
+                    elif isinstance(event, Error):
+                        await _stop(typing)
+                        await self._send_parts(message, split_markdown(event.message))
+        finally:
+            await _stop(typing)
+
+    async def _keep_typing(self, channel: Messageable) -> None:
+        """Refresh the typing indicator until cancelled (failures only cost the indicator)."""
+        while True:
+            with contextlib.suppress(discord.HTTPException):
+                await channel.typing()
+            await asyncio.sleep(TYPING_EVERY_S)
+
+    async def _refuse(self, inc: Incoming, message: discord.Message) -> None:
+        """The polite refusal with the user's id (at most once per chat per hour)."""
+        refusal = self.core.refusal(inc)
+        if refusal is not None:
+            await self._send_parts(message, [refusal.message])
+
+    async def _send_parts(
+        self, message: discord.Message, parts: Sequence[str], view: discord.ui.View | None = None
+    ) -> list[discord.Message]:
+        """Send parts in order to the message's channel; in servers the first replies to the author."""
+        sent = []
+        for i, part in enumerate(parts):
+            kwargs: dict[str, Any] = {"allowed_mentions": NO_MENTIONS}
+            if i == 0 and message.guild is not None:
+                kwargs["reference"] = message.to_reference(fail_if_not_exists=False)
+                kwargs["allowed_mentions"] = REPLY_MENTION
+            if view is not None and i == len(parts) - 1:
+                kwargs["view"] = view
+            sent.append(await message.channel.send(part, **kwargs))
+        return sent
+
+    # ---- buttons -------------------------------------------------------------------------------
+
+    async def show_steps(self, interaction: discord.Interaction, turn_id: int, shown: bool) -> None:
+        """Load a turn's steps from PostgreSQL; ephemeral in servers, toggled in place in DMs."""
+        found = await turn_steps(self.core.pool, turn_id)
+        if found is None or found.platform != "discord":
+            await interaction.response.send_message(GONE, ephemeral=True)
+            return
+        presser = str(interaction.user.id)
+        inc = self._interaction_incoming(interaction, "")
+        if presser != found.user_id and not self.core.is_admin(inc):
+            await interaction.response.send_message(NOT_YOURS, ephemeral=True)
+            return
+        message = interaction.message
+        if interaction.guild_id is None and message is not None:
+            content = without_steps(message.content) if shown else with_steps(message.content, found.steps)
+            view = _view(StepsButton(turn_id, shown=not shown))
+            await interaction.response.edit_message(content=content, view=view, allowed_mentions=NO_MENTIONS)
+            return
+        head = f"**Steps** — {summary_line(found.steps, found.elapsed_s)}\n"
+        text = head + steps_text(found.steps, MESSAGE_LIMIT - len(head))
+        await interaction.response.send_message(text, ephemeral=True, allowed_mentions=NO_MENTIONS)
+
+    async def press_reminder(self, interaction: discord.Interaction, action: str, task_id: int) -> None:
+        """Done / Snooze: only the owner; the reminder message shows the outcome and loses its buttons."""
+        ok, text = await press(
+            self.core.pool, self.core.clock, platform="discord", presser_id=str(interaction.user.id),
+            task_id=task_id, action=action, default_tz=self.core.settings.DEFAULT_TIMEZONE,
+        )  # fmt: skip
+        if not ok or interaction.message is None:
+            await interaction.response.send_message(text, ephemeral=True)
+            return
+        content = f"{interaction.message.content}\n\n{text}"[:MESSAGE_LIMIT]
+        await interaction.response.edit_message(content=content, view=None, allowed_mentions=NO_MENTIONS)
+
+    # ---- reminders -----------------------------------------------------------------------------
+
+    async def send_reminder(self, msg: ReminderMessage) -> str | None:
+        """Push a reminder into its channel (mentioning the owner in servers) with Done / Snooze buttons."""
+        channel = self.client.get_partial_messageable(int(msg.thread_id or msg.chat_id))
+        body, mentions = msg.text, NO_MENTIONS
+        if msg.chat_kind == "group":
+            body = f"<@{int(msg.owner_id)}> {body}"
+            mentions = discord.AllowedMentions(everyone=False, roles=False, users=[discord.Object(int(msg.owner_id))])
+        parts = split_markdown(body)
+        view = _view(*(ReminderButton(b, msg.task_id) for b in msg.buttons))
+        sent: discord.Message | None = None
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if last:
+                sent = await channel.send(part, allowed_mentions=mentions, view=view)
+            else:
+                await channel.send(part, allowed_mentions=mentions)
+        return str(sent.id) if sent is not None else None
+
+    # ---- the error funnel ----------------------------------------------------------------------
+
+    async def guard(self, interaction: discord.Interaction, work: Awaitable[None]) -> None:
+        """Run an interaction's work; any failure is logged and answered briefly."""
+        try:
+            await work
+        except Exception as e:
+            await self._fail(interaction, e)
+
+    async def _fail(self, interaction: discord.Interaction, error: BaseException) -> None:
+        """Log with the traceback and tell the user briefly (only they see it)."""
+        log.error("Discord interaction failed", exc_info=error)
+        with contextlib.suppress(discord.HTTPException):
+            if interaction.response.is_done():
+                await interaction.followup.send(FAILED, ephemeral=True)
+            else:
+                await interaction.response.send_message(FAILED, ephemeral=True)
+
+    async def _fail_message(self, message: discord.Message, error: BaseException) -> None:
+        """Log with the traceback and answer the message briefly."""
+        log.error("Discord message handler failed", exc_info=error)
+        with contextlib.suppress(discord.HTTPException):
+            await message.channel.send(FAILED, allowed_mentions=NO_MENTIONS)
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    """Cancel a helper task and wait for it."""
+    if not task.done():
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

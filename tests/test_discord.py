@@ -248,10 +248,14 @@ async def test_not_allowed_user_refused_once_with_id(bot: Bot) -> None:
     stranger = bot.dc.user(STRANGER, "Stranger")
     [sent] = await bot.say("hello", author=stranger, mention_bot=True)
     assert f"discord id is {STRANGER}" in sent["content"] and f"discord:{STRANGER}" in sent["content"]
+    await bot.dc.post_message(stranger, "hello??", mention_bot=True)  # refused once: no second refusal
+    bot.llm.script(Reply(text="hi Bob"))
+    [reply] = await bot.say("hi", author=bot.bob, mention_bot=True)
+    assert reply["content"] == "hi Bob"
     it = await bot.dc.slash("tasks", None, stranger)
     await it.wait_done()
     assert it.ephemeral and f"discord:{STRANGER}" in it.texts()[0]
-    assert bot.llm.requests == []
+    assert len(bot.llm.requests) == 1  # only Bob's message reached the model
 
 
 async def test_attachment_without_text_gets_text_only(bot: Bot) -> None:

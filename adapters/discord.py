@@ -368,39 +368,31 @@ class DiscordAdapter:
 
     def _incoming(self, message: discord.Message, text: str) -> Incoming:
         """The core's view of a Discord message."""
-        chat_id, thread_id, title = self._where(message.channel, message.guild.id if message.guild else None)
         ref = message.reference
-        return Incoming(
-            platform="discord",
-            user_id=str(message.author.id),
-            chat_id=chat_id,
-            thread_id=thread_id,
-            chat_kind="private" if message.guild is None else "group",
-            chat_title=title,
-            text=text,
-            user_name=message.author.display_name,
-            message_id=str(message.id),
-            reply_to=str(ref.message_id) if ref is not None and ref.message_id else None,
+        return self._make_incoming(
+            message.author, message.channel, message.channel.id, message.guild.id if message.guild else None, text,
+            str(message.id), reply_to=str(ref.message_id) if ref is not None and ref.message_id else None,
             attachments=tuple(a.filename for a in message.attachments),
-        )
+        )  # fmt: skip
 
     def _interaction_incoming(self, interaction: discord.Interaction, text: str) -> Incoming:
-        """The core's view of a slash command."""
-        channel = interaction.channel
-        chat_id, thread_id, title = (
-            self._where(channel, interaction.guild_id) if channel is not None else (str(interaction.channel_id), "", "")
-        )
+        """The core's view of a slash command or button press."""
+        return self._make_incoming(
+            interaction.user, interaction.channel, interaction.channel_id, interaction.guild_id, text,
+            f"interaction:{interaction.id}",
+        )  # fmt: skip
+
+    def _make_incoming(
+        self, author: discord.User | discord.Member, channel: Any, channel_id: int | None, guild_id: int | None,
+        text: str, message_id: str, *, reply_to: str | None = None, attachments: tuple[str, ...] = (),
+    ) -> Incoming:  # fmt: skip
+        """An Incoming for a user speaking in a channel (a thread is its own conversation in its parent)."""
+        where = self._where(channel, guild_id) if channel is not None else (str(channel_id), "", "")
         return Incoming(
-            platform="discord",
-            user_id=str(interaction.user.id),
-            chat_id=chat_id,
-            thread_id=thread_id,
-            chat_kind="private" if interaction.guild_id is None else "group",
-            chat_title=title,
-            text=text,
-            user_name=interaction.user.display_name,
-            message_id=f"interaction:{interaction.id}",
-        )
+            platform="discord", user_id=str(author.id), chat_id=where[0], thread_id=where[1],
+            chat_kind="private" if guild_id is None else "group", chat_title=where[2], text=text,
+            user_name=author.display_name, message_id=message_id, reply_to=reply_to, attachments=attachments,
+        )  # fmt: skip
 
     # ---- messages ------------------------------------------------------------------------------
 

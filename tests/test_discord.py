@@ -208,7 +208,7 @@ async def test_slash_tasks_and_commands_synced_only_when_changed(bot: Bot) -> No
     assert bot.dc.command_puts == 1  # unchanged set: not uploaded again
 
 
-async def test_slash_ask_and_timezone(bot: Bot) -> None:
+async def test_slash_ask_timezone_status_reset(bot: Bot) -> None:
     bot.llm.script(Reply(text="Answer to the slash command"))
     it = await bot.dc.slash("ask", {"message": "what's up?"}, bot.bob)
     await it.wait_done()
@@ -217,6 +217,16 @@ async def test_slash_ask_and_timezone(bot: Bot) -> None:
     tz = await bot.dc.slash("timezone", {"zone": "Asia/Tokyo"}, bot.bob)
     await tz.wait_done()
     assert "Asia/Tokyo" in tz.texts()[0]
+    status = await bot.dc.slash("status", None, bot.bob)
+    await status.wait_done()
+    assert "discord (assistant" in status.texts()[0] and status.ephemeral
+    reset = await bot.dc.slash("reset", None, bot.bob)
+    await reset.wait_done()
+    assert reset.texts() == ["Fresh start — I've put our earlier conversation aside."] and not reset.ephemeral
+    bot.llm.script(Reply(text="fresh"))
+    again = await bot.dc.slash("ask", {"message": "hello?"}, bot.bob)
+    await again.wait_done()
+    assert [m["content"] for m in bot.llm.requests[-1]["messages"][1:]] == ["Bob: hello?"]  # history was reset
 
 
 async def test_reminder_delivered_to_guild_channel_with_owner_only_buttons(bot: Bot, clock: FakeClock) -> None:

@@ -750,11 +750,10 @@ class FakeDiscord:
 
     async def wait_sent(self, n: int, timeout: float = 5.0) -> list[dict[str, Any]]:
         """Wait until the bot has sent at least n channel messages; return `sent`."""
-        await self.wait_for(
-            lambda: len(self.sent) >= n,
-            timeout,
-            what=f"{n} sent message(s) (have {[m.get('content') for m in self.sent]!r})",
-        )
+        try:
+            await self.wait_for(lambda: len(self.sent) >= n, timeout, what=f"{n} sent message(s)")
+        except TimeoutError as e:  # list what was sent only on failure (building it every call is quadratic)
+            raise TimeoutError(f"{e}; sent so far: {[m.get('content') for m in self.sent]!r}") from None
         return self.sent
 
     # internals: ids, objects

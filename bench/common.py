@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -326,6 +326,34 @@ async def _serve(delay: float) -> None:
                 break
             if line.strip() == "stats":
                 print(json.dumps(fake.take_stats()), flush=True)
+
+
+# ---------------------------------------------------------------- tracing a turn
+
+
+@dataclass
+class Marks:
+    """Timestamps inside the bot for one traced turn (first occurrence of each)."""
+
+    at: dict[str, float] = field(default_factory=dict)
+    db: list[tuple[str, float, float]] = field(default_factory=list)
+
+    def mark(self, name: str) -> None:
+        """Record `name` now unless already recorded."""
+        self.at.setdefault(name, time.monotonic())
+
+
+@dataclass
+class Tracer:
+    """The Marks of the turn being traced; `next()` files them and starts a new set."""
+
+    cur: Marks = field(default_factory=Marks)
+    done: list[Marks] = field(default_factory=list)
+
+    def next(self) -> None:
+        """File the current marks (later marks of that turn still land in the filed set) and start a new set."""
+        self.done.append(self.cur)
+        self.cur = Marks()
 
 
 def main() -> None:

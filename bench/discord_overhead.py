@@ -34,7 +34,7 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import aclosing, asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -44,7 +44,16 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from adapters.discord import DiscordAdapter
-from bench.common import FakeLLMProcess, bench_database, bench_settings, load_average, percentile, postmaster_pid
+from bench.common import (
+    FakeLLMProcess,
+    Marks,
+    Tracer,
+    bench_database,
+    bench_settings,
+    load_average,
+    percentile,
+    postmaster_pid,
+)
 from bench.turn_overhead import CpuMeter, CpuUse, print_profile
 from core.commands import StatusBoard
 from core.db import create_pool
@@ -310,30 +319,6 @@ async def part_burst(rig: Rig, n: int) -> int:
 
 
 # ---------------------------------------------------------------- part 3: where the time goes
-
-
-@dataclass
-class Marks:
-    """Timestamps inside the bot for one traced turn (first occurrence of each)."""
-
-    at: dict[str, float] = field(default_factory=dict)
-
-    def mark(self, name: str) -> None:
-        """Record `name` now unless already recorded."""
-        self.at.setdefault(name, time.monotonic())
-
-
-@dataclass
-class Tracer:
-    """The Marks of the turn being traced; `next()` files them and starts a new set."""
-
-    cur: Marks = field(default_factory=Marks)
-    done: list[Marks] = field(default_factory=list)
-
-    def next(self) -> None:
-        """File the current marks."""
-        self.done.append(self.cur)
-        self.cur = Marks()
 
 
 @contextmanager

@@ -38,7 +38,7 @@ from collections import Counter, defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import aclosing, asynccontextmanager, contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -53,6 +53,8 @@ from adapters.telegram import TelegramAdapter
 from bench.common import (
     BenchDatabase,
     FakeLLMProcess,
+    Marks,
+    Tracer,
     bench_database,
     bench_settings,
     load_average,
@@ -399,31 +401,6 @@ def print_run(r: RunResult, *, headline: bool) -> None:
 
 
 # ---------------------------------------------------------------- part 2: where the time goes
-
-
-@dataclass
-class Marks:
-    """Timestamps inside the bot for one traced turn (first occurrence of each)."""
-
-    at: dict[str, float] = field(default_factory=dict)
-    db: list[tuple[str, float, float]] = field(default_factory=list)
-
-    def mark(self, name: str) -> None:
-        """Record `name` now unless already recorded."""
-        self.at.setdefault(name, time.monotonic())
-
-
-@dataclass
-class Tracer:
-    """The Marks of the turn being traced; `next()` files them and starts a new set."""
-
-    cur: Marks = field(default_factory=Marks)
-    done: list[Marks] = field(default_factory=list)
-
-    def next(self) -> None:
-        """The current turn's sendMessage has reached the fake: later marks of it still land in its set."""
-        self.done.append(self.cur)
-        self.cur = Marks()
 
 
 @contextmanager

@@ -13,10 +13,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Any
 
 from aiohttp import BodyPartReader, WSMsgType, web
+
+from tests.loopback import LoopbackServer
 
 __all__ = [
     "API_VERSION",
@@ -240,7 +241,7 @@ class FakeInteraction:
         return self
 
 
-class FakeDiscord:
+class FakeDiscord(LoopbackServer):
     """A fake Discord (REST API + gateway) on 127.0.0.1 for the real discord.py.
 
     Point discord.py at it with ``discord.http.Route.BASE = fake.api_base`` and
@@ -406,20 +407,6 @@ class FakeDiscord:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
-
-    async def __aenter__(self) -> FakeDiscord:
-        """Start the server."""
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the server."""
-        await self.stop()
 
     @property
     def base_url(self) -> str:

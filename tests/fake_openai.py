@@ -10,10 +10,11 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
+
+from tests.loopback import LoopbackServer
 
 __all__ = ["FakeOpenAI", "Reply", "Responder"]
 
@@ -162,7 +163,7 @@ def _tokens(s: str) -> int:
     return max(1, len(s) // 4) if s else 0
 
 
-class FakeOpenAI:
+class FakeOpenAI(LoopbackServer):
     """A scripted fake OpenAI Chat Completions server on 127.0.0.1."""
 
     def __init__(self, *, default: Reply | Responder | None = None) -> None:
@@ -205,20 +206,6 @@ class FakeOpenAI:
         runner, self._runner, self._site = self._runner, None, None
         if runner is not None:
             await runner.cleanup()
-
-    async def __aenter__(self) -> FakeOpenAI:
-        """Start the server."""
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the server."""
-        await self.stop()
 
     @property
     def base_url(self) -> str:

@@ -11,10 +11,11 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
+
+from tests.loopback import LoopbackServer
 
 __all__ = ["MAX_TEXT_LENGTH", "FakeTelegram", "HtmlError", "auto_entities", "parse_html", "utf16_len"]
 
@@ -453,7 +454,7 @@ def _check_markup(markup: Any) -> None:
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
-class FakeTelegram:
+class FakeTelegram(LoopbackServer):
     """A fake Telegram Bot API server on 127.0.0.1 for the real PTB (use base_url with ApplicationBuilder)."""
 
     def __init__(self, token: str = "123:TEST", bot_id: int = 123, bot_username: str = "test_bot") -> None:
@@ -530,20 +531,6 @@ class FakeTelegram:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
-
-    async def __aenter__(self) -> FakeTelegram:
-        """Start the server."""
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the server."""
-        await self.stop()
 
     @property
     def base_url(self) -> str:

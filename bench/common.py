@@ -73,7 +73,7 @@ def _proc_stat(pid: int) -> tuple[int, float] | None:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = raw[raw.rindex(")") + 2:].split()
+    fields = raw[raw.rindex(")") + 2 :].split()
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / _clock_ticks()
 
 
@@ -118,9 +118,18 @@ def bench_settings(base_url: str, data_dir: Path) -> Settings:
     """Production defaults pointed at the fake LLM, ignoring any `.env` and everyone allowed."""
     return load_settings(
         _env_file=None,
-        LLM_PROVIDER="openai", LLM_BASE_URL=base_url, LLM_API_KEY="bench", LLM_MODEL="fake-model",
-        ALLOWED_USERS="*", ADMINS="", DEFAULT_TIMEZONE="UTC", DATA_DIR=str(data_dir),
-        HISTORY_MESSAGES=40, AGENT_MAX_STEPS=10, AGENT_STEP_TIMEOUT=60.0, AGENT_TOTAL_TIMEOUT=180.0,
+        LLM_PROVIDER="openai",
+        LLM_BASE_URL=base_url,
+        LLM_API_KEY="bench",
+        LLM_MODEL="fake-model",
+        ALLOWED_USERS="*",
+        ADMINS="",
+        DEFAULT_TIMEZONE="UTC",
+        DATA_DIR=str(data_dir),
+        HISTORY_MESSAGES=40,
+        AGENT_MAX_STEPS=10,
+        AGENT_STEP_TIMEOUT=60.0,
+        AGENT_TOTAL_TIMEOUT=180.0,
     )
 
 
@@ -232,8 +241,10 @@ class TimedFakeOpenAI(FakeOpenAI):
         """Counters since the last call (then reset); cpu_s is this whole process's CPU time."""
         now_cpu = time.process_time()
         out = {
-            "requests": len(self.arrivals), "handler_s": self.handler_s,
-            "cpu_s": now_cpu - self.cpu_mark, "arrivals": self.arrivals,
+            "requests": len(self.arrivals),
+            "handler_s": self.handler_s,
+            "cpu_s": now_cpu - self.cpu_mark,
+            "arrivals": self.arrivals,
         }
         self.arrivals, self.handler_s, self.cpu_mark = [], 0.0, now_cpu
         self.requests.clear()
@@ -253,7 +264,9 @@ class ServerStats:
     def from_dict(cls, d: dict[str, Any], *, own_process: bool) -> ServerStats:
         """Parse a take_stats() result."""
         return cls(
-            int(d["requests"]), float(d["handler_s"]), float(d["cpu_s"]) if own_process else None,
+            int(d["requests"]),
+            float(d["handler_s"]),
+            float(d["cpu_s"]) if own_process else None,
             [float(a) for a in d["arrivals"]],
         )
 
@@ -272,8 +285,16 @@ class FakeLLMProcess:
         path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, "PYTHONPATH": path}
         self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.common", "--serve", "--delay", repr(self.delay),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=str(REPO_ROOT), env=env,
+            sys.executable,
+            "-m",
+            "bench.common",
+            "--serve",
+            "--delay",
+            repr(self.delay),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            cwd=str(REPO_ROOT),
+            env=env,
         )
         assert self._proc.stdout is not None
         line = (await asyncio.wait_for(self._proc.stdout.readline(), 30)).decode().strip()

@@ -101,8 +101,9 @@ class TimedFakeDiscord(FakeDiscord):
         try:
             return await super()._rest(request, path)
         finally:
-            self.log.append(RestCall(f"{request.method} {_IDS.sub('{id}', path or request.path)}", t0,
-                                     time.monotonic()))
+            self.log.append(
+                RestCall(f"{request.method} {_IDS.sub('{id}', path or request.path)}", t0, time.monotonic())
+            )
 
     async def _dispatch(self, event: str, data: Any) -> None:
         """Stamp a bot message the moment it joined `sent` (create_message dispatches right after appending)."""
@@ -133,10 +134,13 @@ async def make_rig(dsn: str, llm_server: FakeLLMProcess) -> AsyncIterator[Rig]:
     with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
         fake = TimedFakeDiscord()
         async with fake:
-            settings = bench_settings(llm_server.base_url, Path(tmp)).model_copy(update={
-                "DISCORD_BOT_TOKEN": SecretStr(fake.token), "DISCORD_API_BASE_URL": fake.api_base,
-                "DISCORD_GATEWAY_URL": fake.gateway_url,
-            })
+            settings = bench_settings(llm_server.base_url, Path(tmp)).model_copy(
+                update={
+                    "DISCORD_BOT_TOKEN": SecretStr(fake.token),
+                    "DISCORD_API_BASE_URL": fake.api_base,
+                    "DISCORD_GATEWAY_URL": fake.gateway_url,
+                }
+            )
             assert "*" in settings.allowed_users
             pool = await create_pool(dsn)
             llm = LLM.from_settings(settings)
@@ -205,15 +209,19 @@ async def run_turns(rig: Rig, turns: int) -> list[TurnTimes]:
 
 def _stats_line(ms: list[float]) -> str:
     """p50/p90/p99/max/mean of sorted ms figures."""
-    return (f"p50 {percentile(ms, 50):6.2f}  p90 {percentile(ms, 90):6.2f}  p99 {percentile(ms, 99):6.2f}  "
-            f"max {ms[-1]:6.2f}  mean {statistics.fmean(ms):6.2f} ms  (min {ms[0]:.2f})")
+    return (
+        f"p50 {percentile(ms, 50):6.2f}  p90 {percentile(ms, 90):6.2f}  p99 {percentile(ms, 99):6.2f}  "
+        f"max {ms[-1]:6.2f}  mean {statistics.fmean(ms):6.2f} ms  (min {ms[0]:.2f})"
+    )
 
 
 async def part_sequential(rig: Rig, meter: CpuMeter, turns: int, warmup: int) -> int:
     """The headline: sequential turns; returns how many lacked the expected reply."""
     await run_turns(rig, warmup)
-    print(f"== 1. Message in → reply out: {turns} sequential turns after {warmup} warm-up, {SEQ_USERS} users, "
-          "each alternating DM / guild @mention; the fake LLM answers instantly ('ok', no tool calls) ==")
+    print(
+        f"== 1. Message in → reply out: {turns} sequential turns after {warmup} warm-up, {SEQ_USERS} users, "
+        "each alternating DM / guild @mention; the fake LLM answers instantly ('ok', no tool calls) =="
+    )
     await rig.llm_server.stats()  # reset
     first = len(rig.fake.log)
     meter.start()
@@ -230,26 +238,38 @@ async def part_sequential(rig: Rig, meter: CpuMeter, turns: int, warmup: int) ->
         ms = sorted(t.ms for t in times if t.dm == dm)
         if ms:
             print(f"               {label} {_stats_line(ms)}")
-    print("    (post_message called → the fake appends the reply to `sent`; the fake LLM answers instantly, so "
-          "this is the bot's own overhead plus the fakes' share)")
+    print(
+        "    (post_message called → the fake appends the reply to `sent`; the fake LLM answers instantly, so "
+        "this is the bot's own overhead plus the fakes' share)"
+    )
     post = sorted((t.dispatched - t.pushed) * 1000 for t in times)
     woke = sorted((t.woke - t.pushed) * 1000 for t in times)
-    print(f"    inside that: post_message itself (the fake builds the message, JSON, writes the frame) "
-          f"p50 {percentile(post, 50):.2f} ms; the benchmark's wait_sent() wakes at p50 {percentile(woke, 50):.2f} ms")
+    print(
+        f"    inside that: post_message itself (the fake builds the message, JSON, writes the frame) "
+        f"p50 {percentile(post, 50):.2f} ms; the benchmark's wait_sent() wakes at p50 {percentile(woke, 50):.2f} ms"
+    )
     per_route = Counter(c.route for c in calls)
-    print("    REST calls per turn: " + ", ".join(
-        f"{r} {k / turns:.2f}" for r, k in sorted(per_route.items(), key=lambda kv: (-kv[1], kv[0]))))
+    print(
+        "    REST calls per turn: "
+        + ", ".join(f"{r} {k / turns:.2f}" for r, k in sorted(per_route.items(), key=lambda kv: (-kv[1], kv[0])))
+    )
     work: dict[str, float] = defaultdict(float)
     for c in calls:
         work[c.route] += c.work_s
     total_work = sum(work.values()) * 1000 / turns
-    print(f"    fake Discord REST handler time (in the bot's process): {total_work:.2f} ms/turn = " + ", ".join(
-        f"{r} {s * 1000 / turns:.2f}" for r, s in sorted(work.items(), key=lambda kv: -kv[1])))
-    print(f"    p50 minus the fake's REST handler time and post_message: "
-          f"{percentile(sorted(t.ms for t in times), 50) - total_work - percentile(post, 50):.2f} ms")
+    print(
+        f"    fake Discord REST handler time (in the bot's process): {total_work:.2f} ms/turn = "
+        + ", ".join(f"{r} {s * 1000 / turns:.2f}" for r, s in sorted(work.items(), key=lambda kv: -kv[1]))
+    )
+    print(
+        f"    p50 minus the fake's REST handler time and post_message: "
+        f"{percentile(sorted(t.ms for t in times), 50) - total_work - percentile(post, 50):.2f} ms"
+    )
     print(f"    {cpu.line(turns, 'turn')}")
-    print(f"    fake LLM: {llm.requests} requests, {llm.handler_s * 1000 / max(1, llm.requests):.2f} ms/request "
-          "inside its handler (own process)")
+    print(
+        f"    fake LLM: {llm.requests} requests, {llm.handler_s * 1000 / max(1, llm.requests):.2f} ms/request "
+        "inside its handler (own process)"
+    )
     print()
     return bad
 
@@ -294,8 +314,10 @@ async def burst(rig: Rig, users: list[dict[str, Any]], *, dm: bool) -> BurstResu
 
 async def part_burst(rig: Rig, n: int) -> int:
     """`n` distinct users at once: first contact, again once known, and all in one guild channel."""
-    print(f"== 2. Burst: {n} messages from {n} distinct users dispatched at once (each answered by its own "
-          "discord.py task); wall time until every reply is recorded ==")
+    print(
+        f"== 2. Burst: {n} messages from {n} distinct users dispatched at once (each answered by its own "
+        "discord.py task); wall time until every reply is recorded =="
+    )
     users = [rig.fake.user(BURST_USER_BASE + i, f"burst{i}") for i in range(n)]
     bad = 0
     runs = (
@@ -308,12 +330,16 @@ async def part_burst(rig: Rig, n: int) -> int:
         r = await burst(rig, users, dm=dm)
         bad += r.bad
         print(f"  {label}:")
-        print(f"    wall {r.wall_ms:7.1f} ms = {r.wall_ms / n:.2f} ms/message (dispatching all {n} took "
-              f"{r.post_ms:.1f} ms); {r.bad} without the expected reply")
+        print(
+            f"    wall {r.wall_ms:7.1f} ms = {r.wall_ms / n:.2f} ms/message (dispatching all {n} took "
+            f"{r.post_ms:.1f} ms); {r.bad} without the expected reply"
+        )
         if r.ms:
             print(f"    per message: {_stats_line(r.ms)}")
-        print("    REST calls reaching the fake by the last reply: " + ", ".join(
-            f"{route} {k}" for route, k in sorted(r.routes.items())))
+        print(
+            "    REST calls reaching the fake by the last reply: "
+            + ", ".join(f"{route} {k}" for route, k in sorted(r.routes.items()))
+        )
     print()
     return bad
 
@@ -368,15 +394,25 @@ def turn_segments(t: TurnTimes, m: Marks, calls: list[RestCall], llm_arrival: fl
     post = next((c for c in calls if c.route == "POST /channels/{id}/messages" and c.t_in >= t.pushed), None)
     if post is None or any(k not in m.at for k in ("on_message", "core", "Assistant")):
         return None
-    points = [t.pushed, t.dispatched, m.at["on_message"], m.at["core"], llm_arrival, m.at["Assistant"], post.t_in,
-              t.sent]
+    points = [
+        t.pushed,
+        t.dispatched,
+        m.at["on_message"],
+        m.at["core"],
+        llm_arrival,
+        m.at["Assistant"],
+        post.t_in,
+        t.sent,
+    ]
     return [b - a for a, b in itertools.pairwise(points)]
 
 
 async def part_breakdown(rig: Rig, turns: int) -> None:
     """Timestamps through each turn: which layer the time goes to (wall time)."""
-    print(f"== 3. Where the time goes: {turns} sequential turns traced at each layer (wall time, medians; the "
-          "segments add up to the total) ==")
+    print(
+        f"== 3. Where the time goes: {turns} sequential turns traced at each layer (wall time, medians; the "
+        "segments add up to the total) =="
+    )
     await rig.llm_server.stats()  # reset
     tracer = Tracer()
     times: list[TurnTimes] = []
@@ -392,15 +428,17 @@ async def part_breakdown(rig: Rig, turns: int) -> None:
     rows: dict[bool, list[list[float]]] = {True: [], False: []}
     typing: list[float] = []
     for t, m, arrival in zip(times, tracer.done, llm.arrivals, strict=True):
-        calls = rig.fake.log[t.calls_from:]
+        calls = rig.fake.log[t.calls_from :]
         seg = turn_segments(t, m, calls, arrival)
         if seg is not None:
             rows[t.dm].append(seg)
         tp = next((c for c in calls if c.route == "POST /channels/{id}/typing" and c.t_in >= t.pushed), None)
         if tp is not None:
             typing.append(tp.t_in - t.pushed)
-    print(f"  {len(rows[True]) + len(rows[False])} of {turns} turns fully traced (tracing adds a few µs); "
-          "the 5 ms pause after each turn is not timed")
+    print(
+        f"  {len(rows[True]) + len(rows[False])} of {turns} turns fully traced (tracing adds a few µs); "
+        "the 5 ms pause after each turn is not timed"
+    )
 
     def med(values: list[float]) -> str:
         return f"{percentile(sorted(values), 50) * 1000:8.3f}" if values else f"{'-':>8}"
@@ -410,8 +448,10 @@ async def part_breakdown(rig: Rig, turns: int) -> None:
         print(f"    {med([r[i] for r in rows[True]])} {med([r[i] for r in rows[False]])}  {label}  [{owner}]")
     print(f"    {med([sum(r) for r in rows[True]])} {med([sum(r) for r in rows[False]])}  total")
     if typing:
-        print(f"  the typing task's POST …/typing reaches the fake {med(typing).strip()} ms after post_message: its "
-              "discord.py + fake-server work shares the loop with the core's DB segment")
+        print(
+            f"  the typing task's POST …/typing reaches the fake {med(typing).strip()} ms after post_message: its "
+            "discord.py + fake-server work shares the loop with the core's DB segment"
+        )
     print()
 
 
@@ -420,8 +460,10 @@ async def part_breakdown(rig: Rig, turns: int) -> None:
 
 async def part_profile(rig: Rig, turns: int) -> None:
     """cProfile of sequential turns."""
-    print(f"== 4. cProfile of {turns} sequential turns: the whole bot process, i.e. discord.py (+ aiohttp client), "
-          "adapters/, core/, asyncpg, openai AND the fake Discord server (aiohttp web_*, tests/) ==")
+    print(
+        f"== 4. cProfile of {turns} sequential turns: the whole bot process, i.e. discord.py (+ aiohttp client), "
+        "adapters/, core/, asyncpg, openai AND the fake Discord server (aiohttp web_*, tests/) =="
+    )
     prof = cProfile.Profile()
     prof.enable()
     await run_turns(rig, turns)
@@ -444,10 +486,14 @@ async def bench(args: argparse.Namespace) -> int:
         finally:
             await conn.close()
         print(f"PostgreSQL {version}: {db.description}; synchronous_commit {sync_commit}")
-        print(f"discord.py {discord.__version__}, aiohttp {aiohttp.__version__}; Python {sys.version.split()[0]}, "
-              f"{type(asyncio.get_running_loop()).__name__}; host: {load_average()}")
-        print("Bot: DiscordAdapter + Core + create_pool defaults; ALLOWED_USERS=*, HISTORY_MESSAGES=40; the fake LLM "
-              "answers 'ok' at once from its own process; the fake Discord (REST + gateway) runs on the bot's loop")
+        print(
+            f"discord.py {discord.__version__}, aiohttp {aiohttp.__version__}; Python {sys.version.split()[0]}, "
+            f"{type(asyncio.get_running_loop()).__name__}; host: {load_average()}"
+        )
+        print(
+            "Bot: DiscordAdapter + Core + create_pool defaults; ALLOWED_USERS=*, HISTORY_MESSAGES=40; the fake LLM "
+            "answers 'ok' at once from its own process; the fake Discord (REST + gateway) runs on the bot's loop"
+        )
         print()
         async with FakeLLMProcess(0.0) as llm_server, make_rig(db.dsn, llm_server) as rig:
             bad = await part_sequential(rig, CpuMeter(postmaster), args.turns, args.warmup)
@@ -462,8 +508,11 @@ async def bench(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the options and run; the exit status is 1 when some message lacked the expected reply."""
-    parser = argparse.ArgumentParser(prog="python -m bench.discord_overhead", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.discord_overhead",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--turns", type=int, default=300, help="measured sequential turns (300)")
     parser.add_argument("--warmup", type=int, default=30, help="warm-up turns (30)")
     parser.add_argument("--burst", type=int, default=50, help="messages from distinct users at once (50; 0 skips)")

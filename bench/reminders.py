@@ -189,11 +189,22 @@ class TimedScheduler(ReminderScheduler):
         eng = self.engine
         assert isinstance(eng, TimedEngine)
         return {
-            "runs": self.runs, "run_s": self.run_s, "cancelled": self.cancelled, "max_in_flight": self.max_in_flight,
-            "events": dict(self.events), "plans": self.plans, "plan_s": self.plan_s,
-            "max_jobs": self.max_jobs, "ticks": eng.ticks, "tick_s": eng.tick_s, "tick_max_s": eng.tick_max_s,
-            "batches": eng.batches, "deliver_s": eng.deliver_s, "stale_s": eng.stale_s,
-            "cpu_s": time.process_time(), "peak_rss_mb": peak_rss_mb(),
+            "runs": self.runs,
+            "run_s": self.run_s,
+            "cancelled": self.cancelled,
+            "max_in_flight": self.max_in_flight,
+            "events": dict(self.events),
+            "plans": self.plans,
+            "plan_s": self.plan_s,
+            "max_jobs": self.max_jobs,
+            "ticks": eng.ticks,
+            "tick_s": eng.tick_s,
+            "tick_max_s": eng.tick_max_s,
+            "batches": eng.batches,
+            "deliver_s": eng.deliver_s,
+            "stale_s": eng.stale_s,
+            "cpu_s": time.process_time(),
+            "peak_rss_mb": peak_rss_mb(),
         }
 
 
@@ -212,8 +223,14 @@ async def worker(args: argparse.Namespace, imported: float) -> int:
     await sched.start()
     t_started = time.time()
     ready = {
-        "pid": os.getpid(), "imported": imported, "imports_done": t_imports, "pool": t_pool, "started": t_started,
-        "rss_mb": rss_mb(), "jobs": len(sched.scheduler.get_jobs()), "instance": engine.instance,
+        "pid": os.getpid(),
+        "imported": imported,
+        "imports_done": t_imports,
+        "pool": t_pool,
+        "started": t_started,
+        "rss_mb": rss_mb(),
+        "jobs": len(sched.scheduler.get_jobs()),
+        "instance": engine.instance,
     }
     print(json.dumps(ready), flush=True)
     await asyncio.to_thread(sys.stdin.buffer.read)  # until the parent closes our stdin
@@ -325,13 +342,17 @@ def print_counters(label: str, c: dict[str, Any], ready: dict[str, Any]) -> None
         return
     claim = c["tick_s"] - c["deliver_s"] - c["stale_s"]
     events = ", ".join(f"{k} {v}" for k, v in sorted(c["events"].items())) or "none"
-    print(f"    {label}: {c['runs']} wake-ups finished (date jobs + sweeps; mean {ms(c['run_s'] / max(c['runs'], 1))}, "
-          f"one that finds a tick running returns at once), up to {c['max_in_flight']} at once, {c['cancelled']} "
-          f"cancelled by stop(); APScheduler events: {events}")
-    print(f"      {c['ticks']} ticks {c['tick_s']:.1f} s (max {ms(c['tick_max_s'])}): claim queries ~{claim:.1f} s, "
-          f"{c['batches']} batches sent+recorded {c['deliver_s']:.1f} s, stale query {c['stale_s']:.1f} s; "
-          f"{c['plans']} plans {c['plan_s']:.1f} s, at most {c['max_jobs']} jobs queued; "
-          f"CPU {c['cpu_s']:.1f} s; peak RSS {c['peak_rss_mb']:.0f} MB (after start {ready.get('rss_mb', 0):.0f} MB)")
+    print(
+        f"    {label}: {c['runs']} wake-ups finished (date jobs + sweeps; mean {ms(c['run_s'] / max(c['runs'], 1))}, "
+        f"one that finds a tick running returns at once), up to {c['max_in_flight']} at once, {c['cancelled']} "
+        f"cancelled by stop(); APScheduler events: {events}"
+    )
+    print(
+        f"      {c['ticks']} ticks {c['tick_s']:.1f} s (max {ms(c['tick_max_s'])}): claim queries ~{claim:.1f} s, "
+        f"{c['batches']} batches sent+recorded {c['deliver_s']:.1f} s, stale query {c['stale_s']:.1f} s; "
+        f"{c['plans']} plans {c['plan_s']:.1f} s, at most {c['max_jobs']} jobs queued; "
+        f"CPU {c['cpu_s']:.1f} s; peak RSS {c['peak_rss_mb']:.0f} MB (after start {ready.get('rss_mb', 0):.0f} MB)"
+    )
 
 
 _PLAN_KEYS = ("Scan on", "Join", "Nested Loop", "Limit", "Rows Removed", "Execution Time", "Planning Time")
@@ -375,8 +396,10 @@ async def part_burst(db: Any, args: argparse.Namespace, postmaster: int | None) 
 
     n, spread, lead = args.reminders, args.spread, args.lead
     res = f", due times rounded to {args.resolution:g} s" if args.resolution else ", every due time distinct"
-    print(f"== 1. {n} reminders due within {spread:g} s, starting {lead:g} s after {args.workers} scheduler "
-          f"processes are launched (real clock{res}) ==")
+    print(
+        f"== 1. {n} reminders due within {spread:g} s, starting {lead:g} s after {args.workers} scheduler "
+        f"processes are launched (real clock{res}) =="
+    )
     conn = await asyncpg.connect(db.dsn)
     try:
         user_id, chat_id = await make_owner(conn, db.tag, "burst")
@@ -392,8 +415,10 @@ async def part_burst(db: Any, args: argparse.Namespace, postmaster: int | None) 
         )  # fmt: skip
         await conn.execute("ANALYZE tasks")
         distinct = await conn.fetchval("SELECT count(DISTINCT due_at) FROM tasks WHERE user_id = $1", user_id)
-        print(f"  inserted {n} tasks in {ms(time.perf_counter() - t0)} (INSERT ... SELECT generate_series), "
-              f"{distinct} distinct due times, first due {lead:g} s from now")
+        print(
+            f"  inserted {n} tasks in {ms(time.perf_counter() - t0)} (INSERT ... SELECT generate_series), "
+            f"{distinct} distinct due times, first due {lead:g} s from now"
+        )
     finally:
         await conn.close()
 
@@ -408,9 +433,11 @@ async def part_burst(db: Any, args: argparse.Namespace, postmaster: int | None) 
             await asyncio.gather(*(wait_ready(w) for w in workers))
             for i, w in enumerate(workers):
                 r = w.ready
-                print(f"  worker {i} (pid {r['pid']}): scheduler started {r['started'] - w.spawned:.2f} s after "
-                      f"launch, {(base.timestamp() - r['started']):.1f} s before the first reminder is due; "
-                      f"{r['jobs']} jobs planned at start")
+                print(
+                    f"  worker {i} (pid {r['pid']}): scheduler started {r['started'] - w.spawned:.2f} s after "
+                    f"launch, {(base.timestamp() - r['started']):.1f} s before the first reminder is due; "
+                    f"{r['jobs']} jobs planned at start"
+                )
             end = base.timestamp() + spread
             await asyncio.sleep(max(0.0, end - time.time() + args.tail))
             # everything should be out by now; if not, wait for a sweep to catch up (counted as lateness)
@@ -444,9 +471,11 @@ async def part_burst(db: Any, args: argparse.Namespace, postmaster: int | None) 
     late = sorted(recv - sched for _, sched, recv in records)
     p50, p99 = percentile(late, 50), percentile(late, 99)
     worst = late[-1] if late else float("nan")
-    print(f"  lateness (received - scheduled_at) over {len(late)} deliveries: p50 {ms(p50)}, p99 {ms(p99)}   "
-          f"goal p99 <= {GOAL_P99_S:g} s   {verdict(p99, GOAL_P99_S)};  max {ms(worst)}, "
-          f"min {ms(late[0] if late else float('nan'))}")
+    print(
+        f"  lateness (received - scheduled_at) over {len(late)} deliveries: p50 {ms(p50)}, p99 {ms(p99)}   "
+        f"goal p99 <= {GOAL_P99_S:g} s   {verdict(p99, GOAL_P99_S)};  max {ms(worst)}, "
+        f"min {ms(late[0] if late else float('nan'))}"
+    )
     if late:
         buckets = [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 30.0]
         shares = ", ".join(f"<= {b:g} s {sum(1 for x in late if x <= b) / len(late):.1%}" for b in buckets)
@@ -460,8 +489,10 @@ async def part_burst(db: Any, args: argparse.Namespace, postmaster: int | None) 
         print(f"    p99 by 10 s slice of the due window: {by_slice}")
     split = " + ".join(str(len(r)) for r in per_worker)
     ok_count = len(records) == n and len(counts) == n and duplicates == 0
-    print(f"  delivered to the outbox: {len(records)} (distinct tasks {len(counts)}, duplicates {duplicates}); "
-          f"per process {split}   goal exactly {n}, 0 duplicates   {'ok' if ok_count else 'MISSED'}")
+    print(
+        f"  delivered to the outbox: {len(records)} (distinct tasks {len(counts)}, duplicates {duplicates}); "
+        f"per process {split}   goal exactly {n}, 0 duplicates   {'ok' if ok_count else 'MISSED'}"
+    )
     conn = await asyncpg.connect(db.dsn)
     try:
         by_status = await conn.fetch(
@@ -486,17 +517,21 @@ async def part_burst(db: Any, args: argparse.Namespace, postmaster: int | None) 
     print(f"  in the database: occurrences {statuses}   goal {n} delivered   {'ok' if ok_db else 'MISSED'}")
     for row in by_status:
         if row["status"] == "delivered":
-            print(f"    delivered_at - scheduled_at (recorded after each batch): p50 {ms(row['p50'])}, "
-                  f"p99 {ms(row['p99'])}; marked late {row['late']}, re-claimed after lease expiry {row['reclaims']}")
+            print(
+                f"    delivered_at - scheduled_at (recorded after each batch): p50 {ms(row['p50'])}, "
+                f"p99 {ms(row['p99'])}; marked late {row['late']}, re-claimed after lease expiry {row['reclaims']}"
+            )
     names = {w.ready.get("instance"): i for i, w in enumerate(workers)}
     split_db = ", ".join(f"worker {names.get(row['claimed_by'], '?')} {row['n']}" for row in by_instance)
     print(f"    claimed by: {split_db}")
     print(f"  waited {waited:.1f} s after the last due time (tail {args.tail:g} s, then until all were delivered)")
     if cpu0 is not None and cpu1 is not None:
         workers_cpu = sum(float(w.final.get("cpu_s", 0.0)) for w in workers)
-        print(f"  CPU from launch until all were delivered: host {cpu1.host_busy - cpu0.host_busy:.1f} s busy of "
-              f"{cpu1.host_total - cpu0.host_total:.1f} s ({os.cpu_count()} cores); the scheduler processes "
-              f"{workers_cpu:.1f} s (until stopped), PostgreSQL {cpu1.postgres - cpu0.postgres:.1f} s")
+        print(
+            f"  CPU from launch until all were delivered: host {cpu1.host_busy - cpu0.host_busy:.1f} s busy of "
+            f"{cpu1.host_total - cpu0.host_total:.1f} s ({os.cpu_count()} cores); the scheduler processes "
+            f"{workers_cpu:.1f} s (until stopped), PostgreSQL {cpu1.postgres - cpu0.postgres:.1f} s"
+        )
     for i, w in enumerate(workers):
         print_counters(f"worker {i}", w.final, w.ready)
     for label, lines in plans:
@@ -514,8 +549,10 @@ async def part_startup(db: Any, args: argparse.Namespace) -> int:
     from bench.common import verdict
 
     n = args.pending
-    print(f"== 2. Start-up with {n} pending reminders over the next {args.days:g} days: one fresh process "
-          f"(create_pool, engine, ReminderScheduler.start()) ==")
+    print(
+        f"== 2. Start-up with {n} pending reminders over the next {args.days:g} days: one fresh process "
+        f"(create_pool, engine, ReminderScheduler.start()) =="
+    )
     conn = await asyncpg.connect(db.dsn)
     try:
         await conn.execute("DELETE FROM users WHERE platform_user_id LIKE $1", f"{db.tag}%")  # part 1's rows
@@ -530,8 +567,10 @@ async def part_startup(db: Any, args: argparse.Namespace) -> int:
         )  # fmt: skip
         await conn.execute("ANALYZE tasks")
         total = await conn.fetchval("SELECT count(*) FROM tasks WHERE status IN ('pending', 'in_progress')")
-        print(f"  inserted {n} tasks in {ms(time.perf_counter() - t0)} (one every {step:.1f} s; "
-              f"{total} open tasks in the table, part 1's deleted first)")
+        print(
+            f"  inserted {n} tasks in {ms(time.perf_counter() - t0)} (one every {step:.1f} s; "
+            f"{total} open tasks in the table, part 1's deleted first)"
+        )
     finally:
         await conn.close()
 
@@ -552,15 +591,21 @@ async def part_startup(db: Any, args: argparse.Namespace) -> int:
         if bot_imports:
             print(f"    start-up {took:.2f} s, RSS after start {r['rss_mb']:.0f} MB (goals apply to the headline)")
         else:
-            print(f"    start-up (launch -> scheduler started): {took:.2f} s   goal <= {GOAL_START_S:g} s   "
-                  f"{verdict(took, GOAL_START_S)}")
-            print(f"    RSS after start: {r['rss_mb']:.1f} MB   goal <= {GOAL_RSS_MB:g} MB   "
-                  f"{verdict(r['rss_mb'], GOAL_RSS_MB)}")
+            print(
+                f"    start-up (launch -> scheduler started): {took:.2f} s   goal <= {GOAL_START_S:g} s   "
+                f"{verdict(took, GOAL_START_S)}"
+            )
+            print(
+                f"    RSS after start: {r['rss_mb']:.1f} MB   goal <= {GOAL_RSS_MB:g} MB   "
+                f"{verdict(r['rss_mb'], GOAL_RSS_MB)}"
+            )
             status |= int(took > GOAL_START_S or r["rss_mb"] > GOAL_RSS_MB)
-        print(f"    of which: interpreter + imports {r['imports_done'] - w.spawned:.2f} s, create_pool "
-              f"{r['pool'] - r['imports_done']:.2f} s, start() (catch-up sweep + planning) "
-              f"{r['started'] - r['pool']:.2f} s; {r['jobs']} jobs scheduled (sweep + date jobs within "
-              f"{2 * args.sweep:g} s)")
+        print(
+            f"    of which: interpreter + imports {r['imports_done'] - w.spawned:.2f} s, create_pool "
+            f"{r['pool'] - r['imports_done']:.2f} s, start() (catch-up sweep + planning) "
+            f"{r['started'] - r['pool']:.2f} s; {r['jobs']} jobs scheduled (sweep + date jobs within "
+            f"{2 * args.sweep:g} s)"
+        )
     print()
     return status
 
@@ -582,9 +627,11 @@ async def bench(args: argparse.Namespace) -> int:
             await conn.close()
         d = {f.name: f.default for f in dataclasses.fields(ReminderEngine)}
         print(f"PostgreSQL {version}: {db.description}; synchronous_commit {sync_commit}")
-        print(f"engine defaults: batch {d['batch']}, send concurrency {d['concurrency']}, lease {d['lease']}, "
-              f"grace {d['grace']}; scheduler sweep {args.sweep:g} s, date-job horizon {2 * args.sweep:g} s; "
-              f"create_pool defaults (min 10, max 20) per process")
+        print(
+            f"engine defaults: batch {d['batch']}, send concurrency {d['concurrency']}, lease {d['lease']}, "
+            f"grace {d['grace']}; scheduler sweep {args.sweep:g} s, date-job horizon {2 * args.sweep:g} s; "
+            f"create_pool defaults (min 10, max 20) per process"
+        )
         if engine_options(args):
             print(f"part 1 engine overrides: {' '.join(engine_options(args))}")
         print(f"Python {sys.version.split()[0]}; host: {load_average()}")
@@ -604,8 +651,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reminders", type=int, default=10_000, help="reminders due in the minute (10000)")
     parser.add_argument("--spread", type=float, default=60.0, help="seconds they are spread over (60)")
     parser.add_argument("--lead", type=float, default=25.0, help="seconds from launch to the first due time (25)")
-    parser.add_argument("--resolution", type=float, default=0.0,
-                        help="round due times down to this many seconds (0: all distinct)")
+    parser.add_argument(
+        "--resolution", type=float, default=0.0, help="round due times down to this many seconds (0: all distinct)"
+    )
     parser.add_argument("--workers", type=int, default=2, help="scheduler processes in part 1 (2)")
     parser.add_argument("--batch", type=int, default=0, help="part 1: engine claim batch (0: its default)")
     parser.add_argument("--concurrency", type=int, default=0, help="part 1: engine send concurrency (0: default)")
@@ -614,8 +662,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=30.0, help="days they are spread over (30)")
     parser.add_argument("--sweep", type=float, default=30.0, help="the scheduler's sweep interval, seconds (30)")
     parser.add_argument("--explain-full", action="store_true", help="print whole query plans")
-    parser.add_argument("--no-bot-imports", dest="bot_imports", action="store_false",
-                        help="part 2: skip the variant with the bot's imports")
+    parser.add_argument(
+        "--no-bot-imports",
+        dest="bot_imports",
+        action="store_false",
+        help="part 2: skip the variant with the bot's imports",
+    )
     parser.add_argument("--skip-burst", action="store_true", help="skip part 1")
     parser.add_argument("--skip-startup", action="store_true", help="skip part 2")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -129,8 +129,9 @@ class TimedFakeTelegram(FakeTelegram):
             return await super()._handle(request)
         finally:
             _CURRENT.reset(token)
-            self.log.append(ApiCall(request.path.rsplit("/", 1)[-1], req.start, time.monotonic(),
-                                    req.wait_s, req.updates))
+            self.log.append(
+                ApiCall(request.path.rsplit("/", 1)[-1], req.start, time.monotonic(), req.wait_s, req.updates)
+            )
 
     async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         """Count the whole method as waiting (its own work is a few deque operations)."""
@@ -171,9 +172,12 @@ async def make_rig(db: BenchDatabase, llm_server: FakeLLMProcess, tag: int) -> A
     with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
         fake = TimedFakeTelegram()
         async with fake:
-            settings = bench_settings(llm_server.base_url, Path(tmp)).model_copy(update={
-                "TELEGRAM_BOT_TOKEN": SecretStr(fake.token), "TELEGRAM_API_BASE_URL": fake.base_url,
-            })
+            settings = bench_settings(llm_server.base_url, Path(tmp)).model_copy(
+                update={
+                    "TELEGRAM_BOT_TOKEN": SecretStr(fake.token),
+                    "TELEGRAM_API_BASE_URL": fake.base_url,
+                }
+            )
             assert "*" in settings.allowed_users
             pool = await create_pool(db.dsn)
             llm = LLM.from_settings(settings)
@@ -213,8 +217,9 @@ async def one_turn(rig: Rig, after_idle: bool, text: str = "what is on my list f
     rig.turns_done += 1
     user = USERS[n % len(USERS)]
     message_id = MESSAGE_ID_BASE * rig.tag + n * MESSAGE_ID_STRIDE
-    update = fake.message_update(f"{text} (#{n})", message_id=message_id, chat_id=user, user_id=user,
-                                 first_name=NAMES[n % len(NAMES)])
+    update = fake.message_update(
+        f"{text} (#{n})", message_id=message_id, chat_id=user, user_id=user, first_name=NAMES[n % len(NAMES)]
+    )
     before, calls_from = len(fake.sent), len(fake.log)
     pushed = time.monotonic()
     fake.push_update(update)
@@ -248,7 +253,10 @@ NO_PAUSES = Pacing(burst=1, pause_s=0.0)
 
 
 async def run_turns(
-    rig: Rig, turns: int, pacing: Pacing, on_turn: Callable[[TurnTimes], None] | None = None,
+    rig: Rig,
+    turns: int,
+    pacing: Pacing,
+    on_turn: Callable[[TurnTimes], None] | None = None,
     idle: Callable[[bool], None] | None = None,
 ) -> list[TurnTimes]:
     """`turns` turns paced by `pacing`; `idle(True)`/`idle(False)` brackets each pause (a profiler stops)."""
@@ -313,8 +321,11 @@ class GcPauses:
         by_gen = Counter(g for g, _ in self.pauses)
         total = sum(d for _, d in self.pauses)
         gen, longest = max(self.pauses, key=lambda p: p[1])
-        return (f"GC: {len(self.pauses)} collections (" + ", ".join(f"gen{g} {k}" for g, k in sorted(by_gen.items()))
-                + f"), {total * 1000 / turns:.2f} ms/turn in all, longest {longest * 1000:.1f} ms (gen{gen})")
+        return (
+            f"GC: {len(self.pauses)} collections ("
+            + ", ".join(f"gen{g} {k}" for g, k in sorted(by_gen.items()))
+            + f"), {total * 1000 / turns:.2f} ms/turn in all, longest {longest * 1000:.1f} ms (gen{gen})"
+        )
 
 
 @dataclass
@@ -356,8 +367,9 @@ def print_series(title: str, ms: list[float]) -> None:
     print(f"    {title}: {len(ms)} turns")
     print(f"      p50  {p50:7.2f} ms   goal <= {GOAL_P50_MS:.0f} ms   {verdict(p50, GOAL_P50_MS)}")
     print(f"      p99  {percentile(ms, 99):7.2f} ms")
-    print(f"      mean {statistics.fmean(ms):7.2f} ms   (p90 {percentile(ms, 90):.2f}, min {ms[0]:.2f}, "
-          f"max {ms[-1]:.2f})")
+    print(
+        f"      mean {statistics.fmean(ms):7.2f} ms   (p90 {percentile(ms, 90):.2f}, min {ms[0]:.2f}, max {ms[-1]:.2f})"
+    )
 
 
 def print_run(r: RunResult, *, headline: bool) -> None:
@@ -371,33 +383,48 @@ def print_run(r: RunResult, *, headline: bool) -> None:
     if cold:
         print_series(f"first turn after a {r.pacing.pause_s:g} s idle pause (a lone message to an idle bot)", cold)
     woke = sorted((t.woke - t.pushed) * 1000 for t in r.turns)
-    print(f"    all turns as seen by the benchmark's wait_sent(): p50 {percentile(woke, 50):.2f} ms "
-          "(the fake's receipt + one loop wake-up)")
+    print(
+        f"    all turns as seen by the benchmark's wait_sent(): p50 {percentile(woke, 50):.2f} ms "
+        "(the fake's receipt + one loop wake-up)"
+    )
     counts = Counter(c.method for c in r.calls)
     polls = sum(1 for c in r.calls if c.method == "getUpdates" and c.updates)
-    print("    Bot API calls per turn: " + ", ".join(
-        f"{m} {k / n:.2f}" for m, k in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-        + (f" ({polls / n:.2f} returned updates; the others timed out empty during the pauses)"
-           if counts["getUpdates"] > polls else ""))
+    print(
+        "    Bot API calls per turn: "
+        + ", ".join(f"{m} {k / n:.2f}" for m, k in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        + (
+            f" ({polls / n:.2f} returned updates; the others timed out empty during the pauses)"
+            if counts["getUpdates"] > polls
+            else ""
+        )
+    )
     work: dict[str, float] = defaultdict(float)
     for c in r.calls:
         work[c.method] += c.work_s
     total_work = sum(work.values())
-    print(f"    fake Telegram handler time (in the bot's process; subtract it): {total_work * 1000 / n:.2f} ms/turn = "
-          + ", ".join(f"{m} {s * 1000 / n:.2f}" for m, s in sorted(work.items(), key=lambda kv: -kv[1])))
-    print("      (getUpdates without its long-poll wait; aiohttp's own HTTP parsing and writing around the handlers "
-          "is not in it: see part 3)")
+    print(
+        f"    fake Telegram handler time (in the bot's process; subtract it): {total_work * 1000 / n:.2f} ms/turn = "
+        + ", ".join(f"{m} {s * 1000 / n:.2f}" for m, s in sorted(work.items(), key=lambda kv: -kv[1]))
+    )
+    print(
+        "      (getUpdates without its long-poll wait; aiohttp's own HTTP parsing and writing around the handlers "
+        "is not in it: see part 3)"
+    )
     if warm:
         net = percentile(warm, 50) - total_work * 1000 / n
         print(f"    back-to-back p50 minus the fake's handler time: {net:.2f} ms")
     print(f"    {r.cpu.line(n, 'turn')}")
-    print(f"    fake LLM: {r.llm_requests} requests, {r.llm_handler_s * 1000 / max(1, r.llm_requests):.2f} ms/request "
-          "inside its handler (own process)")
+    print(
+        f"    fake LLM: {r.llm_requests} requests, {r.llm_handler_s * 1000 / max(1, r.llm_requests):.2f} ms/request "
+        "inside its handler (own process)"
+    )
     print(f"    {r.gc.line(n)}")
     peak = limiter_peak(r.calls)
-    print(f"    AIORateLimiter overall bucket: peak level {peak:.1f} of {LIMITER_RATE:.0f} "
-          f"({'never waited' if peak <= LIMITER_RATE else 'FULL: turns waited for the limiter'}); "
-          f"{n / r.wall_s:.1f} turns/s overall")
+    print(
+        f"    AIORateLimiter overall bucket: peak level {peak:.1f} of {LIMITER_RATE:.0f} "
+        f"({'never waited' if peak <= LIMITER_RATE else 'FULL: turns waited for the limiter'}); "
+        f"{n / r.wall_s:.1f} turns/s overall"
+    )
 
 
 # ---------------------------------------------------------------- part 2: where the time goes
@@ -474,13 +501,27 @@ def turn_segments(t: TurnTimes, m: Marks, calls: list[ApiCall], llm_arrival: flo
     poll = next((c for c in calls if c.method == "getUpdates" and c.updates and c.t_out >= t.pushed), None)
     draft = next((c for c in calls if c.method == "sendMessageDraft" and c.t_in >= t.pushed), None)
     db = {name: (a, b) for name, a, b in m.db}
-    if poll is None or draft is None or any(k not in m.at for k in ("turn", "AssistantDelta", "Assistant")) \
-            or len(db) < 3:
+    if (
+        poll is None
+        or draft is None
+        or any(k not in m.at for k in ("turn", "AssistantDelta", "Assistant"))
+        or len(db) < 3
+    ):
         return None
     points = [
-        t.pushed, poll.t_out, m.at["turn"], db["start_turn"][0], db["turn_context"][1], llm_arrival,
-        m.at["AssistantDelta"], draft.t_in, draft.t_out, db["finish_turn_with_answer"][0],
-        db["finish_turn_with_answer"][1], m.at["Assistant"], t.sent,
+        t.pushed,
+        poll.t_out,
+        m.at["turn"],
+        db["start_turn"][0],
+        db["turn_context"][1],
+        llm_arrival,
+        m.at["AssistantDelta"],
+        draft.t_in,
+        draft.t_out,
+        db["finish_turn_with_answer"][0],
+        db["finish_turn_with_answer"][1],
+        m.at["Assistant"],
+        t.sent,
     ]
     return [b - a for a, b in itertools.pairwise(points)]
 
@@ -492,8 +533,10 @@ def _median_ms(values: list[float]) -> str:
 
 async def part_breakdown(rig: Rig, turns: int, pacing: Pacing) -> None:
     """Timestamps through each turn: which layer the time goes to (wall time)."""
-    print(f"== 2. Where the time goes: {turns} turns {pacing.describe()}, traced at each layer (wall time, medians; "
-          "the segments add up to the total) ==")
+    print(
+        f"== 2. Where the time goes: {turns} turns {pacing.describe()}, traced at each layer (wall time, medians; "
+        "the segments add up to the total) =="
+    )
     await rig.llm_server.stats()  # reset
     tracer = Tracer()
     with traced(rig, tracer):
@@ -507,7 +550,7 @@ async def part_breakdown(rig: Rig, turns: int, pacing: Pacing) -> None:
     tails: list[float] = []
     actions: list[tuple[float, float]] = []
     for t, m, arrival in zip(times, tracer.done, llm.arrivals, strict=True):
-        calls = rig.fake.log[t.calls_from:]
+        calls = rig.fake.log[t.calls_from :]
         seg = turn_segments(t, m, calls, arrival)
         if seg is not None:
             rows[t.after_idle].append(seg)
@@ -523,12 +566,16 @@ async def part_breakdown(rig: Rig, turns: int, pacing: Pacing) -> None:
         print(f"    {_median_ms([r[i] for r in warm])} {_median_ms([r[i] for r in cold])}  {label}  [{owner}]")
     print(f"    {_median_ms([sum(r) for r in warm])} {_median_ms([sum(r) for r in cold])}  total")
     if actions:
-        print(f"  the typing task's sendChatAction reaches the fake {_median_ms([a for a, _ in actions]).strip()} ms "
-              f"after the push and is answered at {_median_ms([b for _, b in actions]).strip()} ms: its PTB + httpx "
-              "+ fake-server work shares the loop with the DB segment")
+        print(
+            f"  the typing task's sendChatAction reaches the fake {_median_ms([a for a, _ in actions]).strip()} ms "
+            f"after the push and is answered at {_median_ms([b for _, b in actions]).strip()} ms: its PTB + httpx "
+            "+ fake-server work shares the loop with the DB segment"
+        )
     if tails:
-        print(f"  after sendMessage reaches the fake, the turn's tail (PTB reads the reply, the typing task is "
-              f"cancelled) takes {_median_ms(tails).strip()} ms more: back to back, it overlaps the next turn")
+        print(
+            f"  after sendMessage reaches the fake, the turn's tail (PTB reads the reply, the typing task is "
+            f"cancelled) takes {_median_ms(tails).strip()} ms more: back to back, it overlaps the next turn"
+        )
     print()
 
 
@@ -572,9 +619,11 @@ async def time_calls(
 async def part_calls(rig: Rig, n: int) -> None:
     """What one Bot API round trip costs the bot's process, by client, back to back and after idling."""
     idle_n, idle_s = max(1, n // 5), 0.05
-    print(f"== 3. One Bot API call: sendChatAction to the fake, by client; {n} calls back to back (the rate-limited "
-          f"one in bursts of 20), and {idle_n} calls each after {idle_s * 1000:.0f} ms idle. Client and fake server "
-          "share the process: CPU (ms/call) counts both ==")
+    print(
+        f"== 3. One Bot API call: sendChatAction to the fake, by client; {n} calls back to back (the rate-limited "
+        f"one in bursts of 20), and {idle_n} calls each after {idle_s * 1000:.0f} ms idle. Client and fake server "
+        "share the process: CPU (ms/call) counts both =="
+    )
     fake, chat = rig.fake, USERS[0]
     url = f"{fake.base_url}{fake.token}/sendChatAction"
     plain = telegram.Bot(fake.token, base_url=fake.base_url)
@@ -597,9 +646,11 @@ async def part_calls(rig: Rig, n: int) -> None:
             costs.append((b2b, cold))
             print(f"    {label:<52} b2b: {b2b.cell()}   after idle: {cold.cell()}")
     (lean_b, lean_c), (ptb_b, ptb_c), (ext_b, ext_c) = costs
-    print(f"    → PTB's request layer: +{ptb_b.cpu_ms - lean_b.cpu_ms:.2f} ms CPU per call over a plain aiohttp client "
-          f"back to back (+{ptb_c.cpu_ms - lean_c.cpu_ms:.2f} after idle); AIORateLimiter "
-          f"+{ext_b.cpu_ms - ptb_b.cpu_ms:.2f} (+{ext_c.cpu_ms - ptb_c.cpu_ms:.2f})")
+    print(
+        f"    → PTB's request layer: +{ptb_b.cpu_ms - lean_b.cpu_ms:.2f} ms CPU per call over a plain aiohttp client "
+        f"back to back (+{ptb_c.cpu_ms - lean_c.cpu_ms:.2f} after idle); AIORateLimiter "
+        f"+{ext_b.cpu_ms - ptb_b.cpu_ms:.2f} (+{ext_c.cpu_ms - ptb_c.cpu_ms:.2f})"
+    )
     print()
 
 
@@ -608,9 +659,11 @@ async def part_calls(rig: Rig, n: int) -> None:
 
 async def part_profile(rig: Rig, turns: int, pacing: Pacing) -> None:
     """cProfile of turns (stopped during the pauses)."""
-    print(f"== 4. cProfile of {turns} turns {pacing.describe()}: the whole bot process, i.e. PTB (telegram, httpx, "
-          "httpcore, h11, anyio), adapters/, core/, asyncpg, openai (httpx2 over aiohttp) AND the fake Telegram "
-          "server (aiohttp web_*, tests/) ==")
+    print(
+        f"== 4. cProfile of {turns} turns {pacing.describe()}: the whole bot process, i.e. PTB (telegram, httpx, "
+        "httpcore, h11, anyio), adapters/, core/, asyncpg, openai (httpx2 over aiohttp) AND the fake Telegram "
+        "server (aiohttp web_*, tests/) =="
+    )
     prof = cProfile.Profile()
 
     def idle(pausing: bool) -> None:
@@ -642,27 +695,34 @@ async def bench(args: argparse.Namespace) -> int:
             await conn.close()
         meter = CpuMeter(postmaster)
         print(f"PostgreSQL {version}: {db.description}; synchronous_commit {sync_commit}")
-        print(f"python-telegram-bot {telegram.__version__} (httpx {httpx.__version__}, AIORateLimiter), "
-              f"aiohttp {aiohttp.__version__}; Python {sys.version.split()[0]}, "
-              f"{type(asyncio.get_running_loop()).__name__}; host: {load_average()}")
-        print(f"Bot: TelegramAdapter(poll_timeout={POLL_TIMEOUT_S}) + Core + create_pool defaults; "
-              f"{len(USERS)} private chats round robin, ALLOWED_USERS=*, HISTORY_MESSAGES=40; the fake LLM answers "
-              "'ok' at once from its own process; the fake Telegram server runs on the bot's event loop")
+        print(
+            f"python-telegram-bot {telegram.__version__} (httpx {httpx.__version__}, AIORateLimiter), "
+            f"aiohttp {aiohttp.__version__}; Python {sys.version.split()[0]}, "
+            f"{type(asyncio.get_running_loop()).__name__}; host: {load_average()}"
+        )
+        print(
+            f"Bot: TelegramAdapter(poll_timeout={POLL_TIMEOUT_S}) + Core + create_pool defaults; "
+            f"{len(USERS)} private chats round robin, ALLOWED_USERS=*, HISTORY_MESSAGES=40; the fake LLM answers "
+            "'ok' at once from its own process; the fake Telegram server runs on the bot's event loop"
+        )
         print()
         status = 0
         async with FakeLLMProcess(0.0) as llm_server, make_rig(db, llm_server, 1) as rig:
             await run_turns(rig, args.warmup, pacing)
             await asyncio.sleep(pacing.pause_s)
-            print(f"== 1. Push → the fake receives sendMessage: {args.turns} turns after {args.warmup} warm-up, "
-                  f"{pacing.describe()} ==")
+            print(
+                f"== 1. Push → the fake receives sendMessage: {args.turns} turns after {args.warmup} warm-up, "
+                f"{pacing.describe()} =="
+            )
             head = await measured_run(rig, meter, "fake LLM in a separate process", args.turns, pacing)
             print_run(head, headline=True)
             warm = head.ms(after_idle=False)
             status = int(not warm or percentile(warm, 50) > GOAL_P50_MS or any(not t.ok for t in head.turns))
             if args.unpaced_turns:
                 await asyncio.sleep(pacing.pause_s)
-                unpaced = await measured_run(rig, meter, "diagnostic: no pauses at all, the rate limiter's effect",
-                                             args.unpaced_turns, NO_PAUSES)
+                unpaced = await measured_run(
+                    rig, meter, "diagnostic: no pauses at all, the rate limiter's effect", args.unpaced_turns, NO_PAUSES
+                )
                 print_run(unpaced, headline=False)
                 await asyncio.sleep(2.0)  # drain the limiter's bucket before the next part
             print()
@@ -678,18 +738,27 @@ async def bench(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the options and run; the exit status is 1 when the back-to-back p50 goal is missed."""
-    parser = argparse.ArgumentParser(prog="python -m bench.telegram_overhead", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.telegram_overhead",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--turns", type=int, default=500, help="measured turns (500)")
     parser.add_argument("--warmup", type=int, default=30, help="warm-up turns (30)")
     parser.add_argument("--burst", type=int, default=BURSTS.burst, help=f"turns back to back ({BURSTS.burst})")
-    parser.add_argument("--pause", type=float, default=BURSTS.pause_s,
-                        help=f"seconds of pause after each burst ({BURSTS.pause_s:g})")
-    parser.add_argument("--unpaced-turns", type=int, default=60,
-                        help="turns without pauses, to show the rate limiter's effect (60; 0 skips)")
+    parser.add_argument(
+        "--pause", type=float, default=BURSTS.pause_s, help=f"seconds of pause after each burst ({BURSTS.pause_s:g})"
+    )
+    parser.add_argument(
+        "--unpaced-turns",
+        type=int,
+        default=60,
+        help="turns without pauses, to show the rate limiter's effect (60; 0 skips)",
+    )
     parser.add_argument("--breakdown-turns", type=int, default=200, help="traced turns for part 2 (200; 0 skips)")
-    parser.add_argument("--call-samples", type=int, default=200,
-                        help="back-to-back calls per client in part 3 (200; 0 skips)")
+    parser.add_argument(
+        "--call-samples", type=int, default=200, help="back-to-back calls per client in part 3 (200; 0 skips)"
+    )
     parser.add_argument("--profile", action="store_true", help="add a cProfile (part 4)")
     parser.add_argument("--profile-turns", type=int, default=200, help="turns to profile (200)")
     args = parser.parse_args(argv)

@@ -58,9 +58,7 @@ class _InvalidRequest(Exception):
 
 def _error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
     """Build an OpenAI-style error body for a status code."""
-    err_type, code = _ERROR_TYPES.get(
-        status, ("server_error" if status >= 500 else "invalid_request_error", None)
-    )
+    err_type, code = _ERROR_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
     return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
 
 
@@ -99,8 +97,7 @@ def _validate(body: dict[str, Any]) -> None:
                 )
             if call_id not in expected:
                 raise _InvalidRequest(
-                    f"Invalid parameter: 'tool_call_id' of '{call_id}' not found in 'tool_calls' of "
-                    "previous message.",
+                    f"Invalid parameter: 'tool_call_id' of '{call_id}' not found in 'tool_calls' of previous message.",
                     f"messages.[{i}].tool_call_id",
                 )
             if call_id not in pending:
@@ -131,9 +128,7 @@ def _tool_call_ids(i: int, tool_calls: Any) -> list[str]:
             raise _InvalidRequest(f"Missing required parameter: '{where}.id'.", f"{where}.id")
         function = call.get("function")
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise _InvalidRequest(
-                f"Missing required parameter: '{where}.function.name'.", f"{where}.function"
-            )
+            raise _InvalidRequest(f"Missing required parameter: '{where}.function.name'.", f"{where}.function")
         if call["id"] in ids:
             raise _InvalidRequest(f"Invalid parameter: duplicate tool call id '{call['id']}'.", f"{where}.id")
         ids.append(call["id"])
@@ -144,8 +139,7 @@ def _missing_results(index: int, pending: set[str]) -> _InvalidRequest:
     """Build the error for an assistant message whose tool calls lack results."""
     return _InvalidRequest(
         "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
-        "'tool_call_id'. The following tool_call_ids did not have response messages: "
-        + ", ".join(sorted(pending)),
+        "'tool_call_id'. The following tool_call_ids did not have response messages: " + ", ".join(sorted(pending)),
         f"messages.[{index}].role",
     )
 
@@ -282,9 +276,7 @@ class FakeOpenAI(LoopbackServer):
             parsed: Any = json.loads(raw_text)
         except ValueError:
             self.requests.append({"_raw": raw_text})
-            return web.json_response(
-                _error_body(400, "We could not parse the JSON body of your request."), status=400
-            )
+            return web.json_response(_error_body(400, "We could not parse the JSON body of your request."), status=400)
         if not isinstance(parsed, dict):
             self.requests.append({"_raw": raw_text})
             return web.json_response(_error_body(400, "The request body must be a JSON object."), status=400)
@@ -377,8 +369,7 @@ class FakeOpenAI(LoopbackServer):
                 )
             )
             chunks += [
-                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-                for piece in _split(args, 2)
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}) for piece in _split(args, 2)
             ]
         chunks.append(chunk({}, finish))
         if include_usage:

@@ -31,25 +31,71 @@ CONFLICT = "Conflict: terminated by other getUpdates request; make sure that onl
 # parameters that are plain strings on the wire (never JSON-decoded even when they look like numbers)
 _STRING_PARAMS = frozenset(
     {
-        "text", "caption", "parse_mode", "callback_query_id", "action", "language_code", "url",
-        "inline_message_id", "business_connection_id", "message_effect_id", "description",
-        "short_description", "name", "query", "secret_token", "ip_address", "emoji", "custom_emoji_id",
-        "title", "first_name", "last_name", "question", "explanation", "address", "payload", "currency",
-        "provider_token", "start_parameter", "error_message", "shipping_query_id", "pre_checkout_query_id",
-        "result_id", "web_app_query_id", "invite_link", "switch_pm_text", "switch_pm_parameter",
+        "text",
+        "caption",
+        "parse_mode",
+        "callback_query_id",
+        "action",
+        "language_code",
+        "url",
+        "inline_message_id",
+        "business_connection_id",
+        "message_effect_id",
+        "description",
+        "short_description",
+        "name",
+        "query",
+        "secret_token",
+        "ip_address",
+        "emoji",
+        "custom_emoji_id",
+        "title",
+        "first_name",
+        "last_name",
+        "question",
+        "explanation",
+        "address",
+        "payload",
+        "currency",
+        "provider_token",
+        "start_parameter",
+        "error_message",
+        "shipping_query_id",
+        "pre_checkout_query_id",
+        "result_id",
+        "web_app_query_id",
+        "invite_link",
+        "switch_pm_text",
+        "switch_pm_parameter",
     }
 )
 _CHAT_ACTIONS = frozenset(
     {
-        "typing", "upload_photo", "record_video", "upload_video", "record_voice", "upload_voice",
-        "upload_document", "choose_sticker", "find_location", "record_video_note", "upload_video_note",
+        "typing",
+        "upload_photo",
+        "record_video",
+        "upload_video",
+        "record_voice",
+        "upload_voice",
+        "upload_document",
+        "choose_sticker",
+        "find_location",
+        "record_video_note",
+        "upload_video_note",
     }
 )
 _BUTTON_ACTIONS = frozenset(
     {
-        "url", "callback_data", "web_app", "login_url", "switch_inline_query",
-        "switch_inline_query_current_chat", "switch_inline_query_chosen_chat", "copy_text",
-        "callback_game", "pay",
+        "url",
+        "callback_data",
+        "web_app",
+        "login_url",
+        "switch_inline_query",
+        "switch_inline_query_current_chat",
+        "switch_inline_query_chosen_chat",
+        "copy_text",
+        "callback_game",
+        "pay",
     }
 )
 _COMMAND_RE = re.compile(r"[a-z0-9_]{1,32}")
@@ -60,14 +106,37 @@ _STRIP = " \t\r\n"
 
 _TAGS = frozenset(
     {
-        "b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span", "tg-spoiler", "a", "code",
-        "pre", "blockquote", "tg-emoji",
+        "b",
+        "strong",
+        "i",
+        "em",
+        "u",
+        "ins",
+        "s",
+        "strike",
+        "del",
+        "span",
+        "tg-spoiler",
+        "a",
+        "code",
+        "pre",
+        "blockquote",
+        "tg-emoji",
     }
 )
 _SIMPLE_ENTITY = {
-    "b": "bold", "strong": "bold", "i": "italic", "em": "italic", "u": "underline", "ins": "underline",
-    "s": "strikethrough", "strike": "strikethrough", "del": "strikethrough", "span": "spoiler",
-    "tg-spoiler": "spoiler", "code": "code",
+    "b": "bold",
+    "strong": "bold",
+    "i": "italic",
+    "em": "italic",
+    "u": "underline",
+    "ins": "underline",
+    "s": "strikethrough",
+    "strike": "strikethrough",
+    "del": "strikethrough",
+    "span": "spoiler",
+    "tg-spoiler": "spoiler",
+    "code": "code",
 }
 _NAMED_ENTITIES = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
 _SPACE = frozenset(" \t\r\n\v\0")
@@ -434,11 +503,11 @@ def _check_markup(markup: Any) -> None:
     if rows is None:
         return
     if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
-        raise _bad("field \"inline_keyboard\" of the InlineKeyboardMarkup must be an Array of Arrays")
+        raise _bad('field "inline_keyboard" of the InlineKeyboardMarkup must be an Array of Arrays')
     for row in rows:
         for button in row:
             if not isinstance(button, dict) or not isinstance(button.get("text"), str):
-                raise _bad("can't parse inline keyboard button: Field \"text\" must be of type String")
+                raise _bad('can\'t parse inline keyboard button: Field "text" must be of type String')
             if not _BUTTON_ACTIONS & button.keys():
                 raise _bad("can't parse inline keyboard button: Text buttons are unallowed in the inline keyboard")
             data = button.get("callback_data")
@@ -649,9 +718,7 @@ class FakeTelegram(LoopbackServer):
                 while not predicate():
                     await self._wakeup.wait()
         except TimeoutError:
-            raise TimeoutError(
-                f"condition not met within {timeout}s; recent calls: {self._recent_calls()}"
-            ) from None
+            raise TimeoutError(f"condition not met within {timeout}s; recent calls: {self._recent_calls()}") from None
 
     async def wait_sent(self, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
         """Wait until at least count messages were sent; return `sent`."""

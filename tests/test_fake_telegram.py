@@ -179,7 +179,7 @@ async def test_invalid_html_is_rejected(fake: FakeTelegram, bot: Bot) -> None:
         ("<span>x</span>", 'Tag "span" must have class "tg-spoiler"'),
         ("<pre><b>x</b></pre>", 'Tag "b" can\'t be nested inside tag "pre"'),
         ("<code><i>x</i></code>", 'Tag "i" can\'t be nested inside tag "code"'),
-        ("<blockquote><blockquote>x</blockquote></blockquote>", "can't be nested inside tag \"blockquote\""),
+        ("<blockquote><blockquote>x</blockquote></blockquote>", 'can\'t be nested inside tag "blockquote"'),
         ("&nbsp;", 'Character "&" at byte offset 0 must be escaped'),
         ("&lt", 'Character "&" at byte offset 0 must be escaped'),
     ],
@@ -227,9 +227,7 @@ async def test_length_limit_counts_utf16(fake: FakeTelegram, bot: Bot) -> None:
     assert fake.sent[1]["message"]["text"] == "&" * 4096
 
 
-async def test_retry_after_and_unknown_method(
-    fake: FakeTelegram, bot: Bot, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_retry_after_and_unknown_method(fake: FakeTelegram, bot: Bot, monkeypatch: pytest.MonkeyPatch) -> None:
     """Scripted 429s surface as RetryAfter (once); unknown methods are 404."""
     monkeypatch.setenv("PTB_TIMEDELTA", "true")  # opt in to timedelta retry_after (no deprecation warning)
     fake.fail_next("sendMessage", status=429, retry_after=1)

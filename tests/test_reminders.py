@@ -253,9 +253,7 @@ async def test_sweep_never_calls_llm_when_nothing_due(
     assert len(fake_llm.requests) == requests
 
 
-async def test_apscheduler_date_job_fires_on_time(
-    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
-) -> None:
+async def test_apscheduler_date_job_fires_on_time(make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool) -> None:
     from core.timeutil import system_clock
 
     core = make_core()

@@ -268,3 +268,27 @@ def render_reply(text: str, steps: Sequence[Step], elapsed_s: float, limit: int 
 def plain_text(markup: str) -> str:
     """The visible text of HTML (for the resend when Telegram rejects a part)."""
     return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+def split_plain(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
+    """Plain text in parts of at most `limit` UTF-16 units, cut at a newline (else a space) when one is near."""
+    parts: list[str] = []
+    rest = text
+    while utf16_len(rest) > limit:
+        cut, size = 0, 0
+        for i, ch in enumerate(rest):  # the largest prefix within the limit
+            size += 2 if ord(ch) > 0xFFFF else 1
+            if size > limit:
+                break
+            cut = i + 1
+        window = rest[:cut]
+        at = window.rfind("\n")
+        if at < cut // 2:
+            at = window.rfind(" ")
+        if at < cut // 2:
+            at = cut
+        parts.append(rest[:at])
+        rest = rest[at:].lstrip("\n") if at < cut else rest[at:]
+    if rest.strip() or not parts:
+        parts.append(rest)
+    return [p for p in parts if p.strip()] or [text[:1] or "…"]

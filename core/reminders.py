@@ -87,11 +87,17 @@ class ReminderMessage:
     buttons: tuple[str, ...] = BUTTONS
 
 
+class DeliveryRefused(Exception):
+    """A permanent refusal (bot blocked, chat gone, no access): the occurrence ends as failed with this reason.
+
+    Adapters raise it from `send_reminder`; any other exception counts as transient and is retried."""
+
+
 class Outbox(Protocol):
     """What the engine needs from an adapter: send a reminder, return the platform message id."""
 
     async def send_reminder(self, msg: ReminderMessage) -> str | None:
-        """Deliver one reminder (raise on failure)."""
+        """Deliver one reminder: raise DeliveryRefused for a permanent refusal, anything else when transient."""
         ...
 
 

@@ -17,6 +17,10 @@ class SettingsError(Exception):
     """A configuration value is invalid; the message is one line naming the variable."""
 
 
+class StartupError(Exception):
+    """The bot cannot start; the message is one line for the operator naming the variable or service (no secret)."""
+
+
 def parse_user_list(raw: str) -> frozenset[str]:
     """Parse `telegram:123,discord:456` (or `*`) into a set of `platform:id` keys."""
     keys: set[str] = set()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -17,6 +18,26 @@ MIGRATION_LOCK_KEY = 0x5A17_B07  # advisory lock id shared by every process of t
 _MIGRATION_RE = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
 Pool = asyncpg.Pool
+T = TypeVar("T")
+
+# Errors that mean "this connection is gone" (failover, restart, pg_terminate_backend), not "this statement is wrong".
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CannotConnectNowError,
+    ConnectionError,
+    OSError,
+)
+
+
+async def retry_dropped(op: Callable[[], Awaitable[T]], what: str = "database call") -> T:
+    """Run `op`; if its connection was dropped, run it once more (the pool hands out a fresh connection)."""
+    try:
+        return await op()
+    except CONNECTION_ERRORS as e:
+        log.warning("%s lost its database connection (%s); retrying once", what, type(e).__name__)
+        return await op()
 
 
 @dataclass

@@ -77,6 +77,7 @@ class Settings(BaseSettings):
     HISTORY_MESSAGES: int = Field(default=40, ge=2, le=1000)
     REMINDER_GRACE_HOURS: float = Field(default=24.0, gt=0)
     CAPABILITY_TIMEOUT: float = Field(default=30.0, gt=0)
+    SHUTDOWN_GRACE_SECONDS: float = Field(default=25.0, ge=0)  # drain time for running answers on stop/restart
 
     @field_validator("LLM_PROVIDER", mode="before")
     @classmethod

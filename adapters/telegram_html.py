@@ -1,26 +1,35 @@
-"""Markdown from the model → Telegram's HTML subset, and splitting HTML at Telegram's length limit."""
+"""Markdown from the model → Telegram's HTML subset, and splitting HTML at Telegram's length limit.
+
+Markdown is parsed by markdown-it-py (CommonMark, plus tables and ~~strikethrough~~) and the syntax tree is
+rendered to the tags Telegram accepts; raw HTML in the model's text is not interpreted, it stays visible.
+"""
 
 from __future__ import annotations
 
 import html
 import re
+import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from markdown_it import MarkdownIt
+from markdown_it.tree import SyntaxTreeNode
 
 from core.activity import activity_lines, summary_line
 from core.types import Step
 
 MESSAGE_LIMIT = 4096  # Telegram's limit, in UTF-16 code units of the text after tags
 ACTIVITY_CHARS = 1500  # the activity block is capped so the answer keeps most of the last part
+NO_ANSWER = "(no answer)"
+RULE = "──────────"
+LINK_SCHEMES = ("http://", "https://", "tg://", "mailto:")  # hrefs Telegram takes in a text link
 
-_FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+#.-]*)\s*$")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-_BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
-_QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
-_RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-_LINK = re.compile(r"\[([^\[\]\n]+)\]\(((?:https?|tg|mailto):[^\s()]+)\)")
+# "html": False keeps raw HTML as text (escaped on output); linkify is left to Telegram, which links URLs itself
+_MD = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
+_INLINE_TAGS = {"strong": "b", "em": "i", "s": "s"}
 _TAG = re.compile(r"<(/?)([a-z-]+)([^>]*)>")
-_ENTITY = re.compile(r"&(?:#\d+|#x[0-9a-fA-F]+|[a-z]+);")
+_UNIT = re.compile(r"<[^>]*>|&(?:#\d+|#x[0-9a-fA-F]+|[a-zA-Z]+);")
+_EMPTY_PAIR = re.compile(r"<([a-z-]+)(?: [^>]*)?>(\s*)</\1>")
 
 
 def esc(text: str) -> str:
@@ -35,120 +44,135 @@ def esc_attr(text: str) -> str:
 
 def utf16_len(text: str) -> int:
     """Length in UTF-16 code units, as Telegram counts."""
-    return len(text.encode("utf-16-le")) // 2
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
-def _flanking_open(text: str, i: int, n: int) -> bool:
-    """A marker of length n at i can open: followed by non-space (and `_` not inside a word)."""
-    after = text[i + n] if i + n < len(text) else " "
-    before = text[i - 1] if i > 0 else " "
-    if after.isspace():
-        return False
-    return not (text[i] == "_" and before.isalnum())
+# ---------------------------------------------------------------------------------------------------------
+# Markdown → HTML
 
 
-def _flanking_close(text: str, i: int, n: int) -> bool:
-    """A marker of length n at i can close: preceded by non-space (and `_` not inside a word)."""
-    before = text[i - 1] if i > 0 else " "
-    after = text[i + n] if i + n < len(text) else " "
-    if before.isspace():
-        return False
-    return not (text[i] == "_" and after.isalnum())
+@dataclass
+class _Ctx:
+    """Where a block is rendered: inside a quote, at which list depth."""
+
+    quote: bool = False
+    depth: int = 0
 
 
-_MARKERS = (("**", "b"), ("__", "b"), ("~~", "s"), ("*", "i"), ("_", "i"))
-
-
-def inline(text: str) -> str:
-    """Inline Markdown of one line → HTML; unmatched markers stay literal, tags always nest."""
+def _inline(node: SyntaxTreeNode, in_link: bool = False) -> str:
+    """Inline children of a node → HTML."""
     out: list[str] = []
-    stack: list[tuple[str, str, int]] = []  # (marker, tag, index of its placeholder in out)
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "`":
-            end = text.find("`", i + 1)
-            if end > i + 1:
-                out.append(f"<code>{esc(text[i + 1 : end])}</code>")
-                i = end + 1
-                continue
-        if ch == "[":
-            m = _LINK.match(text, i)
-            if m:
-                out.append(f'<a href="{esc_attr(m.group(2))}">{esc(m.group(1))}</a>')
-                i = m.end()
-                continue
-        marker = next(((mk, tag) for mk, tag in _MARKERS if text.startswith(mk, i)), None)
-        if marker is not None:
-            mk, tag = marker
-            if stack and stack[-1][0] == mk and _flanking_close(text, i, len(mk)):
-                _, _, at = stack.pop()
-                out[at] = f"<{tag}>"
-                out.append(f"</{tag}>")
-                i += len(mk)
-                continue
-            if all(s[0] != mk for s in stack) and _flanking_open(text, i, len(mk)):
-                stack.append((mk, tag, len(out)))
-                out.append(esc(mk))
-                i += len(mk)
-                continue
-            out.append(esc(mk))
-            i += len(mk)
-            continue
-        out.append(esc(ch))
-        i += 1
+    for child in node.children:
+        kind = child.type
+        if kind == "text":
+            out.append(esc(child.content))
+        elif kind in ("softbreak", "hardbreak"):
+            out.append("\n")  # Telegram shows the model's line breaks as they are
+        elif kind == "code_inline":
+            out.append(esc(child.content) if in_link else f"<code>{esc(child.content)}</code>")
+        elif kind in _INLINE_TAGS:
+            tag = _INLINE_TAGS[kind]
+            out.append(f"<{tag}>{_inline(child, in_link)}</{tag}>")
+        elif kind == "link":
+            out.append(_link(str(child.attrs.get("href", "")), _inline(child, True), in_link))
+        elif kind == "image":
+            alt = esc(child.content) or "image"
+            out.append(_link(str(child.attrs.get("src", "")), f"🖼 {alt}", in_link))
+        else:  # html_inline cannot occur with html off; keep any other leaf's source visible
+            out.append(esc(child.content))
     return "".join(out)
 
 
+def _link(href: str, label: str, in_link: bool) -> str:
+    """A text link when Telegram can open the URL, else the label followed by the URL."""
+    if in_link or not href:
+        return label
+    if href.lower().startswith(LINK_SCHEMES):
+        return f'<a href="{esc_attr(href)}">{label or esc(href)}</a>'
+    return f"{label} ({esc(href)})" if label else esc(href)
+
+
+def _code_block(code: str, lang: str, ctx: _Ctx) -> str:
+    """A <pre> block (with its language); outside any quote, since Telegram nests neither."""
+    code = code.rstrip("\n")
+    if not code.strip():
+        return ""
+    attr = f' class="language-{esc_attr(lang)}"' if lang else ""
+    block = f"<pre><code{attr}>{esc(code)}</code></pre>"
+    return f"</blockquote>{block}<blockquote>" if ctx.quote else block
+
+
+def _table(node: SyntaxTreeNode) -> str:
+    """A table as aligned plain columns in a <pre> block (no formatting inside, as Telegram requires)."""
+    rows: list[list[str]] = []
+    for section in node.children:
+        for tr in section.children:
+            rows.append([plain_text(_inline(cell.children[0])) if cell.children else "" for cell in tr.children])
+    if not rows:
+        return ""
+    width = max(len(r) for r in rows)
+    cols = [max((len(r[i]) for r in rows if i < len(r)), default=0) for i in range(width)]
+    lines = [" | ".join(c.ljust(cols[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    lines.insert(1, "-+-".join("-" * w for w in cols))
+    return f"<pre>{esc(chr(10).join(lines))}</pre>"
+
+
+def _blocks(nodes: Sequence[SyntaxTreeNode], ctx: _Ctx, sep: str = "\n\n") -> str:
+    """Render block nodes, skipping empty ones."""
+    return sep.join(b for b in (_block(n, ctx) for n in nodes) if b)
+
+
+def _list(node: SyntaxTreeNode, ctx: _Ctx) -> str:
+    """A bullet or ordered list: "• " / "1. " markers, nested lists indented."""
+    ordered = node.type == "ordered_list"
+    number = int(str(node.attrs.get("start", 1))) if ordered else 0
+    inner = _Ctx(ctx.quote, ctx.depth + 1)
+    items: list[str] = []
+    tight = True
+    for item in node.children:
+        tight = tight and all(c.hidden for c in item.children if c.type == "paragraph")
+        marker = f"{number}. " if ordered else ("• " if ctx.depth == 0 else "◦ ")
+        number += 1
+        body = _blocks(item.children, inner, "\n" if tight else "\n\n")
+        items.append("  " * ctx.depth + marker + body)
+    return ("\n" if tight else "\n\n").join(items)
+
+
+def _block(node: SyntaxTreeNode, ctx: _Ctx) -> str:
+    """One block node → HTML."""
+    kind = node.type
+    if kind == "paragraph":
+        return _inline(node.children[0]) if node.children else ""
+    if kind == "heading":
+        text = _inline(node.children[0]) if node.children else ""
+        return f"<b>{text}</b>" if text.strip() else ""
+    if kind in ("bullet_list", "ordered_list"):
+        return _list(node, ctx)
+    if kind == "blockquote":
+        if ctx.quote:  # Telegram cannot nest quotes: the inner one is part of the outer
+            return _blocks(node.children, ctx)
+        body = _blocks(node.children, _Ctx(True, ctx.depth))
+        return f"<blockquote>{body}</blockquote>" if body.strip() else ""
+    if kind in ("fence", "code_block"):
+        return _code_block(node.content, node.info.strip().split(" ")[0] if node.info else "", ctx)
+    if kind == "hr":
+        return RULE
+    if kind == "table":
+        table = _table(node)
+        return f"</blockquote>{table}<blockquote>" if ctx.quote and table else table
+    if kind == "inline":
+        return _inline(node)
+    return _blocks(node.children, ctx) if node.children else esc(node.content)
+
+
 def markdown_to_html(md: str) -> str:
-    """Model Markdown → Telegram HTML: fences, inline code, bold, italic, strike, links, lists,
-    headings as bold lines, blockquotes; everything else escaped."""
-    lines = md.replace("\r\n", "\n").split("\n")
-    out: list[str] = []
-    quote: list[str] = []
-    i = 0
+    """Model Markdown (CommonMark + tables + strikethrough) → Telegram HTML; raw HTML stays visible text."""
+    body = _blocks(SyntaxTreeNode(_MD.parse(md)).children, _Ctx())
+    return _drop_empty_tags(body).strip()
 
-    def flush_quote() -> None:
-        if quote:
-            out.append("<blockquote>" + "\n".join(quote) + "</blockquote>")
-            quote.clear()
 
-    while i < len(lines):
-        line = lines[i]
-        fence = _FENCE.match(line)
-        if fence:
-            flush_quote()
-            close = fence.group(1)
-            body: list[str] = []
-            i += 1
-            while i < len(lines) and not lines[i].strip().startswith(close[:3]):
-                body.append(lines[i])
-                i += 1
-            i += 1  # the closing fence (or the end of the text)
-            lang = fence.group(2)
-            code = esc("\n".join(body))
-            attr = f' class="language-{esc_attr(lang)}"' if lang else ""
-            out.append(f"<pre><code{attr}>{code}</code></pre>")
-            continue
-        q = _QUOTE.match(line)
-        if q:
-            quote.append(inline(q.group(1)))
-            i += 1
-            continue
-        flush_quote()
-        h = _HEADING.match(line)
-        b = _BULLET.match(line)
-        if h:
-            out.append(f"<b>{inline(h.group(1))}</b>")
-        elif _RULE.match(line):
-            out.append("──────────")
-        elif b:
-            out.append(f"{b.group(1)}• {inline(b.group(2))}")
-        else:
-            out.append(inline(line))
-        i += 1
-    flush_quote()
-    return "\n".join(out).strip("\n")
+# ---------------------------------------------------------------------------------------------------------
+# the activity block
 
 
 def activity_html(steps: Sequence[Step], elapsed_s: float) -> str:
@@ -165,19 +189,15 @@ def activity_html(steps: Sequence[Step], elapsed_s: float) -> str:
     return "<blockquote expandable>" + esc("\n".join(body)) + "</blockquote>"
 
 
-@dataclass
-class _Open:
-    """An open tag while splitting: its name and the full start tag to reopen it."""
-
-    name: str
-    start: str
+# ---------------------------------------------------------------------------------------------------------
+# splitting
 
 
 def _tokens(markup: str) -> list[str]:
     """Split HTML into tags, entities and single characters (the units a split may fall between)."""
     out: list[str] = []
     pos = 0
-    for m in re.finditer(r"<[^>]*>|&(?:#\d+|#x[0-9a-fA-F]+|[a-z]+);", markup):
+    for m in _UNIT.finditer(markup):
         out.extend(markup[pos : m.start()])
         out.append(m.group(0))
         pos = m.end()
@@ -187,7 +207,7 @@ def _tokens(markup: str) -> list[str]:
 
 def _visible_len(token: str) -> int:
     """UTF-16 length of a token as Telegram counts it (tags count 0, entities as their character)."""
-    if token.startswith("<"):
+    if token.startswith("<") and len(token) > 1:
         return 0
     if token.startswith("&") and len(token) > 1:
         return utf16_len(html.unescape(token))
@@ -199,68 +219,120 @@ def visible_len(markup: str) -> int:
     return sum(_visible_len(t) for t in _tokens(markup))
 
 
+def _glued(before: str, after: str) -> bool:
+    """True when a cut between these two tokens would break one visible character (emoji, accents)."""
+    if len(before) != 1 or len(after) != 1:
+        return False
+    if before == "\u200d" or after in "\u200d\ufe0e\ufe0f" or 0x1F3FB <= ord(after) <= 0x1F3FF:
+        return True
+    return unicodedata.combining(after) != 0 or 0xE0020 <= ord(after) <= 0xE007F  # marks, tag sequences
+
+
+@dataclass
+class _Part:
+    """The part being filled: its tokens, visible size and the tags open at each token."""
+
+    tokens: list[str] = field(default_factory=list)
+    stacks: list[tuple[str, ...]] = field(default_factory=list)  # open start tags before each token
+    size: int = 0
+
+
+def _cut_at(part: _Part, limit: int, incoming: str) -> int:
+    """Where to end a full part: at the last newline, else space, in its second half, else as late as
+    possible without splitting a visible character or leaving a start tag behind its text."""
+    tokens = part.tokens
+    for wanted in ("\n", " "):
+        seen = 0
+        best = -1
+        for i, tok in enumerate(tokens):
+            if tok == wanted and seen >= limit // 2:
+                best = i
+            seen += _visible_len(tok)
+        if best > 0:
+            return best
+    cut, after = len(tokens), incoming
+    while cut > 0 and (_is_start_tag(tokens[cut - 1]) or _glued(tokens[cut - 1], after)):
+        after = tokens[cut - 1]
+        cut -= 1
+    return cut if any(_visible_len(t) for t in tokens[:cut]) else len(tokens)
+
+
+def _is_start_tag(token: str) -> bool:
+    """Whether a token is a start tag (it goes with the text after it)."""
+    return token.startswith("<") and len(token) > 1 and not token.startswith("</")
+
+
+def _tag_name(start: str) -> str:
+    """The name of a start tag."""
+    found = _TAG.match(start)
+    return found.group(2) if found else ""
+
+
+def _close(stack: tuple[str, ...]) -> str:
+    """End tags for the open start tags, innermost first."""
+    return "".join(f"</{_tag_name(s)}>" for s in reversed(stack))
+
+
 def split_html(markup: str, limit: int = MESSAGE_LIMIT) -> list[str]:
     """Split HTML into parts of at most `limit` visible UTF-16 units, never inside a tag or entity;
-    tags open at a cut are closed and reopened (a code block keeps its language); newlines are preferred."""
-    tokens = _tokens(markup)
+    tags open at a cut are closed and reopened (a code block keeps its language); newlines are preferred.
+    Parts without visible text are dropped, but there is always at least one part."""
     parts: list[str] = []
-    cur: list[str] = []
-    opened: list[_Open] = []
-    size = 0
-    last_break = -1  # index in cur just after the last newline at the top level of text
-    break_stack: list[_Open] = []
-    for tok in tokens:
-        tag = _TAG.fullmatch(tok)
-        if tag:
-            if tag.group(1):
-                if opened and opened[-1].name == tag.group(2):
-                    opened.pop()
-            elif not tok.endswith("/>"):
-                opened.append(_Open(tag.group(2), tok))
-            cur.append(tok)
-            continue
+    stack: list[str] = []
+    part = _Part()
+    for tok in _tokens(markup):
         width = _visible_len(tok)
-        if size + width > limit and size > 0:
-            if last_break > 0 and last_break < len(cur):
-                head, tail = cur[:last_break], cur[last_break:]
-                parts.append("".join(head) + "".join(f"</{o.name}>" for o in reversed(break_stack)))
-                reopened = [o.start for o in break_stack]
-                cur = reopened + tail
-                size = sum(_visible_len(t) for t in tail)
-            else:
-                parts.append("".join(cur) + "".join(f"</{o.name}>" for o in reversed(opened)))
-                cur = [o.start for o in opened]
-                size = 0
-            last_break = -1
-        cur.append(tok)
-        size += width
-        if tok == "\n":
-            last_break = len(cur)
-            break_stack = list(opened)
-    tail_text = "".join(cur)
-    if visible_len(tail_text) > 0 or not parts:
-        parts.append(tail_text)
-    return [p for p in (_drop_empty_tags(p) for p in parts) if p]
+        while part.size + width > limit and part.size > 0:
+            part = _flush(part, limit, parts, tok, tuple(stack))
+        part.stacks.append(tuple(stack))
+        part.tokens.append(tok)
+        part.size += width
+        tag = _TAG.fullmatch(tok)
+        if tag and tag.group(1):
+            if stack:
+                stack.pop()
+        elif tag and not tok.endswith("/>"):
+            stack.append(tok)
+    parts.append("".join(part.tokens))
+    kept = [p for p in (_drop_empty_tags(p).strip() for p in parts) if plain_text(p).strip()]
+    return kept or ["…"]
+
+
+def _flush(part: _Part, limit: int, parts: list[str], incoming: str, now_open: tuple[str, ...]) -> _Part:
+    """End the full part at its best cut; return the rest as the new part (tags reopened)."""
+    cut = _cut_at(part, limit, incoming)
+    skip = 1 if cut < len(part.tokens) and part.tokens[cut] in ("\n", " ") else 0  # the space or newline cut at
+    stack = part.stacks[cut] if cut < len(part.tokens) else now_open
+    parts.append("".join(part.tokens[:cut]) + _close(stack))
+    rest = _Part(list(stack), [stack[:i] for i in range(len(stack))])
+    for tok, before in zip(part.tokens[cut + skip :], part.stacks[cut + skip :], strict=True):
+        rest.tokens.append(tok)
+        rest.stacks.append(before)
+        rest.size += _visible_len(tok)
+    return rest
 
 
 def _drop_empty_tags(part: str) -> str:
-    """Remove tag pairs left empty by a split (Telegram rejects empty messages, not empty tags, but
-    an empty `<pre></pre>` part looks broken)."""
+    """Remove tag pairs with nothing visible inside (left by a split or by an empty block)."""
     prev = None
     while prev != part:
         prev = part
-        part = re.sub(r"<([a-z-]+)(?: [^>]*)?></\1>", "", part)
-    return part.strip("\n")
+        part = _EMPTY_PAIR.sub(r"\2", part)
+    return part
 
 
 def render_reply(text: str, steps: Sequence[Step], elapsed_s: float, limit: int = MESSAGE_LIMIT) -> list[str]:
     """The whole reply as HTML parts: the answer first, the activity block on the last part."""
-    body = markdown_to_html(text) or esc("(no answer)")
-    if not steps:
-        return split_html(body, limit)
-    activity = activity_html(steps, elapsed_s)
+    body = markdown_to_html(text)
+    if not plain_text(body).strip():  # e.g. only an empty code block: still say something
+        body = esc(NO_ANSWER)
     parts = split_html(body, limit)
+    if not steps:
+        return parts
+    activity = activity_html(steps, elapsed_s)
     room = limit - visible_len(activity) - 1
+    if room < 1:
+        return [*parts, *split_html(activity, limit)]
     last = split_html(parts[-1], room)
     return [*parts[:-1], *last[:-1], last[-1] + "\n" + activity]
 
@@ -291,4 +363,4 @@ def split_plain(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
         rest = rest[at:].lstrip("\n") if at < cut else rest[at:]
     if rest.strip() or not parts:
         parts.append(rest)
-    return [p for p in parts if p.strip()] or [text[:1] or "…"]
+    return [p for p in parts if p.strip()] or [text.strip()[:1] or "…"]

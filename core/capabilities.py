@@ -238,7 +238,7 @@ class CapabilityManager:
             return await cap.fn(*args)
 
         try:
-            result = await self.runner.run(cap.name, job)
+            result = await self.runner.run(cap.name, job, owner=f"{ctx.user.platform}:{ctx.user.platform_user_id}")
         except ToolError:
             raise
         except Exception as e:

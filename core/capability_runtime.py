@@ -28,6 +28,7 @@ from core.tools import ToolError, UserRef
 T = TypeVar("T")
 
 MAX_LIVE_THREADS = 16  # capability calls (and imports) still running at once, runaways included
+MAX_LIVE_PER_USER = 4  # of those, one user's calls (so one runaway capability cannot take them all)
 QUERY_TIMEOUT_MS = 5000  # statement timeout of a capability's database query
 QUERY_MAX_ROWS = 1000
 QUERY_MAX_ARGS = 10
@@ -47,24 +48,35 @@ class ThreadRunner:
     """Runs each job in a fresh daemon thread with its own event loop, so blocking code never stalls the bot.
 
     CPython cannot kill a thread: a timed-out job is cancelled in its own loop (which stops async code at
-    its next await) and otherwise left to finish in the background; at most `limit` jobs live at once.
+    its next await) and otherwise left to finish in the background; at most `limit` jobs live at once,
+    and at most `per_user` of one owner's.
     """
 
-    def __init__(self, limit: int = MAX_LIVE_THREADS) -> None:
+    def __init__(self, limit: int = MAX_LIVE_THREADS, per_user: int = MAX_LIVE_PER_USER) -> None:
         """No jobs yet."""
         self.limit = limit
+        self.per_user = per_user
         self.live = 0
+        self._owners: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    async def run(self, label: str, job: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    async def run(self, label: str, job: Callable[[], Coroutine[Any, Any, T]], *, owner: str | None = None) -> T:
         """Run `job()` in a worker thread; cancelling this await cancels the job's task in its loop."""
         with self._lock:
+            mine = self._owners.get(owner, 0) if owner is not None else 0
+            if owner is not None and mine >= self.per_user:
+                raise ToolError(
+                    f"you have {mine} capability calls still running (a capability may be stuck in a loop); "
+                    "wait until they finish or time out, then try again"
+                )
             if self.live >= self.limit:
                 raise ToolError(f"{self.live} capability calls are still running; try again later")
             self.live += 1
+            if owner is not None:
+                self._owners[owner] = mine + 1
         loop = asyncio.get_running_loop()
         done: asyncio.Future[T] = loop.create_future()
-        worker = _Worker(job, loop, done, self._release)
+        worker = _Worker(job, loop, done, lambda: self._release(owner))
         threading.Thread(target=worker.main, name=f"capability {label}", daemon=True).start()
         try:
             return await done
@@ -72,10 +84,14 @@ class ThreadRunner:
             worker.cancel()
             raise
 
-    def _release(self) -> None:
+    def _release(self, owner: str | None) -> None:
         """A worker thread ended."""
         with self._lock:
             self.live -= 1
+            if owner is not None:
+                left = self._owners.pop(owner) - 1
+                if left:
+                    self._owners[owner] = left
 
 
 @dataclass
@@ -291,7 +307,7 @@ def _as_text(value: Any) -> str | None:
 async def run_query(
     pool: Pool, user: UserRef, is_admin: bool, timeout_s: float, sql: str, args: tuple[Any, ...]
 ) -> list[dict[str, Any]]:
-    """One read-only statement wrapped as `SELECT to_json(r) FROM (<sql>) r`, as the user may see it."""
+    """One read-only statement wrapped as `SELECT to_json(r) FROM (<sql>) r`, as the user may see it (capped rows)."""
     import asyncpg
 
     if len(args) > QUERY_MAX_ARGS:
@@ -312,8 +328,12 @@ async def run_query(
             )
         function = "capability_rows" if is_admin else "capability_rows_as_reader"
         try:
+            # The function counts rows outside the query's text (sql/005); the LIMIT here is a second fence.
             rows = await conn.fetch(
-                f"SELECT {function}($1, $2::text[], $3)", sql.strip().rstrip(";"), text_args, QUERY_MAX_ROWS
+                f"SELECT * FROM {function}($1, $2::text[], $3) LIMIT $3",
+                sql.strip().rstrip(";"),
+                text_args,
+                QUERY_MAX_ROWS,
             )
         except asyncpg.PostgresError as e:
             raise CapabilityQueryError(f"{type(e).__name__}: {e}") from None

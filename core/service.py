@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from core import capabilities, store
 from core.agent import Limits, run_agent
@@ -76,10 +77,19 @@ class Core:
         self.capabilities.install()
         self.exit_code: int | None = None  # set by restart(mode="full") once its answer has been sent
         self.stop_listeners: list[Callable[[], None]] = []
+        self.draining = False  # set by drain(): new turns are turned away while running ones finish
+        self._turn_tasks: set[asyncio.Task[Any]] = set()  # tasks that run (or wait for) a turn
 
     def is_admin(self, inc: Incoming) -> bool:
         """Admins come from ADMINS; the local terminal user is always one."""
         return inc.platform == "console" or inc.user_key in self._admins
+
+    def admins_only(self, platform: str, rows: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether every replayed message comes from an admin's turn (else admin tools stay off: a group
+        member must not plant instructions that an admin's turn executes)."""
+        return platform == "console" or all(
+            r["author_id"] is not None and f"{platform}:{r['author_id']}" in self._admins for r in rows
+        )
 
     def is_allowed(self, inc: Incoming) -> bool:
         """ALLOWED_USERS (or `*`) plus the admins."""
@@ -121,6 +131,10 @@ class Core:
                 "Please send it in smaller parts.",
             )
             return
+        if self.draining:
+            yield Error("restarting", "I'm restarting right now — please send that again in a minute.")
+            return
+        self._track_turn_task()
         async with self._chat_turn(inc.chat_key), aclosing(self._turn(inc, stream)) as events:
             async for event in events:
                 yield event
@@ -131,6 +145,31 @@ class Core:
         self.exit_code = code
         for listener in self.stop_listeners:
             listener()
+
+    def _track_turn_task(self) -> None:
+        """Remember the task running this turn until it ends (it also sends the reply), for drain()."""
+        task = asyncio.current_task()
+        if task is not None and task not in self._turn_tasks:
+            self._turn_tasks.add(task)
+            task.add_done_callback(self._turn_tasks.discard)
+
+    async def drain(self, timeout: float) -> int:
+        """Turn new messages away, let running answers finish for up to `timeout` s, then cut the rest.
+
+        Returns how many were cut. Called on SIGTERM/SIGINT and on a full restart, before adapters stop.
+        """
+        self.draining = True
+        running = {t for t in self._turn_tasks if t is not asyncio.current_task() and not t.done()}
+        if not running:
+            return 0
+        log.info("waiting up to %g s for %d running answer(s)", timeout, len(running))
+        _, late = await asyncio.wait(running, timeout=timeout) if timeout > 0 else (set(), running)
+        for task in late:
+            task.cancel()
+        if late:
+            log.warning("%d answer(s) still running after SHUTDOWN_GRACE_SECONDS=%g were cut", len(late), timeout)
+            await asyncio.wait(late, timeout=1.0)
+        return len(late)
 
     def _tasks_changed(self) -> None:
         """Tell listeners (the reminder scheduler) that a task was created or moved."""
@@ -164,13 +203,13 @@ class Core:
         if turn_id is None:
             log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
-        is_admin = self.is_admin(inc)
-        ctx = ToolContext(self.pool, user, chat, is_admin, self.clock, self.limits.step_timeout, self._tasks_changed)
-        tools = self.registry.offered(is_admin)
         now = self.clock()
         rows, due = await store.turn_context(
             self.pool, chat, user, self.settings.HISTORY_MESSAGES, now + DUE_SOON, DUE_SOON_LINES
         )
+        is_admin = self.is_admin(inc) and self.admins_only(inc.platform, rows)
+        ctx = ToolContext(self.pool, user, chat, is_admin, self.clock, self.limits.step_timeout, self._tasks_changed)
+        tools = self.registry.offered(is_admin)
         caps = self.capabilities.summaries()
         messages = [
             {"role": "system", "content": system_prompt(user, chat, zone(user.timezone), now, due, tools, caps)},

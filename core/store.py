@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from asyncpg import Record
+
 from core.activity import make_step
-from core.db import Pool
+from core.db import Pool, retry_dropped
 from core.tools import ChatRef, UserRef
 from core.types import Incoming, Step
 
@@ -23,22 +26,27 @@ WITH u AS (
     RETURNING id, history_floor
 ), t AS (
     INSERT INTO turns (chat_id, user_id, platform_message_id) SELECT c.id, u.id, $8 FROM u, c WHERE $10
-    ON CONFLICT (chat_id, platform_message_id) WHERE platform_message_id IS NOT NULL DO NOTHING
-    RETURNING id, chat_id, user_id
+    ON CONFLICT (chat_id, platform_message_id) WHERE platform_message_id IS NOT NULL
+    DO UPDATE SET user_id = EXCLUDED.user_id  -- only on a retry ($11): take back our own unanswered turn
+    WHERE $11 AND turns.status = 'running' AND turns.user_id = EXCLUDED.user_id
+        AND NOT EXISTS (SELECT 1 FROM messages x WHERE x.turn_id = turns.id AND x.role <> 'user')
+    RETURNING id, chat_id, user_id, xmax = 0 AS fresh
 ), m AS (
     INSERT INTO messages (chat_id, turn_id, user_id, role, content, author_name, platform_message_id)
-    SELECT t.chat_id, t.id, t.user_id, 'user', $9, $3, $8 FROM t
+    SELECT t.chat_id, t.id, t.user_id, 'user', $9, $3, $8 FROM t WHERE t.fresh
     RETURNING turn_id
 )
-SELECT u.id AS user_id, u.timezone, c.id AS chat_id, c.history_floor, (SELECT turn_id FROM m) AS turn_id
+SELECT u.id AS user_id, u.timezone, c.id AS chat_id, c.history_floor, (SELECT id FROM t) AS turn_id
 FROM u, c
 """
 
 _CONTEXT_SQL = """
 SELECT
     (SELECT coalesce(json_agg(h ORDER BY h.id), '[]') FROM (
-        SELECT id, role, content, author_name, tool_calls, tool_call_id FROM messages
-        WHERE chat_id = $1 AND id > $2 ORDER BY id DESC LIMIT $3) h) AS history,
+        SELECT m.id, m.role, m.content, m.author_name, m.tool_calls, m.tool_call_id,
+               a.platform_user_id AS author_id  -- who started the message's turn (admin tools need all admins)
+        FROM messages m LEFT JOIN turns t ON t.id = m.turn_id LEFT JOIN users a ON a.id = coalesce(m.user_id, t.user_id)
+        WHERE m.chat_id = $1 AND m.id > $2 ORDER BY m.id DESC LIMIT $3) h) AS history,
     (SELECT coalesce(json_agg(d ORDER BY d.due_at), '[]') FROM (
         SELECT id, title, due_at FROM tasks
         WHERE user_id = $4 AND status IN ('pending', 'in_progress') AND due_at < $5
@@ -46,12 +54,46 @@ SELECT
 """
 
 
+_ADD_ASSISTANT_ONCE_SQL = """
+INSERT INTO messages (chat_id, turn_id, role, content, tool_calls) SELECT $1, $2, 'assistant', $3, $4
+WHERE NOT EXISTS (SELECT 1 FROM messages WHERE turn_id = $2 AND role = 'assistant' AND tool_calls = $4::jsonb)
+"""
+_ADD_TOOL_SQL = """
+INSERT INTO messages (chat_id, turn_id, role, content, tool_call_id, tool_name, tool_ok, duration_ms)
+VALUES ($1, $2, 'tool', $3, $4, $5, $6, $7)
+"""
+_ADD_TOOL_ONCE_SQL = """
+INSERT INTO messages (chat_id, turn_id, role, content, tool_call_id, tool_name, tool_ok, duration_ms)
+SELECT $1, $2, 'tool', $3, $4, $5, $6, $7
+WHERE NOT EXISTS (SELECT 1 FROM messages WHERE turn_id = $2 AND role = 'tool' AND tool_call_id = $4)
+"""
+_FINISH_SQL = """
+WITH m AS (INSERT INTO messages (chat_id, turn_id, role, content) VALUES ($1, $2, 'assistant', $3))
+UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2
+"""
+_FINISH_ONCE_SQL = """
+WITH m AS (
+    INSERT INTO messages (chat_id, turn_id, role, content) SELECT $1, $2, 'assistant', $3
+    WHERE EXISTS (SELECT 1 FROM turns WHERE id = $2 AND status = 'running')
+)
+UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2
+"""
+
+
 async def _begin(pool: Pool, inc: Incoming, default_tz: str, *, open_turn: bool) -> tuple[UserRef, ChatRef, int | None]:
-    """Upsert the user and chat and (optionally) store the message as a new turn, in one round trip."""
-    row = await pool.fetchrow(
-        _BEGIN_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
-        inc.chat_kind, inc.chat_title, inc.message_id, inc.text, open_turn,
-    )  # fmt: skip
+    """Upsert the user and chat and (optionally) store the message as a new turn, in one round trip.
+
+    Retried once on a dropped connection; the retry takes back the turn the first attempt may have
+    committed (same platform message id, still running, unanswered) instead of calling it a duplicate.
+    """
+
+    def attempt(retry: bool) -> Awaitable[Record | None]:
+        return pool.fetchrow(
+            _BEGIN_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
+            inc.chat_kind, inc.chat_title, inc.message_id, inc.text, open_turn, retry,
+        )  # fmt: skip
+
+    row = await retry_dropped(lambda: attempt(False), "storing a message", pool=pool, again=lambda: attempt(True))
     assert row is not None
     user = UserRef(row["user_id"], inc.platform, inc.user_id, inc.user_name, row["timezone"] or default_tz)
     chat = ChatRef(row["chat_id"], inc.platform, inc.chat_id, inc.thread_id, inc.chat_kind, row["history_floor"])
@@ -73,7 +115,11 @@ async def turn_context(
     pool: Pool, chat: ChatRef, user: UserRef, history: int, due_before: datetime, due_limit: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The chat's replay window (oldest first) and the user's open tasks due soon, in one round trip."""
-    row = await pool.fetchrow(_CONTEXT_SQL, chat.id, chat.history_floor, history, user.id, due_before, due_limit)
+    row = await retry_dropped(
+        lambda: pool.fetchrow(_CONTEXT_SQL, chat.id, chat.history_floor, history, user.id, due_before, due_limit),
+        "loading the conversation",
+        pool=pool,
+    )
     assert row is not None
     due = [dict(d, due_at=datetime.fromisoformat(d["due_at"])) for d in row["due"]]
     return row["history"], due
@@ -82,51 +128,53 @@ async def turn_context(
 async def add_assistant(
     pool: Pool, chat: ChatRef, turn_id: int, content: str | None, tool_calls: list[dict[str, Any]] | None
 ) -> None:
-    """Store an assistant message (text and/or tool calls)."""
-    await pool.execute(
-        "INSERT INTO messages (chat_id, turn_id, role, content, tool_calls) VALUES ($1, $2, 'assistant', $3, $4)",
-        chat.id,
-        turn_id,
-        content,
-        tool_calls,
+    """Store an assistant message (text and/or tool calls); a retry does not store it twice."""
+    sql = "INSERT INTO messages (chat_id, turn_id, role, content, tool_calls) VALUES ($1, $2, 'assistant', $3, $4)"
+    await retry_dropped(
+        lambda: pool.execute(sql, chat.id, turn_id, content, tool_calls),
+        "storing the model's tool calls",
+        pool=pool,
+        again=lambda: pool.execute(_ADD_ASSISTANT_ONCE_SQL, chat.id, turn_id, content, tool_calls),
     )
 
 
 async def add_tool_result(
     pool: Pool, chat: ChatRef, turn_id: int, call_id: str, name: str, envelope: dict[str, Any], duration_ms: int
 ) -> None:
-    """Store a tool result in full (the prompt gets a truncated copy)."""
-    await pool.execute(
-        "INSERT INTO messages (chat_id, turn_id, role, content, tool_call_id, tool_name, tool_ok, duration_ms)"
-        " VALUES ($1, $2, 'tool', $3, $4, $5, $6, $7)",
-        chat.id,
-        turn_id,
-        json.dumps(envelope, ensure_ascii=False, default=str),
-        call_id,
-        name,
-        bool(envelope.get("ok")),
-        duration_ms,
+    """Store a tool result in full (the prompt gets a truncated copy); a retry does not store it twice."""
+    args = (chat.id, turn_id, json.dumps(envelope, ensure_ascii=False, default=str), call_id, name)
+    await retry_dropped(
+        lambda: pool.execute(_ADD_TOOL_SQL, *args, bool(envelope.get("ok")), duration_ms),
+        "storing a tool result",
+        pool=pool,
+        again=lambda: pool.execute(_ADD_TOOL_ONCE_SQL, *args, bool(envelope.get("ok")), duration_ms),
     )
 
 
 async def finish_turn(pool: Pool, turn_id: int, status: str, steps: int) -> None:
     """Record how the turn ended."""
-    await pool.execute(
-        "UPDATE turns SET status = $2, steps = $3, finished_at = now() WHERE id = $1", turn_id, status, steps
-    )
+    sql = "UPDATE turns SET status = $2, steps = $3, finished_at = now() WHERE id = $1"
+    await retry_dropped(lambda: pool.execute(sql, turn_id, status, steps), "closing a turn", pool=pool)
 
 
 async def finish_turn_with_answer(pool: Pool, chat: ChatRef, turn_id: int, text: str, status: str, steps: int) -> None:
-    """Store the final answer and close the turn in one round trip."""
-    await pool.execute(
-        "WITH m AS (INSERT INTO messages (chat_id, turn_id, role, content) VALUES ($1, $2, 'assistant', $3))"
-        " UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2",
-        chat.id,
-        turn_id,
-        text,
-        status,
-        steps,
+    """Store the final answer and close the turn in one round trip; a retry does not store it twice."""
+    await retry_dropped(
+        lambda: pool.execute(_FINISH_SQL, chat.id, turn_id, text, status, steps),
+        "storing the answer",
+        pool=pool,
+        again=lambda: pool.execute(_FINISH_ONCE_SQL, chat.id, turn_id, text, status, steps),
     )
+
+
+async def close_abandoned_turns(pool: Pool, older_than: timedelta) -> int:
+    """Close turns left `running` by a dead process (started longer ago than `older_than`) as cut short."""
+    status = await pool.execute(
+        "UPDATE turns SET status = 'cut_short', finished_at = now()"
+        " WHERE status = 'running' AND started_at < now() - $1::interval",
+        older_than,
+    )
+    return int(status.rsplit(" ", 1)[-1])
 
 
 async def reset_conversation(pool: Pool, chat: ChatRef) -> None:

@@ -30,6 +30,7 @@ _INLINE_TAGS = {"strong": "b", "em": "i", "s": "s"}
 _TAG = re.compile(r"<(/?)([a-z-]+)([^>]*)>")
 _UNIT = re.compile(r"<[^>]*>|&(?:#\d+|#x[0-9a-fA-F]+|[a-zA-Z]+);")
 _EMPTY_PAIR = re.compile(r"<([a-z-]+)(?: [^>]*)?>(\s*)</\1>")
+_QUOTE_EDGE = re.compile(r"(<blockquote>)(\s+)|(\s+)(</blockquote>)")
 
 
 def esc(text: str) -> str:
@@ -167,8 +168,9 @@ def _block(node: SyntaxTreeNode, ctx: _Ctx) -> str:
 
 def markdown_to_html(md: str) -> str:
     """Model Markdown (CommonMark + tables + strikethrough) → Telegram HTML; raw HTML stays visible text."""
-    body = _blocks(SyntaxTreeNode(_MD.parse(md)).children, _Ctx())
-    return _drop_empty_tags(body).strip()
+    body = _drop_empty_tags(_blocks(SyntaxTreeNode(_MD.parse(md)).children, _Ctx()))
+    # blank lines next to a code block that interrupted a quote belong outside the quote
+    return _QUOTE_EDGE.sub(lambda m: (m[2] + m[1]) if m[1] else (m[4] + m[3]), body).strip()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -207,9 +209,11 @@ def _tokens(markup: str) -> list[str]:
 
 def _visible_len(token: str) -> int:
     """UTF-16 length of a token as Telegram counts it (tags count 0, entities as their character)."""
-    if token.startswith("<") and len(token) > 1:
+    if len(token) == 1:
+        return 2 if ord(token) > 0xFFFF else 1
+    if token[0] == "<":
         return 0
-    if token.startswith("&") and len(token) > 1:
+    if token[0] == "&":
         return utf16_len(html.unescape(token))
     return utf16_len(token)
 
@@ -233,6 +237,7 @@ class _Part:
     """The part being filled: its tokens, visible size and the tags open at each token."""
 
     tokens: list[str] = field(default_factory=list)
+    widths: list[int] = field(default_factory=list)
     stacks: list[tuple[str, ...]] = field(default_factory=list)  # open start tags before each token
     size: int = 0
 
@@ -247,14 +252,14 @@ def _cut_at(part: _Part, limit: int, incoming: str) -> int:
         for i, tok in enumerate(tokens):
             if tok == wanted and seen >= limit // 2:
                 best = i
-            seen += _visible_len(tok)
+            seen += part.widths[i]
         if best > 0:
             return best
     cut, after = len(tokens), incoming
     while cut > 0 and (_is_start_tag(tokens[cut - 1]) or _glued(tokens[cut - 1], after)):
         after = tokens[cut - 1]
         cut -= 1
-    return cut if any(_visible_len(t) for t in tokens[:cut]) else len(tokens)
+    return cut if any(part.widths[:cut]) else len(tokens)
 
 
 def _is_start_tag(token: str) -> bool:
@@ -278,24 +283,33 @@ def split_html(markup: str, limit: int = MESSAGE_LIMIT) -> list[str]:
     tags open at a cut are closed and reopened (a code block keeps its language); newlines are preferred.
     Parts without visible text are dropped, but there is always at least one part."""
     parts: list[str] = []
-    stack: list[str] = []
+    if visible_len(markup) <= limit:
+        parts.append(markup)
+    else:
+        _split_into(markup, limit, parts)
+    kept = [p for p in (_drop_empty_tags(p).strip() for p in parts) if plain_text(p).strip()]
+    return kept or ["…"]
+
+
+def _split_into(markup: str, limit: int, parts: list[str]) -> None:
+    """Append the parts of markup, each at most `limit` visible units, to parts."""
+    stack: tuple[str, ...] = ()  # the start tags open before the current token
     part = _Part()
     for tok in _tokens(markup):
         width = _visible_len(tok)
         while part.size + width > limit and part.size > 0:
-            part = _flush(part, limit, parts, tok, tuple(stack))
-        part.stacks.append(tuple(stack))
+            part = _flush(part, limit, parts, tok, stack)
+        part.stacks.append(stack)
         part.tokens.append(tok)
+        part.widths.append(width)
         part.size += width
-        tag = _TAG.fullmatch(tok)
-        if tag and tag.group(1):
-            if stack:
-                stack.pop()
-        elif tag and not tok.endswith("/>"):
-            stack.append(tok)
+        if width == 0 and tok[0] == "<":
+            tag = _TAG.fullmatch(tok)
+            if tag and tag.group(1):
+                stack = stack[:-1]
+            elif tag and not tok.endswith("/>"):
+                stack = (*stack, tok)
     parts.append("".join(part.tokens))
-    kept = [p for p in (_drop_empty_tags(p).strip() for p in parts) if plain_text(p).strip()]
-    return kept or ["…"]
 
 
 def _flush(part: _Part, limit: int, parts: list[str], incoming: str, now_open: tuple[str, ...]) -> _Part:
@@ -304,12 +318,13 @@ def _flush(part: _Part, limit: int, parts: list[str], incoming: str, now_open: t
     skip = 1 if cut < len(part.tokens) and part.tokens[cut] in ("\n", " ") else 0  # the space or newline cut at
     stack = part.stacks[cut] if cut < len(part.tokens) else now_open
     parts.append("".join(part.tokens[:cut]) + _close(stack))
-    rest = _Part(list(stack), [stack[:i] for i in range(len(stack))])
-    for tok, before in zip(part.tokens[cut + skip :], part.stacks[cut + skip :], strict=True):
-        rest.tokens.append(tok)
-        rest.stacks.append(before)
-        rest.size += _visible_len(tok)
-    return rest
+    start = cut + skip
+    return _Part(
+        tokens=[*stack, *part.tokens[start:]],
+        widths=[0] * len(stack) + part.widths[start:],
+        stacks=[stack[:i] for i in range(len(stack))] + part.stacks[start:],
+        size=sum(part.widths[start:]),
+    )
 
 
 def _drop_empty_tags(part: str) -> str:

@@ -31,13 +31,17 @@ class ConsoleOutbox:
         return None
 
 
-def console_incoming(text: str) -> Incoming:
+CHAT = "local"  # the interactive terminal chat
+ASK_CHAT = "ask"  # `bot ask`: its own conversation, fresh for each ask unless continued
+
+
+def console_incoming(text: str, chat: str = CHAT) -> Incoming:
     """An Incoming from the local terminal user."""
     try:
         name = getpass.getuser()
     except Exception:
         name = "local"
-    return Incoming(platform="console", user_id="local", chat_id="local", text=text, user_name=name)
+    return Incoming(platform="console", user_id="local", chat_id=chat, text=text, user_name=name)
 
 
 def render(event: Assistant | Error) -> str:
@@ -54,9 +58,17 @@ def render(event: Assistant | Error) -> str:
     return "\n".join(out)
 
 
-async def ask(core: Core, text: str) -> tuple[str, bool]:
+async def ask_once(core: Core, text: str, *, fresh: bool = True) -> tuple[str, bool]:
+    """`bot ask`: answer in the ask conversation, started afresh unless `fresh` is False (`--continue`)."""
+    inc = console_incoming(text, ASK_CHAT)
+    if fresh:
+        await core.reset(inc)
+    return await ask(core, inc)
+
+
+async def ask(core: Core, inc: Incoming) -> tuple[str, bool]:
     """Answer one message; returns the printed text and whether it was answered without error."""
-    async with aclosing(core.handle(console_incoming(text))) as events:
+    async with aclosing(core.handle(inc)) as events:
         async for event in events:
             if isinstance(event, Assistant | Error):
                 return render(event), isinstance(event, Assistant)
@@ -87,5 +99,5 @@ async def chat_loop(core: Core, lines: AsyncIterator[str], write: Write) -> None
             write("(conversation reset)\n")
             continue
         if text:
-            answer, _ = await ask(core, text)
+            answer, _ = await ask(core, console_incoming(text))
             write(f"bot › {answer}\n")

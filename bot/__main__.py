@@ -1,4 +1,8 @@
-"""`python -m bot` / `bot`: run the assistant, or `bot ask "…"` to answer once and exit."""
+"""`python -m bot` / `bot`: run the assistant, or `bot ask "…"` to answer once and exit.
+
+Exit codes: 0 done, 1 an answer failed or an unexpected error, 2 a configuration problem (the variable is named),
+3 a service (database, Telegram, Discord) could not be reached, 42 a full restart was asked for (bot/loop.sh).
+"""
 
 from __future__ import annotations
 
@@ -7,18 +11,37 @@ import asyncio
 import logging
 import sys
 
+from core.db import check_database
 from core.providers import config_problem
-from core.settings import SettingsError, load_settings
+from core.settings import Settings, SettingsError, StartupError, load_settings, redact
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line: no sub-command runs the bot, `ask TEXT` answers once."""
     parser = argparse.ArgumentParser(prog="bot", description="Personal assistant bot.")
+    parser.add_argument("--debug", action="store_true", help="debug logging, and full tracebacks of failures")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("run", help="run the bot (default)")
-    ask = sub.add_parser("ask", help="answer one message in the terminal and exit")
+    ask = sub.add_parser("ask", help="answer one message in the terminal (a fresh conversation) and exit")
+    ask.add_argument("--continue", "-c", dest="cont", action="store_true", help="continue the previous ask")
     ask.add_argument("text", nargs="+", help="the message")
     return parser.parse_args(argv)
+
+
+def log_level(settings: Settings, debug: bool) -> int:
+    """DEBUG with --debug, else LOG_LEVEL, else INFO when a platform runs and WARNING in the terminal."""
+    if debug:
+        return logging.DEBUG
+    if settings.LOG_LEVEL is not None:
+        return logging.getLevelNamesMapping()[settings.LOG_LEVEL]
+    return logging.INFO if settings.TELEGRAM_BOT_TOKEN or settings.DISCORD_BOT_TOKEN else logging.WARNING
+
+
+def failure_line(e: BaseException, settings: Settings) -> str:
+    """An unexpected failure as one line without secrets, with the way to see its traceback."""
+    first = (str(e).strip().splitlines() or [""])[0]
+    message = redact(f"{type(e).__name__}: {first}" if first else type(e).__name__, settings.secret_values())
+    return f"The bot stopped: {message} (run with --debug or LOG_LEVEL=DEBUG for the traceback)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,17 +56,25 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=logging.INFO if settings.TELEGRAM_BOT_TOKEN or settings.DISCORD_BOT_TOKEN else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    debug = args.debug or settings.LOG_LEVEL == "DEBUG"
+    logging.basicConfig(level=log_level(settings, args.debug), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ask_text = " ".join(args.text) if args.command == "ask" else None
-    from bot.app import run_bot  # the heavy imports (openai SDK, adapters) only after the checks
-
     try:
-        return asyncio.run(run_bot(settings, ask_text=ask_text))
+        if settings.DATABASE_URL is not None:  # a wrong DATABASE_URL fails fast, before the heavy imports
+            asyncio.run(check_database(settings.DATABASE_URL.get_secret_value()))
+        from bot.app import run_bot  # the heavy imports (openai SDK, adapters) only after the checks
+
+        return asyncio.run(run_bot(settings, ask_text=ask_text, ask_continue=ask_text is not None and args.cont))
     except KeyboardInterrupt:
         return 0
+    except StartupError as e:
+        print(redact(" ".join(str(e).split()), settings.secret_values()), file=sys.stderr)
+        return e.exit_code
+    except Exception as e:
+        if debug:
+            raise
+        print(failure_line(e, settings), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from adapters import console
 from adapters.discord import DiscordAdapter
 from adapters.telegram import TelegramAdapter
 from core.commands import StatusBoard
-from core.db import EmbeddedPostgres, Pool, create_pool, migrate, start_embedded
+from core.db import EmbeddedPostgres, Pool, check_database, create_pool, migrate, start_embedded
 from core.llm import LLM
 from core.reminders import Outbox, ReminderEngine, ReminderScheduler
 from core.service import Core
@@ -33,6 +33,7 @@ async def database(settings: Settings) -> AsyncIterator[Pool]:
         embedded = start_embedded(settings.DATA_DIR)
         dsn = embedded.uri
     try:
+        await check_database(dsn)  # a bad DATABASE_URL: one line, within CONNECT_TIMEOUT_S
         pool = await create_pool(dsn)
         try:
             await migrate(pool)
@@ -44,15 +45,15 @@ async def database(settings: Settings) -> AsyncIterator[Pool]:
             embedded.stop()
 
 
-async def run_bot(settings: Settings, *, ask_text: str | None = None) -> int:
-    """Run until stopped; with `ask_text`, answer it in the terminal and return."""
+async def run_bot(settings: Settings, *, ask_text: str | None = None, ask_continue: bool = False) -> int:
+    """Run until stopped; with `ask_text`, answer it in the terminal (continuing the previous ask) and return."""
     async with database(settings) as pool:
         llm = LLM.from_settings(settings)
         try:
             core = Core(settings, pool, llm)
             await core.capabilities.load_all()  # a capability that fails to load is logged and skipped
             if ask_text is not None:
-                answer, answered = await console.ask(core, ask_text)
+                answer, answered = await console.ask_once(core, ask_text, fresh=not ask_continue)
                 print(answer)
                 return core.exit_code if core.exit_code is not None else 0 if answered else 1
             if settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None:
@@ -129,6 +130,10 @@ async def run_platforms(settings: Settings, core: Core) -> int:
         async with reminders(settings, core, outboxes, board):
             await stop.wait()
     finally:
+        # SIGTERM/SIGINT or a full restart: let other chats' running answers finish (bounded) before adapters stop
+        await core.drain(settings.SHUTDOWN_GRACE_SECONDS)
         for adapter in reversed(started):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
             await adapter.stop()
     return core.exit_code or 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -17,8 +18,17 @@ class SettingsError(Exception):
     """A configuration value is invalid; the message is one line naming the variable."""
 
 
+EXIT_CONFIG = 2  # a setting is invalid or was rejected (fix the variable named in the line)
+EXIT_UNREACHABLE = 3  # a service (database, Telegram, Discord) could not be reached (may pass on its own)
+
+
 class StartupError(Exception):
     """The bot cannot start; the message is one line for the operator naming the variable or service (no secret)."""
+
+    def __init__(self, message: str, *, exit_code: int = EXIT_CONFIG) -> None:
+        """`exit_code`: EXIT_CONFIG for a wrong setting, EXIT_UNREACHABLE for a service that did not answer."""
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def parse_user_list(raw: str) -> frozenset[str]:
@@ -78,12 +88,19 @@ class Settings(BaseSettings):
     REMINDER_GRACE_HOURS: float = Field(default=24.0, gt=0)
     CAPABILITY_TIMEOUT: float = Field(default=30.0, gt=0)
     SHUTDOWN_GRACE_SECONDS: float = Field(default=25.0, ge=0)  # drain time for running answers on stop/restart
+    LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = None  # DEBUG also shows start-up tracebacks
 
     @field_validator("LLM_PROVIDER", mode="before")
     @classmethod
     def _lower_provider(cls, v: object) -> object:
         """Accept the provider name in any case."""
         return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("LOG_LEVEL", mode="before")
+    @classmethod
+    def _upper_level(cls, v: object) -> object:
+        """Accept the level in any case; empty is unset."""
+        return (v.strip().upper() or None) if isinstance(v, str) else v
 
     @field_validator("ADMINS", "ALLOWED_USERS")
     @classmethod
@@ -142,6 +159,22 @@ class Settings(BaseSettings):
     def allowed_users(self) -> frozenset[str]:
         """Allowed keys; admins are always allowed."""
         return parse_user_list(self.ALLOWED_USERS) | self.admins
+
+    def secret_values(self) -> list[str]:
+        """Every secret value (tokens, keys, the database URL and its password), longest first."""
+        values = [s.get_secret_value() for s in (self.DATABASE_URL, self.LLM_API_KEY, self.TELEGRAM_BOT_TOKEN,
+                                                  self.DISCORD_BOT_TOKEN) if s is not None]  # fmt: skip
+        if self.DATABASE_URL is not None:
+            password = urlsplit(self.DATABASE_URL.get_secret_value()).password or ""
+            values += [password, unquote(password)]
+        return sorted({v for v in values if len(v) >= 3}, key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """`text` with every secret value replaced by `***`."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -52,6 +52,22 @@ async def test_ask_answers_once_with_activity(fake_llm: FakeOpenAI, db_dsn: str,
     assert await pool.fetchval("SELECT platform || ':' || platform_user_id FROM users") == "console:local"
 
 
+async def test_each_ask_is_a_fresh_conversation_unless_continued(
+    fake_llm: FakeOpenAI, db_dsn: str, tmp_path: Path
+) -> None:
+    fake_llm.default = Reply(text="noted")
+    env = {"DATABASE_URL": db_dsn, "LLM_BASE_URL": fake_llm.base_url}
+
+    async def ask(*args: str) -> list[str]:
+        code, out, err = await bot_cli("ask", *args, env=env, cwd=tmp_path)
+        assert (code, out) == (0, "noted\n"), err
+        return [m["content"] for m in fake_llm.requests[-1]["messages"][1:]]
+
+    assert await ask("my code word is heron") == ["my code word is heron"]
+    assert await ask("what is my code word?") == ["what is my code word?"]  # the first ask is not replayed
+    assert await ask("--continue", "and again?") == ["what is my code word?", "noted", "and again?"]
+
+
 async def test_ask_without_llm_configured_says_what_to_set(tmp_path: Path) -> None:
     code, out, err = await bot_cli("ask", "hi", env={}, cwd=tmp_path)
     assert code == 2 and out == ""

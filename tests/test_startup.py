@@ -1,0 +1,202 @@
+"""Start-up failures as an operator meets them: one line naming the variable or service, no traceback, no secret;
+and the embedded server stopped by a clean exit even after an earlier crash."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from core.db import CONNECT_TIMEOUT_S, check_database
+from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
+from tests.conftest import with_database
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.test_console import ROOT, bot_cli
+
+SECRET = "s3cr3t-pw"
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def assert_one_line(err: str, *needles: str) -> None:
+    """Exactly one line on stderr, containing every needle, without a traceback or the secret."""
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert "Traceback" not in err and SECRET not in err, err
+    for needle in needles:
+        assert needle in err, err
+
+
+@pytest.mark.parametrize(
+    ("url", "code", "reason"),
+    [
+        ("postgresql://bot:{pw}@127.0.0.1:{closed}/bot", EXIT_UNREACHABLE, "cannot connect to 127.0.0.1:{closed} "
+         "(connection refused)"),
+        ("postgresql://bot:{pw}@nohost.invalid/bot", EXIT_UNREACHABLE, "cannot resolve the host of nohost.invalid"),
+        ("mysql://bot:{pw}@127.0.0.1/bot", EXIT_CONFIG, "must start with postgresql:// (got 'mysql://')"),
+        ("postgresql://bot:{pw}@127.0.0.1:99999/bot", EXIT_CONFIG, "port 99999 is not a valid port number"),
+    ],
+    ids=["refused", "unknown-host", "bad-scheme", "bad-port"],
+)  # fmt: skip
+async def test_bad_database_url_is_one_line(tmp_path: Path, url: str, code: int, reason: str) -> None:
+    port = closed_port()
+    env = {"DATABASE_URL": url.format(pw=SECRET, closed=port), "LLM_API_KEY": "sk-test"}
+    rc, out, err = await bot_cli("ask", "hi", env=env, cwd=tmp_path)
+    assert (rc, out) == (code, "")
+    assert_one_line(err, "DATABASE_URL: " + reason.format(closed=port))
+
+
+@pytest.fixture
+async def password_role(pg_server: str) -> AsyncIterator[str]:
+    """A role that must log in with a password (pg_hba rule for it alone); yields its URL with a wrong password."""
+    conn = await asyncpg.connect(pg_server)
+    hba = Path(await conn.fetchval("SHOW hba_file"))
+    original = hba.read_text()
+    await conn.execute(f"CREATE ROLE bot_pw_test LOGIN PASSWORD 'right-{SECRET}'")
+    rule = "local all bot_pw_test scram-sha-256\nhost all bot_pw_test all scram-sha-256\n"
+    hba.write_text(rule + original)
+    await conn.execute("SELECT pg_reload_conf()")
+    try:
+        url = with_database(pg_server, "postgres").replace(
+            "postgresql://postgres:", f"postgresql://bot_pw_test:{SECRET}"
+        )
+        assert SECRET in url
+        yield url
+    finally:
+        hba.write_text(original)
+        await conn.execute("SELECT pg_reload_conf()")
+        await conn.execute("DROP ROLE bot_pw_test")
+        await conn.close()
+
+
+async def test_wrong_password_is_one_line(password_role: str, tmp_path: Path) -> None:
+    rc, out, err = await bot_cli("ask", "hi", env={"DATABASE_URL": password_role, "LLM_API_KEY": "x"}, cwd=tmp_path)
+    assert (rc, out) == (EXIT_CONFIG, "")
+    assert_one_line(err, "DATABASE_URL: ", "refused the login", 'password authentication failed for user "bot_pw_test"')
+
+
+async def test_missing_database_is_one_line(pg_server: str, tmp_path: Path) -> None:
+    env = {"DATABASE_URL": with_database(pg_server, "no_such_db"), "LLM_API_KEY": "x"}
+    rc, out, err = await bot_cli("ask", "hi", env=env, cwd=tmp_path)
+    assert (rc, out) == (EXIT_CONFIG, "")
+    assert_one_line(err, 'DATABASE_URL: database "no_such_db" does not exist')
+
+
+async def test_silent_database_gives_up_after_the_timeout() -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # accept, then never answer the start-up packet
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(StartupError) as info:
+            await check_database(f"postgresql://bot:{SECRET}@127.0.0.1:{port}/bot", timeout=0.2)
+    finally:
+        for w in accepted:
+            w.close()
+        server.close()
+        await server.wait_closed()
+    assert str(info.value) == f"DATABASE_URL: cannot connect to 127.0.0.1:{port} (no answer within 0.2 s)"
+    assert info.value.exit_code == EXIT_UNREACHABLE
+    assert CONNECT_TIMEOUT_S <= 10  # the documented bound on an unanswering database at start
+
+
+async def test_adapter_start_failure_is_one_line(db_dsn: str, fake_llm: FakeOpenAI, tmp_path: Path) -> None:
+    token = f"123456:{SECRET}"  # not the shape @BotFather gives: the adapter refuses it at start
+    env = {"DATABASE_URL": db_dsn, "LLM_BASE_URL": fake_llm.base_url, "TELEGRAM_BOT_TOKEN": token}
+    rc, out, err = await bot_cli("run", env=env, cwd=tmp_path)
+    assert rc == EXIT_CONFIG and out == ""
+    assert "Traceback" not in err and SECRET not in err, err
+    last = err.splitlines()[-1]
+    assert last.startswith("TELEGRAM_BOT_TOKEN"), err
+    assert all(" INFO " in line or " WARNING " in line for line in err.splitlines()[:-1]), err  # only log lines
+
+
+async def test_unexpected_start_failure_is_one_line_with_the_debug_hint(pg_server: str, db_dsn: str,
+                                                                        tmp_path: Path) -> None:  # fmt: skip
+    conn = await asyncpg.connect(pg_server)
+    try:
+        await conn.execute("DROP DATABASE IF EXISTS bot_startup_clash")
+        await conn.execute("CREATE DATABASE bot_startup_clash")
+    finally:
+        await conn.close()
+    dsn = with_database(pg_server, "bot_startup_clash")
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("CREATE TABLE users (x int)")  # another application's table: our first migration fails
+    finally:
+        await conn.close()
+    env = {"DATABASE_URL": dsn, "LLM_API_KEY": "x"}
+    try:
+        rc, out, err = await bot_cli("ask", "hi", env=env, cwd=tmp_path)
+        assert (rc, out) == (1, "")
+        assert_one_line(err, 'The bot stopped: DuplicateTableError: relation "users" already exists', "--debug")
+        rc, _, err = await bot_cli("--debug", "ask", "hi", env=env, cwd=tmp_path)
+        assert rc == 1 and "Traceback" in err  # operators can still see where it failed
+    finally:
+        conn = await asyncpg.connect(pg_server)
+        try:
+            await conn.execute("DROP DATABASE IF EXISTS bot_startup_clash WITH (FORCE)")
+        finally:
+            await conn.close()
+
+
+def postgres_pids(pgdata: Path) -> list[int]:
+    """Pids of postgres servers running on `pgdata`."""
+    pids: list[int] = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmdline and cmdline[0].endswith(b"postgres") and str(pgdata).encode() in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+async def test_clean_exit_after_a_crash_stops_the_embedded_server(fake_llm: FakeOpenAI, tmp_path: Path) -> None:
+    fake_llm.default = Reply(text="ok")
+    data = tmp_path / "data"
+    pgdata = data.resolve() / "pg"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "TELEGRAM_", "DISCORD_"))}
+    base.pop("DATABASE_URL", None)
+    env = {**base, "PYTHONPATH": str(ROOT), "LLM_BASE_URL": fake_llm.base_url, "LLM_API_KEY": "x",
+           "DATA_DIR": str(data)}  # fmt: skip
+    crashed = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", env=env, cwd=str(tmp_path),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert crashed.stdout is not None
+        banner = await asyncio.wait_for(crashed.stdout.readline(), 60)  # the terminal chat runs: the server is up
+        assert banner.startswith(b"Terminal chat"), banner
+        assert postgres_pids(pgdata)
+    finally:
+        crashed.send_signal(signal.SIGKILL)
+        await crashed.wait()
+    try:
+        assert postgres_pids(pgdata), "the server outlives the killed bot"
+        rc, out, err = await bot_cli("ask", "hi", env={"LLM_BASE_URL": fake_llm.base_url, "DATA_DIR": str(data)},
+                                     cwd=tmp_path)  # fmt: skip
+        assert rc == 0, err
+        assert out == "ok\n"
+        assert postgres_pids(pgdata) == [], "the clean exit left the server it used running"
+    finally:
+        for pid in postgres_pids(pgdata):  # do not leak a server from a failed run (SIGINT: fast shutdown)
+            os.kill(pid, signal.SIGINT)

@@ -51,6 +51,7 @@ async def run_bot(settings: Settings, *, ask_text: str | None = None, ask_contin
         llm = LLM.from_settings(settings)
         try:
             core = Core(settings, pool, llm)
+            await core.close_abandoned_turns()  # turns a dead process left `running` end as cut short
             await core.capabilities.load_all()  # a capability that fails to load is logged and skipped
             if ask_text is not None:
                 answer, answered = await console.ask_once(core, ask_text, fresh=not ask_continue)
@@ -129,11 +130,11 @@ async def run_platforms(settings: Settings, core: Core) -> int:
         outboxes: dict[str, Outbox] = {a.platform: a for a in started}
         async with reminders(settings, core, outboxes, board):
             await stop.wait()
-    finally:
         # SIGTERM/SIGINT or a full restart: let other chats' running answers finish (bounded) before adapters stop
         await core.drain(settings.SHUTDOWN_GRACE_SECONDS)
-        for adapter in reversed(started):
+    finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        for adapter in reversed(started):
             await adapter.stop()
     return core.exit_code or 0

@@ -76,6 +76,7 @@ async def reminders(
     engine = ReminderEngine(
         core.pool, outboxes, system_clock, agent=core.answer_text,
         grace=timedelta(hours=settings.REMINDER_GRACE_HOURS), on_failure=count_failure,
+        default_tz=settings.DEFAULT_TIMEZONE,
     )  # fmt: skip
     scheduler = ReminderScheduler(engine)
     core.task_listeners.append(scheduler.tasks_changed)

@@ -6,9 +6,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
+from zoneinfo import ZoneInfo
 
 from core import recurrence as rec_mod
 from core import store
+from core.reminders import SUPERSEDED, replan_zones
 from core.service import Core
 from core.tasks import open_tasks
 from core.timeutil import fmt_local, system_clock, valid_zone, zone
@@ -71,11 +73,13 @@ class Commands:
         tz, now = zone(user.timezone), self.core.clock()
         skipped = await self.core.pool.fetch(
             "SELECT t.id, t.title, o.scheduled_at FROM occurrences o JOIN tasks t ON t.id = o.task_id"
-            " WHERE t.user_id = $1 AND o.status = 'skipped' AND o.scheduled_at > $2 ORDER BY o.scheduled_at",
-            user.id, now - timedelta(days=7),
+            " WHERE t.user_id = $1 AND o.status = 'skipped' AND o.scheduled_at > $2 AND o.error IS DISTINCT FROM $3"
+            " ORDER BY o.scheduled_at",
+            user.id, now - timedelta(days=7), SUPERSEDED,
         )  # fmt: skip
         notes = [f"- #{r['id']} {r['title']} — was due {fmt_local(r['scheduled_at'], tz, now)}" for r in skipped]
         skipped_text = "\n\n**Missed while I was offline** (not sent):\n" + "\n".join(notes) if notes else ""
+        skipped_text += await self._not_delivered(user.id, tz, now)
         if not rows:
             return "You have no open tasks. Tell me what to remember!" + skipped_text
         lines = [f"**Your open tasks** ({tz.key}):"]
@@ -91,6 +95,30 @@ class Commands:
             lines.append(line)
         return "\n".join(lines) + skipped_text
 
+    async def _not_delivered(self, user_id: int, tz: ZoneInfo, now: datetime) -> str:
+        """Reminders of the last 7 days that failed (with the reason) or are still being retried."""
+        rows = await self.core.pool.fetch(
+            "SELECT t.id, t.title, o.scheduled_at, o.status, o.error, o.lease_until FROM occurrences o"
+            " JOIN tasks t ON t.id = o.task_id WHERE t.user_id = $1 AND o.scheduled_at > $2"
+            " AND (o.status = 'failed' OR (o.status = 'claimed' AND o.error IS NOT NULL)) ORDER BY o.scheduled_at",
+            user_id, now - timedelta(days=7),
+        )  # fmt: skip
+        failed = [r for r in rows if r["status"] == "failed"]
+        retrying = [r for r in rows if r["status"] == "claimed"]
+        out = ""
+        if failed:
+            out += "\n\n**Reminders that could not be delivered:**\n" + "\n".join(
+                f"- #{r['id']} {r['title']} — was due {fmt_local(r['scheduled_at'], tz, now)}: {r['error']}"
+                for r in failed
+            )
+        if retrying:
+            out += "\n\n**Reminders not sent yet** (retrying):\n" + "\n".join(
+                f"- #{r['id']} {r['title']} — was due {fmt_local(r['scheduled_at'], tz, now)}, next try "
+                f"{fmt_local(r['lease_until'], tz, now)}: {r['error']}"
+                for r in retrying
+            )
+        return out
+
     async def timezone(self, inc: Incoming, arg: str) -> str:
         """Show the user's time zone, or set it when `arg` names one."""
         user, _ = await store.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
@@ -104,6 +132,9 @@ class Commands:
         if name is None:
             return f"`{arg.strip()[:60]}` is not a time zone I know. Use an IANA name like Europe/Berlin."
         await store.set_timezone(self.core.pool, user, name)
+        if await replan_zones(self.core.pool, now, self.core.settings.DEFAULT_TIMEZONE, user.id):
+            for listener in self.core.task_listeners:  # the scheduler plans the moved times
+                listener()
         return f"Time zone set to **{name}** — it is {fmt_local(now, zone(name), now)} there."
 
     async def status(self, board: StatusBoard) -> str:
@@ -111,6 +142,7 @@ class Commands:
         pending = await self.core.pool.fetchval(
             "SELECT count(*) FROM tasks WHERE status IN ('pending', 'in_progress') AND due_at IS NOT NULL"
         )
+        failed, retrying = await self._delivery_counts()
         now = system_clock()
         lines = [
             f"**Status** — version {app_version()}",
@@ -121,6 +153,21 @@ class Commands:
         for name, when in board.last_poll.items():
             lines.append(f"- last successful {name} poll: {int((now - when).total_seconds())} s ago")
         lines.append(f"- pending reminders: {pending}")
-        if board.failed_deliveries:
-            lines.append(f"- failed deliveries: {board.failed_deliveries}")
+        if retrying:
+            lines.append(f"- reminders being retried: {retrying}")
+        if failed or board.failed_deliveries:
+            lines.append(
+                f"- failed reminder deliveries (7 days): {failed}"
+                + (f" ({board.failed_deliveries} since this start)" if board.failed_deliveries else "")
+            )
         return "\n".join(lines)
+
+    async def _delivery_counts(self) -> tuple[int, int]:
+        """Reminder occurrences failed in the last 7 days, and ones waiting for a retry (from the database)."""
+        row = await self.core.pool.fetchrow(
+            "SELECT (SELECT count(*) FROM occurrences WHERE status = 'failed' AND scheduled_at > $1) AS failed,"
+            " (SELECT count(*) FROM occurrences WHERE status = 'claimed' AND error IS NOT NULL) AS retrying",
+            self.core.clock() - timedelta(days=7),
+        )
+        assert row is not None
+        return int(row["failed"]), int(row["retrying"])

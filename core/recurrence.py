@@ -76,22 +76,62 @@ def trigger(rec: Recurrence, tz: ZoneInfo, start: datetime | None) -> CronTrigge
     )
 
 
+def fire_at_or_after(trig: CronTrigger | IntervalTrigger, when: datetime) -> datetime | None:
+    """The trigger's first fire time at or after `when`.
+
+    In the hour repeated when summer time ends, CronTrigger can answer a time before `when` (02:30 CET for
+    02:30:00.000001 CET); then look again an hour later, so callers stepping forward never loop."""
+    nxt: datetime | None = trig.get_next_fire_time(None, when)
+    for _ in range(3):
+        if nxt is None or nxt >= when:
+            return nxt
+        when += timedelta(hours=1)
+        nxt = trig.get_next_fire_time(None, when)
+    return nxt
+
+
 def next_times(
     rec: Recurrence, tz: ZoneInfo, after: datetime, start: datetime | None, count: int = 3
 ) -> list[datetime]:
     """The next `count` occurrences strictly after `after`, in UTC."""
     trig = trigger(rec, tz, start)
     out: list[datetime] = []
-    prev: datetime | None = None
     cursor = after + timedelta(microseconds=1)
     for _ in range(count):
-        nxt = trig.get_next_fire_time(prev, cursor)
+        nxt = fire_at_or_after(trig, cursor)
         if nxt is None:
             break
         out.append(nxt.astimezone(UTC))
-        prev = nxt
-        cursor = nxt + timedelta(seconds=1)
+        cursor = nxt + timedelta(microseconds=1)
     return out
+
+
+def latest_time(
+    rec: Recurrence, tz: ZoneInfo, start: datetime, now: datetime, *, first_window: timedelta = timedelta(days=1)
+) -> datetime | None:
+    """The latest occurrence in [start, now] (an interval is anchored at `start`), in UTC; None if there is none.
+
+    Intervals are arithmetic. A cron recurrence fires at most about once a day, so it is searched backwards
+    from `now` in windows that double (1, 2, 4, ... days): a few trigger steps, however long ago `start` is."""
+    if now < start:
+        return None
+    if rec.kind == "interval":
+        assert rec.every_minutes is not None
+        step = timedelta(minutes=rec.every_minutes)
+        return (start + step * ((now - start) // step)).astimezone(UTC)
+    trig = trigger(rec, tz, None)
+    hi, span = now, first_window
+    while hi >= start:
+        lo = max(start, hi - span)
+        best: datetime | None = None
+        t = fire_at_or_after(trig, lo)
+        while t is not None and t <= hi:
+            best = t
+            t = fire_at_or_after(trig, t + timedelta(microseconds=1))
+        if best is not None:
+            return best.astimezone(UTC)
+        hi, span = lo - timedelta(microseconds=1), span * 2
+    return None
 
 
 def describe(rec: Recurrence) -> str:

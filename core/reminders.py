@@ -9,10 +9,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Protocol
 
 from core import recurrence as rec_mod
-from core.db import Pool
+from core.db import Pool, retry_dropped
 from core.timeutil import Clock, fmt_local, zone
 from core.types import Incoming
 
@@ -38,9 +39,9 @@ WITH claimed AS (
         SET claimed_by = EXCLUDED.claimed_by, lease_until = EXCLUDED.lease_until,
             attempts = occurrences.attempts + 1, late = EXCLUDED.late
         WHERE occurrences.status = 'claimed' AND occurrences.lease_until <= $2
-    RETURNING task_id, scheduled_at, late
+    RETURNING task_id, scheduled_at, late, attempts
 )
-SELECT c.task_id, c.scheduled_at, c.late, t.title, t.details, t.kind, t.agent_prompt, t.recurrence,
+SELECT c.task_id, c.scheduled_at, c.late, c.attempts, t.title, t.details, t.kind, t.agent_prompt, t.recurrence,
        t.timezone AS task_tz, u.platform_user_id, u.display_name, u.timezone AS user_tz,
        ch.platform, ch.platform_chat_id, ch.thread_id, ch.kind AS chat_kind
 FROM claimed c
@@ -57,18 +58,52 @@ WHERE t.status IN ('pending', 'in_progress') AND t.due_at < $1::timestamptz - $2
 LIMIT $3
 """
 
-_DELIVERED_SQL = """
-WITH d AS (
-    SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[], $5::text[],
-                         $6::timestamptz[]) AS d(task_id, scheduled_at, ran_at, delivered_at, message_id, next_due)
-), o AS (
-    UPDATE occurrences o SET status = 'delivered', ran_at = d.ran_at, delivered_at = d.delivered_at,
-        platform_message_id = d.message_id, error = NULL
-    FROM d WHERE o.task_id = d.task_id AND o.scheduled_at = d.scheduled_at
-)
-UPDATE tasks t SET due_at = d.next_due, updated_at = now()
-FROM d WHERE t.id = d.task_id AND t.due_at = d.scheduled_at AND d.next_due IS NOT NULL
+# Occurrences still waiting for a retry when their grace window has passed (no live process holds them).
+_EXPIRED_SQL = """
+SELECT o.task_id, o.scheduled_at, o.error, t.recurrence, t.timezone AS task_tz, u.timezone AS user_tz,
+       t.due_at IS DISTINCT FROM o.scheduled_at OR t.status NOT IN ('pending', 'in_progress') AS superseded
+FROM occurrences o JOIN tasks t ON t.id = o.task_id JOIN users u ON u.id = t.user_id
+WHERE o.status = 'claimed' AND o.lease_until <= $1 AND o.scheduled_at < $1::timestamptz - $2::interval
+LIMIT $3
 """
+
+_DELIVERED_SQL = """
+WITH o AS (
+    UPDATE occurrences SET status = 'delivered', ran_at = $3, delivered_at = $4, platform_message_id = $5, error = NULL
+    WHERE task_id = $1 AND scheduled_at = $2 AND status = 'claimed'
+)
+UPDATE tasks SET due_at = $6, updated_at = now() WHERE id = $1 AND due_at = $2 AND $6::timestamptz IS NOT NULL
+"""
+
+_ENDED_SQL = """
+WITH o AS (
+    UPDATE occurrences SET status = $3, error = $4 WHERE task_id = $1 AND scheduled_at = $2 AND status = 'claimed'
+)
+UPDATE tasks SET due_at = $5, updated_at = now() WHERE id = $1 AND due_at = $2 AND $5::timestamptz IS NOT NULL
+"""
+
+_RETRY_SQL = """
+UPDATE occurrences SET lease_until = $3, error = $4
+WHERE task_id = $1 AND scheduled_at = $2 AND status = 'claimed' AND claimed_by = $5
+"""
+
+_RENEW_SQL = """
+UPDATE occurrences o SET lease_until = $4
+FROM unnest($1::bigint[], $2::timestamptz[]) AS k(task_id, scheduled_at)
+WHERE o.task_id = k.task_id AND o.scheduled_at = k.scheduled_at AND o.claimed_by = $3 AND o.status = 'claimed'
+"""
+
+# Open cron tasks whose next time was computed in another zone than their owner's current one.
+_MOVED_ZONE_SQL = """
+SELECT t.id, t.due_at, t.recurrence, coalesce(u.timezone, $2, t.timezone) AS tz
+FROM tasks t JOIN users u ON u.id = t.user_id
+WHERE t.status IN ('pending', 'in_progress') AND t.due_at > $1 AND t.recurrence->>'kind' = 'cron'
+  AND t.timezone IS DISTINCT FROM coalesce(u.timezone, $2, t.timezone) AND ($3::bigint IS NULL OR t.user_id = $3)
+LIMIT $4
+"""
+
+SUPERSEDED = "the task changed before this reminder could be delivered"
+Key = tuple[int, datetime]
 
 
 @dataclass(frozen=True)
@@ -115,34 +150,45 @@ def plain_text(title: str, details: str, scheduled: datetime, tz_name: str, late
     return f"{text}\n{details}" if details else text
 
 
-def next_due(row: Any, after: datetime, start: datetime) -> datetime | None:
+def zone_name(row: Any, default_tz: str | None) -> str:
+    """The owner's current zone: theirs, else the bot's default, else the zone the task was set in."""
+    return str(row["user_tz"] or default_tz or row["task_tz"] or "UTC")
+
+
+def next_due(row: Any, after: datetime, start: datetime, default_tz: str | None = None) -> datetime | None:
     """A recurring task's next occurrence strictly after `after` (None for a one-shot task)."""
     rec = rec_mod.from_json(row["recurrence"])
     if rec is None:
         return None
-    tz = zone(row["task_tz"] or row["user_tz"])
-    times = rec_mod.next_times(rec, tz, after, start, count=1)
+    times = rec_mod.next_times(rec, zone(zone_name(row, default_tz)), after, start, count=1)
     return times[0] if times else None
 
 
-def latest_missed(row: Any, now: datetime) -> datetime:
-    """For a recurring task behind schedule, its latest occurrence not after `now`."""
+def latest_missed(row: Any, now: datetime, default_tz: str | None = None) -> datetime:
+    """For a recurring task behind schedule, its latest occurrence not after `now` (bounded work)."""
     rec = rec_mod.from_json(row["recurrence"])
     scheduled: datetime = row["scheduled_at"]
     if rec is None:
         return scheduled
-    tz = zone(row["task_tz"] or row["user_tz"])
-    latest = scheduled
-    for t in rec_mod.next_times(rec, tz, scheduled, scheduled, count=500):
-        if t > now:
-            break
-        latest = t
-    return latest
+    latest = rec_mod.latest_time(rec, zone(zone_name(row, default_tz)), scheduled, now)
+    return latest if latest is not None and latest > scheduled else scheduled
+
+
+def span_text(span: timedelta) -> str:
+    """A grace window as `24 h`, `1.5 h`, `90 min` or `30 s`."""
+    s = span.total_seconds()
+    if s >= 3600:
+        return f"{s / 3600:.3g} h"
+    return f"{s / 60:.3g} min" if s >= 60 else f"{s:.3g} s"
 
 
 @dataclass
 class ReminderEngine:
-    """Finds due occurrences, claims them (exactly once across processes), builds and sends them."""
+    """Finds due occurrences, claims them (exactly once across processes), builds and sends them.
+
+    A transient send failure keeps the occurrence claimed with its lease moved to the next attempt (growing
+    backoff, recorded in PostgreSQL) until it is delivered or its grace window ends; only DeliveryRefused ends
+    it at once as failed. Claims held by this process have their leases renewed while they are being sent."""
 
     pool: Pool
     outboxes: Mapping[str, Outbox]
@@ -152,36 +198,73 @@ class ReminderEngine:
     grace: timedelta = timedelta(hours=24)
     late_after: timedelta = timedelta(seconds=60)
     batch: int = 500
-    send_attempts: int = 4
-    backoff_s: float = 1.0
-    sleep: Sleep = asyncio.sleep
+    retry_first: timedelta = timedelta(seconds=5)
+    retry_max: timedelta = timedelta(minutes=5)
+    sleep: Sleep = asyncio.sleep  # waits between lease renewals
     concurrency: int = 64
+    agent_concurrency: int = 8
+    default_tz: str | None = None  # DEFAULT_TIMEZONE; None: the zone the task was set in
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}")
     failed_deliveries: int = 0
+    retries: int = 0  # transient failures recorded for a later attempt
     on_failure: Callable[[], None] | None = None
+    _held: dict[Key, int] = field(default_factory=dict, init=False, repr=False)
+    _keeper: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _jobs: set[asyncio.Task[bool]] = field(default_factory=set, init=False, repr=False)
+    _gates: dict[str, asyncio.Semaphore] = field(default_factory=dict, init=False, repr=False)
 
     async def tick(self, *, include_stale: bool = True) -> int:
-        """Deliver everything due now (repeating until nothing is left to claim); returns how many."""
+        """Send everything due now (claiming until nothing is left); returns how many plain reminders went out.
+
+        Agent jobs are started as their own tasks and not waited for (see `drain`)."""
         delivered = 0
         if include_stale:
             await self.skip_stale()
         while True:
             now = self.clock()
-            rows = await self.pool.fetch(
-                _CLAIM_SQL, self.instance, now, self.batch, self.late_after, self.lease, self.grace
+            claim = partial(
+                self.pool.fetch, _CLAIM_SQL, self.instance, now, self.batch, self.late_after, self.lease, self.grace
             )
+            rows = await retry_dropped(claim, "reminder claim")
             if not rows:
                 return delivered
-            delivered += await self._deliver_batch(rows)
+            self._hold([(r["task_id"], r["scheduled_at"]) for r in rows])
+            plain = []
+            for r in rows:
+                if r["kind"] == "agent" and self.agent is not None:
+                    job = asyncio.get_running_loop().create_task(self._job(r))
+                    self._jobs.add(job)
+                    job.add_done_callback(self._jobs.discard)
+                else:
+                    plain.append(r)
+            delivered += sum(await asyncio.gather(*(self._plain(r) for r in plain)))
             if len(rows) < self.batch:
                 return delivered
 
+    async def drain(self) -> int:
+        """Wait for the agent jobs started so far; returns how many of them were delivered."""
+        done = 0
+        while self._jobs:
+            done += sum(await asyncio.gather(*list(self._jobs)))
+        return done
+
+    async def close(self) -> None:
+        """Stop running agent jobs and lease renewal; their claims are left for a retry after the lease."""
+        for job in list(self._jobs):
+            job.cancel()
+        await asyncio.gather(*list(self._jobs), return_exceptions=True)
+        if self._keeper is not None:
+            self._keeper.cancel()
+            await asyncio.gather(self._keeper, return_exceptions=True)
+            self._keeper = None
+        self._held.clear()
+
     async def skip_stale(self) -> None:
-        """Occurrences older than the grace window are not sent: recorded as skipped, series moved on."""
+        """End what the grace window has passed: never-tried ones as skipped, ones still retrying as failed."""
         now = self.clock()
         rows = await self.pool.fetch(_STALE_SQL, now, self.grace, self.batch)
         for r in rows:
-            nxt = next_due(r, now, r["due_at"])
+            nxt = next_due(r, now, r["due_at"], self.default_tz)
             async with self.pool.acquire() as conn, conn.transaction():
                 await conn.execute(
                     "INSERT INTO occurrences (task_id, scheduled_at, status, error) VALUES ($1, $2, 'skipped',"
@@ -192,71 +275,143 @@ class ReminderEngine:
                     await conn.execute(
                         "UPDATE tasks SET due_at = $2 WHERE id = $1 AND due_at = $3", r["id"], nxt, r["due_at"]
                     )
+        for r in await self.pool.fetch(_EXPIRED_SQL, now, self.grace, self.batch):
+            if r["superseded"]:
+                await self._end(r, "skipped", SUPERSEDED, count=False)
+            else:
+                await self._end(r, "failed", f"not delivered within {span_text(self.grace)} (last error: {r['error']})")
+        await self.follow_zones()
 
-    async def _deliver_batch(self, rows: Sequence[Any]) -> int:
-        """Send claimed occurrences concurrently, then record the outcomes in two statements."""
-        gate = asyncio.Semaphore(self.concurrency)
-
-        async def one(row: Any) -> tuple[Any, datetime, str | None, str | None]:
-            async with gate:
-                return await self._deliver(row)
-
-        results = await asyncio.gather(*(one(r) for r in rows))
-        ok = [(r, ran, mid) for r, ran, mid, error in results if error is None]
-        failed = [(r, error) for r, _, _, error in results if error is not None]
+    async def follow_zones(self, user_id: int | None = None) -> int:
+        """Recompute the next time of cron tasks whose owner changed zone (a daily 09:00 follows them)."""
         now = self.clock()
-        if ok:
-            await self.pool.execute(
-                _DELIVERED_SQL,
-                [r["task_id"] for r, _, _ in ok],
-                [r["scheduled_at"] for r, _, _ in ok],
-                [ran for _, ran, _ in ok],
-                [now] * len(ok),
-                [mid for _, _, mid in ok],
-                [next_due(r, max(now, r["scheduled_at"]), r["scheduled_at"]) for r, _, _ in ok],
-            )
-        for r, error in failed:
-            self.failed_deliveries += 1
-            if self.on_failure:
-                self.on_failure()
-            log.error("reminder for task %s at %s could not be delivered: %s", r["task_id"], r["scheduled_at"], error)
-            nxt = next_due(r, max(now, r["scheduled_at"]), r["scheduled_at"])
-            await self.pool.execute(
-                "WITH o AS (UPDATE occurrences SET status = 'failed', error = $3"
-                " WHERE task_id = $1 AND scheduled_at = $2)"
-                " UPDATE tasks SET due_at = $4 WHERE id = $1 AND due_at = $2 AND $4::timestamptz IS NOT NULL",
-                r["task_id"], r["scheduled_at"], error[:500], nxt,
-            )  # fmt: skip
-        return len(ok)
+        return await replan_zones(self.pool, now, self.default_tz, user_id, self.batch)
 
-    async def _deliver(self, row: Any) -> tuple[Any, datetime, str | None, str | None]:
-        """Build and send one occurrence; returns (row, ran_at, message id, error or None)."""
+    def _gate(self, name: str, size: int) -> asyncio.Semaphore:
+        """A semaphore created on the running loop (sends, agent jobs)."""
+        if name not in self._gates:
+            self._gates[name] = asyncio.Semaphore(size)
+        return self._gates[name]
+
+    def _hold(self, keys: Sequence[Key]) -> None:
+        """These claims are ours until their outcome is recorded: keep renewing their leases."""
+        for k in keys:
+            self._held[k] = self._held.get(k, 0) + 1
+        if self._held and self._keeper is None:
+            self._keeper = asyncio.get_running_loop().create_task(self._keep())
+
+    def _release(self, key: Key) -> None:
+        """The outcome of this claim is recorded; stop renewal when nothing is held."""
+        left = self._held.get(key, 1) - 1
+        if left > 0:
+            self._held[key] = left
+        else:
+            self._held.pop(key, None)
+        if not self._held and self._keeper is not None:
+            self._keeper.cancel()
+            self._keeper = None
+
+    async def _keep(self) -> None:
+        """Every third of a lease, push the leases of all held claims one lease ahead."""
+        while self._held:
+            await self.sleep(self.lease.total_seconds() / 3)
+            keys = list(self._held)
+            if not keys:
+                return
+            try:
+                renew = partial(self.pool.execute, _RENEW_SQL, [k[0] for k in keys], [k[1] for k in keys],
+                                self.instance, self.clock() + self.lease)  # fmt: skip
+                await retry_dropped(renew, "reminder lease renewal")
+            except Exception as e:
+                log.warning("renewing %d reminder leases failed: %s", len(keys), e)
+
+    async def _plain(self, row: Any) -> bool:
+        """Build and send a plain reminder (fixed text, no LLM)."""
         now = self.clock()
-        shown = latest_missed(row, now)
+        return await self._send(row, self._text(row, now), now)
+
+    async def _job(self, row: Any) -> bool:
+        """An agent job: run its turn (bounded concurrency), then send the answer."""
+        try:
+            async with self._gate("agent", self.agent_concurrency):
+                now = self.clock()
+                text = await self._agent_text(row, latest_missed(row, now, self.default_tz), self._text(row, now))
+        except asyncio.CancelledError:
+            self._release((row["task_id"], row["scheduled_at"]))
+            raise
+        return await self._send(row, text, self.clock())
+
+    def _text(self, row: Any, now: datetime) -> str:
+        """The fixed reminder text, in the owner's current zone."""
+        shown = latest_missed(row, now, self.default_tz)
         late = bool(row["late"]) or now - shown > self.late_after
-        tz_name = row["user_tz"] or row["task_tz"] or "UTC"
-        text = plain_text(row["title"], row["details"] or "", shown, tz_name, late, now)
-        if row["kind"] == "agent" and self.agent is not None:
-            text = await self._agent_text(row, shown, text)
-        ran_at = self.clock()
+        tz_name = zone_name(row, self.default_tz)
+        return plain_text(row["title"], row["details"] or "", shown, tz_name, late, now)
+
+    async def _send(self, row: Any, text: str, ran_at: datetime) -> bool:
+        """Send one claimed occurrence and record its outcome at once; True when delivered."""
+        key: Key = (row["task_id"], row["scheduled_at"])
         msg = ReminderMessage(
             task_id=row["task_id"], scheduled_at=row["scheduled_at"], platform=row["platform"],
             chat_id=row["platform_chat_id"], thread_id=row["thread_id"], chat_kind=row["chat_kind"],
             owner_id=row["platform_user_id"], owner_name=row["display_name"], text=text,
         )  # fmt: skip
-        outbox = self.outboxes.get(row["platform"])
-        if outbox is None:
-            return row, ran_at, None, f"no {row['platform']} adapter is running"
-        error = "not sent"
-        for attempt in range(self.send_attempts):
+        try:
+            outbox = self.outboxes.get(row["platform"])
             try:
-                return row, ran_at, await outbox.send_reminder(msg), None
+                if outbox is None:
+                    raise LookupError(f"no {row['platform']} adapter is running")
+                async with self._gate("send", self.concurrency):
+                    mid = await outbox.send_reminder(msg)
+            except DeliveryRefused as e:
+                await self._end(row, "failed", str(e) or type(e).__name__)
+                return False
             except Exception as e:
-                error = f"{type(e).__name__}: {e}"
-                log.warning("sending reminder %s failed (attempt %d): %s", row["task_id"], attempt + 1, error)
-                if attempt + 1 < self.send_attempts:
-                    await self.sleep(self.backoff_s * 2**attempt)
-        return row, ran_at, None, error
+                await self._retry(row, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+                return False
+            await self._write(
+                "recording a delivered reminder", _DELIVERED_SQL, row["task_id"], row["scheduled_at"], ran_at,
+                self.clock(), mid, self._next(row),
+            )  # fmt: skip
+            return True
+        finally:
+            self._release(key)
+
+    def _next(self, row: Any) -> datetime | None:
+        """The series' next occurrence once this one has ended."""
+        return next_due(row, max(self.clock(), row["scheduled_at"]), row["scheduled_at"], self.default_tz)
+
+    async def _retry(self, row: Any, error: str) -> None:
+        """A transient failure: the next attempt after a growing backoff, unless the grace window is over."""
+        now = self.clock()
+        deadline = row["scheduled_at"] + self.grace
+        if now >= deadline:
+            await self._end(row, "failed", f"not delivered within {span_text(self.grace)} (last error: {error})")
+            return
+        wait = min(self.retry_max, self.retry_first * 2 ** max(0, int(row["attempts"]) - 1))
+        at = min(_ceil_second(now + wait), deadline)
+        self.retries += 1
+        log.warning("reminder for task %s not sent (attempt %d), retrying at %s: %s",
+                    row["task_id"], row["attempts"], at.isoformat(timespec="seconds"), error)  # fmt: skip
+        await self._write("recording a reminder retry", _RETRY_SQL, row["task_id"], row["scheduled_at"], at,
+                          error[:500], self.instance)  # fmt: skip
+
+    async def _end(self, row: Any, status: str, reason: str, *, count: bool = True) -> None:
+        """End an occurrence as failed or skipped with its reason; a series moves on to its next time."""
+        if count:
+            self.failed_deliveries += 1
+            if self.on_failure:
+                self.on_failure()
+            log.warning("reminder for task %s at %s failed: %s", row["task_id"], row["scheduled_at"], reason)
+        await self._write("recording a failed reminder", _ENDED_SQL, row["task_id"], row["scheduled_at"], status,
+                          reason[:500], self._next(row))  # fmt: skip
+
+    async def _write(self, what: str, sql: str, *args: Any) -> None:
+        """One idempotent outcome write (retried once on a dropped connection); logged, never raised."""
+        try:
+            await retry_dropped(partial(self.pool.execute, sql, *args), what)
+        except Exception:
+            log.exception("%s failed (the claim is retried after its lease)", what)
 
     async def _agent_text(self, row: Any, shown: datetime, fallback: str) -> str:
         """Run the agent job's turn; the plain text when the LLM fails, so nothing is lost."""
@@ -276,14 +431,39 @@ class ReminderEngine:
         return f"⏰ {row['title']}\n\n{answer}" if answer else fallback
 
     async def upcoming_times(self, horizon: timedelta, limit: int = 20000) -> list[datetime]:
-        """Distinct due times of open tasks within the horizon (for precise date jobs)."""
+        """Distinct due times of open tasks and next attempts of retried ones within the horizon (date jobs)."""
         now = self.clock()
         rows = await self.pool.fetch(
-            "SELECT DISTINCT due_at FROM tasks WHERE status IN ('pending', 'in_progress') AND due_at > $1"
-            " AND due_at <= $2 ORDER BY due_at LIMIT $3",
+            "SELECT due_at AS t FROM tasks WHERE status IN ('pending', 'in_progress') AND due_at > $1"
+            " AND due_at <= $2 UNION SELECT lease_until FROM occurrences WHERE status = 'claimed'"
+            " AND lease_until > $1 AND lease_until <= $2 ORDER BY 1 LIMIT $3",
             now, now + horizon, limit,
         )  # fmt: skip
-        return [r["due_at"] for r in rows]
+        return [r["t"] for r in rows]
+
+
+def _ceil_second(t: datetime) -> datetime:
+    """Round up to a whole second (retries of many reminders then share date jobs)."""
+    return t if t.microsecond == 0 else t.replace(microsecond=0) + timedelta(seconds=1)
+
+
+async def replan_zones(
+    pool: Pool, now: datetime, default_tz: str | None, user_id: int | None = None, limit: int = 500
+) -> int:
+    """Move open cron tasks set in another zone to their next time in their owner's current zone."""
+    moved = 0
+    for r in await pool.fetch(_MOVED_ZONE_SQL, now, default_tz, user_id, limit):
+        rec = rec_mod.from_json(r["recurrence"])
+        if rec is None:
+            continue
+        times = rec_mod.next_times(rec, zone(r["tz"]), now, None, count=1)
+        if times:
+            await pool.execute(
+                "UPDATE tasks SET due_at = $2, timezone = $3, updated_at = now() WHERE id = $1 AND due_at = $4",
+                r["id"], times[0], r["tz"], r["due_at"],
+            )  # fmt: skip
+            moved += 1
+    return moved
 
 
 async def press(
@@ -311,7 +491,7 @@ async def press(
 
 
 class ReminderScheduler:
-    """APScheduler wiring: a date job per upcoming due time (about a second precise) and an interval sweep.
+    """APScheduler wiring: a date job per upcoming due time or retry (about a second precise) and a sweep.
 
     Date jobs only wake the engine: a job that fires while a tick runs asks for one more tick instead of
     queueing, so thousands of due times in a minute cost a handful of claim queries, not thousands."""
@@ -350,6 +530,7 @@ class ReminderScheduler:
         for task in list(self._tasks):
             task.cancel()
         await self._idle.wait()
+        await self.engine.close()
 
     async def sweep(self) -> None:
         """The interval job: skip stale occurrences, deliver what is due, plan the next date jobs."""
@@ -372,10 +553,13 @@ class ReminderScheduler:
         try:
             while not self._stopped:
                 self._again = False
+                retries = self.engine.retries
                 try:
                     await self.engine.tick(include_stale=False)
                 except Exception:
                     log.exception("reminder tick failed")
+                if self.engine.retries != retries:
+                    await self.plan()  # date jobs for the next attempts
                 if not self._again:
                     break
         finally:

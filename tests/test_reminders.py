@@ -8,39 +8,74 @@ from typing import Any
 
 import pytest
 
+from core.commands import Commands, StatusBoard
 from core.db import Pool
-from core.reminders import ReminderEngine, ReminderMessage, ReminderScheduler, press
+from core.reminders import DeliveryRefused, ReminderEngine, ReminderMessage, ReminderScheduler, press
 from core.service import Core
+from core.types import Incoming
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import answer, incoming, run
 
 
 class Outbox:
-    """A platform that records what it was asked to send (optionally failing the first sends)."""
+    """A platform that records what it was asked to send: it can fail the first N sends (transient), refuse
+    every send (permanent), or hold sends to some chats until released."""
 
-    def __init__(self, fail_first: int = 0) -> None:
+    def __init__(self, fail_first: int = 0, refuse: str = "", hold: frozenset[str] = frozenset()) -> None:
         """Start empty."""
         self.sent: list[ReminderMessage] = []
         self.fail_first = fail_first
+        self.refuse = refuse
+        self.hold = hold
+        self.held = asyncio.Event()  # a held send has started
+        self.release = asyncio.Event()
         self.calls = 0
 
     async def send_reminder(self, msg: ReminderMessage) -> str | None:
-        """Record (or fail) one send."""
+        """Record, fail, refuse or hold one send."""
         self.calls += 1
+        if self.refuse:
+            raise DeliveryRefused(self.refuse)
         if self.calls <= self.fail_first:
             raise ConnectionError("platform down")
+        if msg.chat_id in self.hold:
+            self.held.set()
+            await self.release.wait()
         self.sent.append(msg)
         return str(len(self.sent))
 
 
-async def _no_sleep(_: float) -> None:
-    """Backoff without waiting (the test clock does not move)."""
+async def _never(_: float) -> None:
+    """Lease renewal that never comes round (the test clock does not move while a send runs)."""
+    await asyncio.Event().wait()
 
 
-def engine(pool: Pool, clock: FakeClock, outbox: Outbox, **kw: Any) -> ReminderEngine:
-    """An engine on the test database whose clock is the test's."""
-    return ReminderEngine(pool, {"telegram": outbox}, clock, sleep=_no_sleep, **kw)
+class Steps:
+    """An injected sleep the test releases one wait at a time (for the lease keeper)."""
+
+    def __init__(self) -> None:
+        """No waits yet."""
+        self.entered: asyncio.Queue[float] = asyncio.Queue()
+        self.go: asyncio.Queue[None] = asyncio.Queue()
+
+    async def sleep(self, s: float) -> None:
+        """Report the wait, then wait for the test."""
+        self.entered.put_nowait(s)
+        await self.go.get()
+
+
+def engine(pool: Pool, clock: FakeClock, outbox: Outbox | None, **kw: Any) -> ReminderEngine:
+    """An engine on the test database whose clock is the test's (no outbox: no adapter running)."""
+    kw.setdefault("sleep", _never)
+    return ReminderEngine(pool, {"telegram": outbox} if outbox else {}, clock, **kw)
+
+
+async def occurrence(pool: Pool) -> Any:
+    """The only occurrence row."""
+    row = await pool.fetchrow("SELECT status, attempts, lease_until, error, delivered_at FROM occurrences")
+    assert row is not None
+    return row
 
 
 async def create(core: Core, fake: FakeOpenAI, args: dict[str, Any], *, user: str = "100", **kw: Any) -> None:
@@ -189,39 +224,6 @@ async def test_claim_left_by_a_crashed_process_is_retried_after_the_lease(
     assert await pool.fetchval("SELECT attempts FROM occurrences") == 2
 
 
-async def test_send_failing_twice_then_succeeding(
-    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
-) -> None:
-    core = make_core()
-    await create(core, fake_llm, {"title": "Retry", "due_at": "2026-11-21T10:01"})
-    clock.advance(minutes=1)
-    out = Outbox(fail_first=2)
-    waits: list[float] = []
-
-    async def sleep(s: float) -> None:
-        waits.append(s)
-
-    eng = ReminderEngine(pool, {"telegram": out}, clock, sleep=sleep, backoff_s=0.5)
-    assert await eng.tick() == 1
-    assert out.calls == 3 and waits == [0.5, 1.0]
-    assert await pool.fetchval("SELECT status FROM occurrences") == "delivered"
-
-
-async def test_delivery_that_finally_fails_is_recorded(
-    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock, allowed_errors: list[str]
-) -> None:
-    allowed_errors.append("could not be delivered")
-    core = make_core()
-    await create(core, fake_llm, {"title": "Doomed", "due_at": "2026-11-21T10:01"})
-    clock.advance(minutes=1)
-    eng = engine(pool, clock, Outbox(fail_first=99), send_attempts=3)
-    assert await eng.tick() == 0
-    assert eng.failed_deliveries == 1
-    row = await pool.fetchrow("SELECT status, error FROM occurrences")
-    assert row is not None and row["status"] == "failed" and "platform down" in row["error"]
-    assert await eng.tick() == 0  # not retried forever
-
-
 async def test_agent_job_runs_a_turn_and_falls_back_when_llm_down(
     make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
 ) -> None:
@@ -232,12 +234,14 @@ async def test_agent_job_runs_a_turn_and_falls_back_when_llm_down(
     eng = engine(pool, clock, out, agent=core.answer_text)
     clock.now = datetime(2026, 11, 21, 11, 0, 1, tzinfo=UTC)
     fake_llm.script(Reply(text="You have 1 open task: Morning summary."))
-    assert await eng.tick() == 1
+    assert await eng.tick() == 0  # agent jobs run as their own tasks
+    assert await eng.drain() == 1
     assert out.sent[0].text == "⏰ Morning summary\n\nYou have 1 open task: Morning summary."
     assert "summarise my open tasks" in fake_llm.requests[-1]["messages"][-1]["content"]
     fake_llm.down()
     clock.now = datetime(2026, 11, 22, 11, 0, 1, tzinfo=UTC)
-    assert await eng.tick() == 1
+    await eng.tick()
+    assert await eng.drain() == 1
     assert out.sent[1].text == "⏰ Morning summary — due 11:00"
 
 
@@ -259,7 +263,7 @@ async def test_apscheduler_date_job_fires_on_time(make_core: MakeCore, fake_llm:
     core = make_core()
     await run(core, incoming("hi"))  # creates the user and chat
     out = Outbox()
-    eng = ReminderEngine(pool, {"telegram": out}, system_clock, sleep=_no_sleep)
+    eng = ReminderEngine(pool, {"telegram": out}, system_clock)
     sched = ReminderScheduler(eng, sweep_s=3600)
     await sched.start()
     try:
@@ -295,20 +299,286 @@ async def test_group_reminder_goes_to_the_group(
     assert (out.sent[0].chat_id, out.sent[0].chat_kind, out.sent[0].owner_id) == ("-500", "group", "100")
 
 
-async def test_final_failure_counted_in_status(
-    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock, allowed_errors: list[str]
+async def test_transient_failures_retry_with_growing_backoff_until_delivered(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
 ) -> None:
-    from core.commands import Commands, StatusBoard
-
-    allowed_errors.append("could not be delivered")
     core = make_core()
-    await create(core, fake_llm, {"title": "Lost", "due_at": "2026-11-21T10:01"})
-    board = StatusBoard()
-
-    def count() -> None:
-        board.failed_deliveries += 1
-
+    await create(core, fake_llm, {"title": "Retry", "due_at": "2026-11-21T10:01"})
     clock.advance(minutes=1)
-    eng = engine(pool, clock, Outbox(fail_first=99), send_attempts=2, on_failure=count)
+    out = Outbox(fail_first=8)
+    eng = engine(pool, clock, out)
+    waits = []
+    for _ in range(8):
+        assert await eng.tick() == 0
+        row = await occurrence(pool)
+        assert row["status"] == "claimed" and row["error"] == "ConnectionError: platform down"
+        waits.append((row["lease_until"] - clock.now).total_seconds())
+        assert await eng.tick() == 0  # not before its next attempt
+        clock.now = row["lease_until"]
+    assert waits == [5, 10, 20, 40, 80, 160, 300, 300]  # growing, capped at 5 min
+    assert await eng.tick() == 1
+    row = await occurrence(pool)
+    assert row["status"] == "delivered" and row["attempts"] == 9 and row["error"] is None
+    assert out.calls == 9 and len(out.sent) == 1
+    assert out.sent[0].text.startswith("⏰ Retry — was due")
+    assert eng.failed_deliveries == 0
+
+
+async def test_no_adapter_yet_is_retried_and_survives_a_restart(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
+) -> None:
+    core = make_core()
+    await create(core, fake_llm, {"title": "Early", "due_at": "2026-11-21T10:01"})
+    clock.advance(minutes=1)
+    assert await engine(pool, clock, None).tick() == 0  # the Telegram adapter is not running yet
+    row = await occurrence(pool)
+    assert row["status"] == "claimed" and "no telegram adapter is running" in row["error"]
+    status = await Commands(core).status(StatusBoard())
+    assert "reminders being retried: 1" in status and "failed" not in status
+    tasks = await Commands(core).tasks(incoming("/tasks"))
+    assert "Reminders not sent yet" in tasks and "no telegram adapter is running" in tasks
+    clock.advance(seconds=5)
+    out = Outbox()
+    assert await engine(pool, clock, out).tick() == 1  # another process (a restart) picks up the retry
+    assert (await occurrence(pool))["status"] == "delivered" and len(out.sent) == 1
+
+
+async def test_refusal_ends_it_as_failed_shown_in_tasks_and_status(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
+) -> None:
+    core = make_core()
+    await create(core, fake_llm, {"title": "Daily", "recurrence": {"kind": "cron", "time": "10:30"}})
+    clock.advance(minutes=30)
+    out = Outbox(refuse="Forbidden: bot was blocked by the user")
+    eng = engine(pool, clock, out)
     assert await eng.tick() == 0
-    assert "failed deliveries: 1" in await Commands(core).status(board)
+    row = await occurrence(pool)
+    assert row["status"] == "failed" and row["error"] == "Forbidden: bot was blocked by the user"
+    assert eng.failed_deliveries == 1 and out.calls == 1
+    # the series moves on to tomorrow; nothing is retried
+    assert await pool.fetchval("SELECT due_at FROM tasks") == datetime(2026, 11, 22, 10, 30, tzinfo=UTC)
+    clock.advance(minutes=10)
+    assert await eng.tick() == 0 and out.calls == 1
+    tasks = await Commands(core).tasks(incoming("/tasks"))
+    assert "could not be delivered" in tasks and "Forbidden: bot was blocked by the user" in tasks
+    # counted from the database: a fresh process (empty board) still shows it
+    assert "failed reminder deliveries (7 days): 1" in await Commands(core).status(StatusBoard())
+
+
+async def test_grace_window_ends_retries_visibly(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
+) -> None:
+    core = make_core()
+    await create(core, fake_llm, {"title": "Short", "due_at": "2026-11-21T10:01"})
+    await create(core, fake_llm, {"title": "Hourly", "recurrence": {"kind": "interval", "every_minutes": 60}})
+    clock.advance(minutes=1)
+    out = Outbox(fail_first=999)
+    eng = engine(pool, clock, out, grace=timedelta(seconds=30))
+    for _ in range(3):  # 10:01:00, :05, :15; the next try is at the end of the window, :30 (not :35)
+        assert await eng.tick() == 0
+        clock.now = await pool.fetchval("SELECT lease_until FROM occurrences WHERE status = 'claimed'")
+    assert clock.now == datetime(2026, 11, 21, 10, 1, 30, tzinfo=UTC)
+    assert await eng.tick() == 0
+    row = await occurrence(pool)
+    assert row["status"] == "failed"
+    assert row["error"] == "not delivered within 30 s (last error: ConnectionError: platform down)"
+    calls = out.calls
+    clock.advance(minutes=10)
+    assert await eng.tick() == 0 and out.calls == calls  # ended, not retried
+    # a retry left behind when the bot went down past the grace window: ended by the sweep, series moves on
+    clock.now = datetime(2026, 11, 21, 11, 0, 0, tzinfo=UTC)
+    eng = engine(pool, clock, out, grace=timedelta(hours=1))
+    assert await eng.tick() == 0
+    clock.advance(hours=2)
+    assert await eng.tick() == 0
+    hourly = await pool.fetchrow(
+        "SELECT o.status, o.error, t.due_at FROM occurrences o JOIN tasks t ON t.id = o.task_id"
+        " WHERE t.title = 'Hourly'"
+    )
+    assert (
+        hourly is not None and hourly["status"] == "failed" and hourly["error"].startswith("not delivered within 1 h")
+    )
+    assert hourly["due_at"] == datetime(2026, 11, 21, 14, 0, tzinfo=UTC)
+    tasks = await Commands(core).tasks(incoming("/tasks"))
+    assert "#2 Hourly — was due Sat 21 Nov 11:00 UTC: not delivered within 1 h" in tasks
+    assert "failed reminder deliveries (7 days): 2" in await Commands(core).status(StatusBoard())
+
+
+async def test_retry_times_get_date_jobs(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
+) -> None:
+    core = make_core()
+    await create(core, fake_llm, {"title": "Blip", "due_at": "2026-11-21T10:01"})
+    clock.advance(minutes=1)
+    sched = ReminderScheduler(engine(pool, clock, Outbox(fail_first=1)), sweep_s=3600)
+    await sched.wake()
+    retry_at = datetime(2026, 11, 21, 10, 1, 5, tzinfo=UTC)
+    assert [j.id for j in sched.scheduler.get_jobs()] == [f"due:{retry_at.isoformat()}"]
+    await sched.engine.close()
+
+
+async def test_outcome_recorded_when_sent_not_after_the_slowest(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
+) -> None:
+    core = make_core()
+    await create(core, fake_llm, {"title": "Slow", "due_at": "2026-11-21T10:01"}, user="100")
+    await create(core, fake_llm, {"title": "Fast", "due_at": "2026-11-21T10:01"}, user="200")
+    clock.advance(minutes=1)
+    out = Outbox(hold=frozenset({"100"}))
+    tick = asyncio.create_task(engine(pool, clock, out).tick())
+    await out.held.wait()
+    for _ in range(200):  # tiny waits until the fast one is recorded, while the slow one is still sending
+        if await pool.fetchval("SELECT count(*) FROM occurrences WHERE status = 'delivered'") == 1:
+            break
+        await asyncio.sleep(0.005)
+    assert (
+        await pool.fetchval(
+            "SELECT t.title FROM occurrences o JOIN tasks t ON t.id = o.task_id WHERE o.status = 'delivered'"
+        )
+        == "Fast"
+    )
+    out.release.set()
+    assert await tick == 2
+
+
+async def test_plain_reminder_never_waits_for_an_agent_job(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
+) -> None:
+    core = make_core()
+    await create(core, fake_llm, {"title": "Summary", "job": "summarise", "due_at": "2026-11-21T10:01"})
+    await create(core, fake_llm, {"title": "Plain", "due_at": "2026-11-21T10:01"})
+    clock.advance(minutes=1)
+    started, finish = asyncio.Event(), asyncio.Event()
+
+    async def slow_agent(_: Incoming) -> str:
+        started.set()
+        await finish.wait()
+        return "all done"
+
+    out = Outbox()
+    eng = engine(pool, clock, out, agent=slow_agent)
+    assert await eng.tick() == 1  # returns while the agent job still runs
+    await started.wait()
+    assert [m.text for m in out.sent] == ["⏰ Plain — due 10:01"]
+    assert await pool.fetchval("SELECT count(*) FROM occurrences WHERE status = 'delivered'") == 1
+    finish.set()
+    assert await eng.drain() == 1
+    assert out.sent[1].text == "⏰ Summary\n\nall done"
+
+
+@pytest.mark.parametrize("slow", ["send", "agent job"])
+async def test_lease_renewed_while_sending_so_no_second_process_resends(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock, slow: str
+) -> None:
+    core = make_core()
+    job = {"job": "summarise"} if slow == "agent job" else {}
+    await create(core, fake_llm, {"title": "Slow", "due_at": "2026-11-21T10:01", **job})
+    clock.advance(minutes=1)
+    finish = asyncio.Event()
+
+    async def slow_agent(_: Incoming) -> str:
+        await finish.wait()
+        return "summary"
+
+    a_out = Outbox(hold=frozenset({"100"}) if slow == "send" else frozenset())
+    a_out.release = finish
+    steps = Steps()
+    a = engine(pool, clock, a_out, agent=slow_agent, sleep=steps.sleep, lease=timedelta(minutes=2))
+    b_out = Outbox()
+    b = engine(pool, clock, b_out, agent=slow_agent, lease=timedelta(minutes=2))
+    tick = asyncio.create_task(a.tick())
+    assert await steps.entered.get() == 40  # a third of the lease
+    for _ in range(4):  # 4 renewals, 40 s apart: 2 min 40 s in all, longer than the lease
+        clock.advance(seconds=40)
+        steps.go.put_nowait(None)
+        await steps.entered.get()  # renewed, sleeping again
+        assert await b.tick() == 0
+    assert await pool.fetchval("SELECT lease_until FROM occurrences") == clock.now + timedelta(minutes=2)
+    finish.set()
+    await tick
+    await a.drain()
+    assert len(a_out.sent) == 1 and b_out.calls == 0
+    row = await occurrence(pool)
+    assert row["status"] == "delivered" and row["attempts"] == 1
+    clock.advance(minutes=5)
+    assert await b.tick() == 0 and b_out.calls == 0
+
+
+async def test_latest_missed_is_arithmetic_for_intervals(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
+) -> None:
+    core = make_core()
+    await create(core, fake_llm, {"title": "Minutely", "recurrence": {"kind": "interval", "every_minutes": 1}})
+    clock.advance(minutes=600, seconds=30)  # down for 10 h: 600 occurrences missed (old code stopped at 500)
+    out = Outbox()
+    assert await engine(pool, clock, out).tick() == 1
+    assert out.sent[0].text == "⏰ Minutely — was due 20:00"
+    assert await pool.fetchval("SELECT due_at FROM tasks") == datetime(2026, 11, 21, 20, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "rec",
+    [
+        {"kind": "cron", "time": "09:00"},
+        {"kind": "cron", "time": "02:30"},  # skipped/doubled at the DST changes
+        {"kind": "cron", "time": "07:15", "days_of_week": "mon-fri"},
+        {"kind": "cron", "time": "09:00", "day_of_month": "31"},
+        {"kind": "interval", "every_minutes": 97},
+    ],
+)
+def test_latest_time_matches_stepping_forward_with_few_trigger_steps(
+    rec: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from apscheduler.triggers.cron import CronTrigger
+
+    from core import recurrence as rec_mod
+    from core.timeutil import zone
+
+    r = rec_mod.Recurrence.model_validate(rec)
+    tz = zone("Europe/Berlin")
+    start = datetime(2026, 1, 1, 0, 0, tzinfo=UTC)
+    times = rec_mod.next_times(r, tz, start - timedelta(microseconds=1), start, count=400)
+    assert len(set(times)) == len(times)  # stepping forward never repeats (the doubled hour in October)
+    nows = [start + timedelta(days=d, hours=h) for d in (0, 1, 3, 40, 86, 298) for h in (0, 7, 13)]
+    for now in [t for t in nows if t <= times[-1]]:
+        expected = max((t for t in times if t <= now), default=None)
+        assert rec_mod.latest_time(r, tz, start, now) == expected, now
+    calls = 0
+    original = CronTrigger.get_next_fire_time
+
+    def counting(self: CronTrigger, prev: datetime | None, now: datetime) -> Any:
+        nonlocal calls
+        calls += 1
+        return original(self, prev, now)
+
+    monkeypatch.setattr(CronTrigger, "get_next_fire_time", counting)
+    rec_mod.latest_time(r, tz, start, start + timedelta(hours=23))  # one missed within a day's grace
+    assert calls <= 12  # the old loop asked the trigger for 500 fire times
+
+
+async def test_daily_follows_a_zone_change_between_occurrences(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
+) -> None:
+    core = make_core(DEFAULT_TIMEZONE="Europe/Berlin")
+    await create(core, fake_llm, {"title": "Meds", "recurrence": {"kind": "cron", "time": "12:00"}})
+    out = Outbox()
+    eng = engine(pool, clock, out, default_tz="Europe/Berlin")
+    clock.now = datetime(2026, 11, 21, 11, 0, 5, tzinfo=UTC)  # 12:00 in Berlin
+    assert await eng.tick() == 1
+    assert await pool.fetchval("SELECT due_at FROM tasks") == datetime(2026, 11, 22, 11, 0, tzinfo=UTC)
+    answer_text = await Commands(core).timezone(incoming("/timezone"), "America/New_York")
+    assert "America/New_York" in answer_text
+    # the next one is 12:00 in New York (17:00 UTC, today there), computed and shown there
+    assert await pool.fetchval("SELECT due_at FROM tasks") == datetime(2026, 11, 21, 17, 0, tzinfo=UTC)
+    assert "Sat 21 Nov 12:00 EST" in await Commands(core).tasks(incoming("/tasks"))
+    clock.now = datetime(2026, 11, 21, 17, 0, 5, tzinfo=UTC)
+    assert await eng.tick() == 1
+    assert out.sent[1].text == "⏰ Meds — due 12:00"
+    assert await pool.fetchval("SELECT due_at FROM tasks") == datetime(2026, 11, 22, 17, 0, tzinfo=UTC)
+    # the same after the set_timezone tool (the next sweep notices the zone change)
+    fake_llm.script(Reply(tool_calls=[("set_timezone", {"timezone": "Asia/Tokyo"})]), Reply(text="ok"))
+    answer(await run(core, incoming("I moved to Tokyo")))
+    assert await eng.tick() == 0
+    assert await pool.fetchval("SELECT due_at FROM tasks") == datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
+    clock.now = datetime(2026, 11, 22, 3, 0, 5, tzinfo=UTC)
+    assert await eng.tick() == 1 and out.sent[2].text == "⏰ Meds — due 12:00"

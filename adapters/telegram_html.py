@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from markdown_it import MarkdownIt
+from markdown_it.rules_inline import StateInline
 from markdown_it.tree import SyntaxTreeNode
 
 from core.activity import activity_lines, summary_line
@@ -24,9 +25,31 @@ NO_ANSWER = "(no answer)"
 RULE = "──────────"
 LINK_SCHEMES = ("http://", "https://", "tg://", "mailto:")  # hrefs Telegram takes in a text link
 
+
+def _spoiler(state: StateInline, silent: bool) -> bool:
+    """Inline rule for Telegram's `||spoiler||` (not CommonMark): content without space at its edges."""
+    start = state.pos
+    if not state.src.startswith("||", start):
+        return False
+    end = state.src.find("||", start + 2)
+    if end <= start + 2 or state.src[start + 2].isspace() or state.src[end - 1].isspace():
+        return False
+    if not silent:
+        outer_max = state.posMax
+        state.push("spoiler_open", "tg-spoiler", 1)
+        state.pos, state.posMax = start + 2, end
+        state.md.inline.tokenize(state)
+        state.posMax = outer_max
+        state.push("spoiler_close", "tg-spoiler", -1)
+    state.pos = end + 2
+    return True
+
+
 # "html": False keeps raw HTML as text (escaped on output); linkify is left to Telegram, which links URLs itself
 _MD = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
-_INLINE_TAGS = {"strong": "b", "em": "i", "s": "s"}
+_MD.inline.ruler.before("emphasis", "spoiler", _spoiler)
+_MD.inline.add_terminator_char("|")  # so plain text stops where a spoiler may start
+_INLINE_TAGS = {"strong": "b", "em": "i", "s": "s", "spoiler": "tg-spoiler"}
 _TAG = re.compile(r"<(/?)([a-z-]+)([^>]*)>")
 _UNIT = re.compile(r"<[^>]*>|&(?:#\d+|#x[0-9a-fA-F]+|[a-zA-Z]+);")
 _EMPTY_PAIR = re.compile(r"<([a-z-]+)(?: [^>]*)?>(\s*)</\1>")
@@ -229,6 +252,8 @@ def _glued(before: str, after: str) -> bool:
         return False
     if before == "\u200d" or after in "\u200d\ufe0e\ufe0f" or 0x1F3FB <= ord(after) <= 0x1F3FF:
         return True
+    if 0x1F1E6 <= ord(before) <= 0x1F1FF and 0x1F1E6 <= ord(after) <= 0x1F1FF:
+        return True  # a flag is two regional indicators (a run of them may pair the other way: rare)
     return unicodedata.combining(after) != 0 or 0xE0020 <= ord(after) <= 0xE007F  # marks, tag sequences
 
 

@@ -314,6 +314,7 @@ CASES = [
             len(p) >= 2 and all(any(e["type"] == "pre" and e.get("language") == "python" for e in es) for _, es in p)
         ),
     ),
+    Case("spoiler", "It is ||42|| — a || b", [("spoiler", "42", {})], contains=["a || b"], absent=["||4"]),
     Case("4097 units split", ">\n" + "a" * 4095 + "😀", contains=["😀"]),
 ]
 

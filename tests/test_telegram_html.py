@@ -121,6 +121,12 @@ def test_table_becomes_aligned_columns() -> None:
     assert found == {("pre", text)}
 
 
+def test_spoilers_but_not_logical_or() -> None:
+    text, found = spans("The answer is ||42||, and a || b || c stays.")
+    assert text == "The answer is 42, and a || b || c stays."
+    assert found == {("spoiler", "42")}
+
+
 def test_images_and_relative_links() -> None:
     text, entities = only_part("![chart](https://x.io/c.png) and [settings](settings.html)")
     assert text == "🖼 chart and settings (settings.html)"

@@ -75,7 +75,9 @@ words = st.lists(word, min_size=1, max_size=4).map(" ".join)
 @st.composite
 def inline_piece(draw: st.DrawFn) -> Md:
     """One inline element: a word, literal HTML, emphasis, a link or a code span."""
-    kind = draw(st.sampled_from(["word", "literal", "bold", "italic", "bold-italic", "strike", "link", "code"]))
+    kind = draw(
+        st.sampled_from(["word", "literal", "bold", "italic", "bold-italic", "strike", "spoiler", "link", "code"])
+    )
     if kind == "literal":
         src, shown = draw(st.sampled_from(_LITERALS))
         return Md(src, shown)
@@ -86,7 +88,7 @@ def inline_piece(draw: st.DrawFn) -> Md:
         code = draw(st.text(_CODE_CHARS, min_size=1, max_size=12).filter(lambda c: c.strip() == c and c.strip()))
         return Md(f"`{code}`", code)
     text = draw(words) if kind != "word" else draw(word)
-    marker = {"word": "", "bold": "**", "italic": "*", "bold-italic": "***", "strike": "~~"}[kind]
+    marker = {"word": "", "bold": "**", "italic": "*", "bold-italic": "***", "strike": "~~", "spoiler": "||"}[kind]
     return Md(f"{marker}{text}{marker}", text)
 
 

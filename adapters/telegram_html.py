@@ -21,7 +21,7 @@ from core.types import Step
 
 MESSAGE_LIMIT = 4096  # Telegram's limit, in UTF-16 code units of the text after tags
 ACTIVITY_CHARS = 1500  # the activity block is capped so the answer keeps most of the last part
-NO_ANSWER = "(no answer)"
+NO_ANSWER = "(The answer was empty.)"  # same words as the adapter's own fallback
 RULE = "──────────"
 LINK_SCHEMES = ("http://", "https://", "tg://", "mailto:")  # hrefs Telegram takes in a text link
 

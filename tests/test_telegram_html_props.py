@@ -24,6 +24,7 @@ PROPS = settings(
     max_examples=60,
     deadline=None,  # the machine is shared; the bound that matters is the whole file's few seconds
     derandomize=True,  # the same examples on every run, so CI is deterministic
+    database=None,  # and no examples carried over from earlier runs
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 

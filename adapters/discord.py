@@ -6,22 +6,29 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import aclosing
 from typing import Any, cast
 
+import aiohttp
 import discord
-import yarl
 from discord import app_commands
 from discord.abc import Messageable
-from discord.gateway import DiscordWebSocket
 
+from adapters.discord_http import (
+    EndpointHTTP,
+    Endpoints,
+    GatewayUnreachable,
+    reason_of,
+    scope_webhooks,
+    use_endpoints,
+)
 from adapters.discord_render import MESSAGE_LIMIT, render_reply, split_markdown, steps_text, with_steps, without_steps
 from core.activity import summary_line
 from core.commands import HELP, Commands, StatusBoard
-from core.reminders import ReminderMessage, press
+from core.reminders import DeliveryRefused, ReminderMessage, press
 from core.service import Core
-from core.settings import Settings
+from core.settings import Settings, StartupError
 from core.store import turn_steps
 from core.types import Assistant, Error, Incoming
 
@@ -34,9 +41,26 @@ FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
 GONE = "I no longer have the steps of that answer (it was deleted)."
 NOT_YOURS = "Only the person who asked can see the steps of this answer."
 BUTTON_LABELS = {"done": "✅ Done", "snooze10": "😴 10 min", "snooze60": "😴 1 h"}
-NO_MENTIONS = discord.AllowedMentions.none()
-REPLY_MENTION = discord.AllowedMentions(everyone=False, users=False, roles=False, replied_user=True)
+RESTARTING = "I'm restarting right now — please send that again in a minute."
+CUT_SHORT = "Sorry — I was restarting and had to stop working on that. Please ask again in a minute."
+NO_MENTIONS = discord.AllowedMentions.none()  # every send pings nobody (not even the author it replies to) …
+CUT_NOTE_S = 3.0  # at most this long to tell a user their answer was cut by a shutdown
+RETRY_FIRST_S, RETRY_MAX_S = 2.0, 300.0  # pauses before a new client replaces a gateway connection that died
+# permanent refusals of a reminder send (Discord JSON error codes) → the reason shown in /tasks
+REFUSALS = {
+    10003: "the channel no longer exists",
+    50001: "the bot has no access to the channel",
+    50013: "the bot lacks permission to post in the channel",
+    50007: "the user does not accept direct messages from the bot",
+}
 _MENTION = re.compile(r"<@!?(\d+)>")
+
+
+def owner_ping(owner_id: str) -> discord.AllowedMentions:
+    """… except a reminder, which pings its owner and nobody else."""
+    return discord.AllowedMentions(
+        everyone=False, roles=False, replied_user=False, users=[discord.Object(int(owner_id))]
+    )
 
 
 class StepsButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"steps:(?P<turn>\d+)(?P<shown>:shown)?"):
@@ -122,12 +146,15 @@ def _canonical(commands: Sequence[dict[str, Any]]) -> list[Any]:
 class _Client(discord.Client):
     """discord.Client that hands every event to the adapter."""
 
-    def __init__(self, adapter: DiscordAdapter, intents: discord.Intents, guild_ready_timeout: float) -> None:
-        """A client with no default mentions and a command tree."""
+    def __init__(
+        self, adapter: DiscordAdapter, intents: discord.Intents, guild_ready_timeout: float, endpoints: Endpoints
+    ) -> None:
+        """A client with no default mentions, our endpoints and a command tree."""
         super().__init__(
             intents=intents, allowed_mentions=NO_MENTIONS, guild_ready_timeout=guild_ready_timeout,
             chunk_guilds_at_startup=False,
         )  # fmt: skip
+        use_endpoints(self, endpoints)  # before the command tree keeps a reference to client.http
         self.adapter = adapter
         self.tree: app_commands.CommandTree[_Client] = app_commands.CommandTree(self)
         self.tree.on_error = adapter.on_command_error  # type: ignore[method-assign]
@@ -142,6 +169,14 @@ class _Client(discord.Client):
         """Connected (or reconnected without resuming)."""
         self.adapter.ready(self)
 
+    async def on_resumed(self) -> None:
+        """Reconnected and resumed the session."""
+        self.adapter.ready(self)
+
+    async def on_disconnect(self) -> None:
+        """The gateway connection dropped; discord.py reconnects on its own."""
+        self.adapter.disconnected("reconnecting")
+
     async def on_message(self, message: discord.Message) -> None:
         """Every message the bot can see."""
         await self.adapter.on_message(message)
@@ -152,46 +187,108 @@ class DiscordAdapter:
 
     platform = "discord"
 
-    def __init__(self, core: Core, settings: Settings, board: StatusBoard, *, guild_ready_timeout: float = 2.0) -> None:
-        """Prepare the client (not connected yet)."""
+    def __init__(
+        self, core: Core, settings: Settings, board: StatusBoard, *, guild_ready_timeout: float = 2.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:  # fmt: skip
+        """Prepare the client (not connected yet); `sleep` waits between reconnection attempts."""
         assert settings.DISCORD_BOT_TOKEN is not None
         self.core = core
         self.commands = Commands(core)
         self.board = board
         self.token = settings.DISCORD_BOT_TOKEN.get_secret_value()
-        self.api_base = settings.DISCORD_API_BASE_URL
-        self.gateway = settings.DISCORD_GATEWAY_URL
+        self.endpoints = Endpoints(settings.DISCORD_API_BASE_URL, settings.DISCORD_GATEWAY_URL)
         self.channels = settings.discord_channels
+        self.grace = settings.SHUTDOWN_GRACE_SECONDS
         self.guild_ready_timeout = guild_ready_timeout
-        self.client = self._make_client(message_content=True)
+        self._sleep = sleep
+        self._message_content = True
+        self.client = self._make_client()
         self._runner: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
+        self._stopping = False  # stop() began: new messages are turned away, running answers finish
+        self._work: set[asyncio.Task[Any]] = set()  # tasks answering a message or an interaction
+        self._down_since: str | None = None
+        self._retry_s = RETRY_FIRST_S
+        self._pausing = False  # the gateway task waits before connecting a new client
 
-    def _make_client(self, *, message_content: bool) -> _Client:
+    def _make_client(self) -> _Client:
         """A fresh client (a closed client cannot connect again)."""
         intents = discord.Intents.default()
-        intents.message_content = message_content
-        return _Client(self, intents, self.guild_ready_timeout)
+        intents.message_content = self._message_content
+        return _Client(self, intents, self.guild_ready_timeout, self.endpoints)
+
+    # ---- connection ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Log in, connect as a background task, and wait until the gateway says READY."""
-        if self.api_base:
-            discord.http.Route.BASE = self.api_base.rstrip("/")
-        if self.gateway:
-            DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(self.gateway)
+        """Log in, connect as a background task and wait for READY; a failure is a StartupError (one line,
+        naming DISCORD_BOT_TOKEN or the host, never the token) after closing what was started."""
+        self._stopping = False
         self._ready.clear()
+        try:
+            await self._start()
+        except BaseException as e:
+            await self._close_connection()
+            startup = _startup_error(e, self.endpoints)
+            if startup is None:
+                raise
+            raise startup from None
+
+    async def _start(self) -> None:
+        """Login, then the gateway until READY (an unreachable gateway fails at once instead of retrying)."""
+        _fail_fast(self.client, True)
         await self.client.login(self.token)
         self._runner = asyncio.create_task(self._run(), name="discord-gateway")
         waiter = asyncio.create_task(self._ready.wait())
-        done, _ = await asyncio.wait({self._runner, waiter}, timeout=READY_TIMEOUT_S, return_when="FIRST_COMPLETED")
-        if waiter not in done:
+        try:
+            done, _ = await asyncio.wait({self._runner, waiter}, timeout=READY_TIMEOUT_S, return_when="FIRST_COMPLETED")
+        finally:
             waiter.cancel()
-            if self._runner in done:
-                self._runner.result()  # raises why the connection failed
-            raise RuntimeError(f"Discord did not become ready within {READY_TIMEOUT_S:.0f} s")
+        if self._ready.is_set():
+            return
+        gateway = self.endpoints.gateway_host
+        if self._runner in done:
+            self._runner.result()  # raises why the connection failed
+            raise StartupError(f"Discord: the gateway connection at {gateway} ended before READY")
+        raise StartupError(f"Discord: the gateway at {gateway} did not say READY within {READY_TIMEOUT_S:.0f} s")
 
     async def _run(self) -> None:
-        """Stay connected; without the Message Content intent, fall back to mentions and DMs."""
+        """The gateway connection for the adapter's lifetime. discord.py reconnects and resumes on its own; when
+        a connection ends for good (a fatal close code, an error it does not handle), a new client replaces it
+        after a growing pause (RETRY_FIRST_S doubling to RETRY_MAX_S) and /status says since when it is down."""
+        scope_webhooks(self.endpoints)  # interaction answers of the clients' event tasks (spawned from here)
+        fresh = False
+        while True:
+            try:
+                if fresh:
+                    self.client = self._make_client()
+                    await self.client.login(self.token)
+                await self._connect()
+                why = "the gateway connection ended"
+            except Exception as e:
+                if not self._ready.is_set():
+                    raise  # still starting: start() reports it
+                why = _describe(e)
+                if not isinstance(e, (discord.DiscordException, OSError, aiohttp.ClientError, TimeoutError)):
+                    log.error("Discord gateway task failed", exc_info=e)
+            if self._stopping:
+                return
+            with contextlib.suppress(Exception):
+                await self.client.close()
+            delay, self._retry_s = self._retry_s, min(self._retry_s * 2, RETRY_MAX_S)
+            self.disconnected(why)
+            log.error("Discord connection lost (%s); connecting a new client in %.0f s", why, delay)
+            self._pausing = True
+            try:
+                await self._sleep(delay)
+            finally:
+                self._pausing = False
+            if self._stopping:
+                return
+            fresh = True
+
+    async def _connect(self) -> None:
+        """Run the current client's gateway; without the Message Content intent, fall back to mentions and DMs."""
         try:
             await self.client.connect(reconnect=True)
         except discord.PrivilegedIntentsRequired:
@@ -200,22 +297,79 @@ class DiscordAdapter:
                 "Gateway Intents). Running without it: only DMs and messages that @mention the bot are read."
             )
             await self.client.close()  # discord.py raises this without closing its HTTP session
-            self.client = self._make_client(message_content=False)
+            self._message_content = False
+            self.client = self._make_client()
+            _fail_fast(self.client, not self._ready.is_set())
             await self.client.login(self.token)
             await self.client.connect(reconnect=True)
 
     async def stop(self) -> None:
-        """Close the connection and wait for the gateway task."""
-        await self.client.close()
-        if self._runner is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._runner
+        """Stop taking new messages, let running answers finish and be sent (at most SHUTDOWN_GRACE_SECONDS;
+        later ones are cut with a short note), then close the connection."""
+        self._stopping = True
+        await self._drain()
+        await self._close_connection()
         self.board.adapters.pop("discord", None)
+
+    async def _drain(self) -> None:
+        """Wait for the running answers up to the grace time, then cancel the rest (they say so briefly)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace
+        while self._work and (left := deadline - loop.time()) > 0:
+            await asyncio.wait(set(self._work), timeout=left)
+        late = set(self._work)
+        if not late:
+            return
+        log.warning(
+            "%d Discord answer(s) still running after SHUTDOWN_GRACE_SECONDS=%g were cut", len(late), self.grace
+        )
+        for task in late:
+            task.cancel()
+        await asyncio.wait(late, timeout=CUT_NOTE_S + 1.0)
+
+    async def _close_connection(self) -> None:
+        """Close the client and end the gateway task (whatever state they are in)."""
+        self._stopping = True
+        with contextlib.suppress(Exception):
+            await self.client.close()
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        if not self._pausing:  # a closed client ends connect(); give it a moment to return on its own
+            await asyncio.wait({runner}, timeout=5.0)
+        if not runner.done():
+            runner.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await runner
 
     def ready(self, client: _Client) -> None:
         """Record the connection for /status and wake start()."""
+        _fail_fast(client, False)
         self.board.adapters["discord"] = f"{client.user} in {len(client.guilds)} server(s)"
+        self._down_since, self._retry_s = None, RETRY_FIRST_S
         self._ready.set()
+
+    def disconnected(self, why: str) -> None:
+        """Show in /status since when the gateway is down and why."""
+        if self._stopping or not self._ready.is_set():
+            return
+        if self._down_since is None:
+            self._down_since = self.core.clock().strftime("%Y-%m-%d %H:%M UTC")
+        self.board.adapters["discord"] = f"disconnected since {self._down_since}: {why}"
+
+    # ---- work in progress ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _tracked(self) -> Iterator[None]:
+        """Count the current task as running work until the block ends (stop() waits for it)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._work.add(task)
+        try:
+            yield
+        finally:
+            if task is not None:
+                self._work.discard(task)
 
     # ---- slash commands ------------------------------------------------------------------------
 
@@ -308,7 +462,7 @@ class DiscordAdapter:
                     await self._followups(interaction, split_markdown(event.message), None)
                     answered = True
         if not answered:  # a duplicate delivery of the same interaction
-            await interaction.followup.send("Already answered.", ephemeral=True)
+            await interaction.followup.send("Already answered.", ephemeral=True, allowed_mentions=NO_MENTIONS)
 
     async def _followups(
         self, interaction: discord.Interaction, parts: Sequence[str], view: discord.ui.View | None
@@ -322,7 +476,9 @@ class DiscordAdapter:
 
     async def _refuse_interaction(self, interaction: discord.Interaction, inc: Incoming) -> None:
         """Interactions always get an answer (only the user sees it)."""
-        await interaction.response.send_message(self.core.refusal_text(inc), ephemeral=True)
+        await interaction.response.send_message(
+            self.core.refusal_text(inc), ephemeral=True, allowed_mentions=NO_MENTIONS
+        )
 
     async def on_command_error(self, interaction: discord.Interaction, error: app_commands.AppCommandError, /) -> None:
         """Errors of the command tree itself go through the same funnel."""
@@ -402,18 +558,26 @@ class DiscordAdapter:
             return
         if not self._addressed(message):
             return
-        try:
-            text = self._text(message)
-            inc = self._incoming(message, text)
-            if not text:
-                if not self.core.is_allowed(inc):
-                    await self._refuse(inc, message)
-                elif message.attachments or message.stickers:
-                    await self._send_parts(message, [TEXT_ONLY])
-                return
-            await self._turn(inc, message)
-        except Exception as e:
-            await self._fail_message(message, e)
+        with self._tracked():
+            try:
+                text = self._text(message)
+                inc = self._incoming(message, text)
+                if self._stopping:  # a new session would not see it again: ask for it later
+                    if self.core.is_allowed(inc):
+                        await self._send_parts(message, [RESTARTING])
+                elif not text:
+                    if not self.core.is_allowed(inc):
+                        await self._refuse(inc, message)
+                    elif message.attachments or message.stickers:
+                        await self._send_parts(message, [TEXT_ONLY])
+                else:
+                    await self._turn(inc, message)
+            except asyncio.CancelledError:
+                if self._stopping:
+                    await _briefly(self._send_parts(message, [CUT_SHORT]))
+                raise
+            except Exception as e:
+                await self._fail_message(message, e)
 
     async def _turn(self, inc: Incoming, message: discord.Message) -> None:
         """Run the core on one message with typing shown, then send the reply."""
@@ -451,10 +615,9 @@ class DiscordAdapter:
         """Send parts in order to the message's channel; in servers the first replies to the author."""
         sent = []
         for i, part in enumerate(parts):
-            kwargs: dict[str, Any] = {"allowed_mentions": NO_MENTIONS}
+            kwargs: dict[str, Any] = {"allowed_mentions": NO_MENTIONS}  # the reply shows whom it answers, silently
             if i == 0 and message.guild is not None:
                 kwargs["reference"] = message.to_reference(fail_if_not_exists=False)
-                kwargs["allowed_mentions"] = REPLY_MENTION
             if view is not None and i == len(parts) - 1:
                 kwargs["view"] = view
             sent.append(await message.channel.send(part, **kwargs))
@@ -466,12 +629,12 @@ class DiscordAdapter:
         """Load a turn's steps from PostgreSQL; ephemeral in servers, toggled in place in DMs."""
         found = await turn_steps(self.core.pool, turn_id)
         if found is None or found.platform != "discord":
-            await interaction.response.send_message(GONE, ephemeral=True)
+            await interaction.response.send_message(GONE, ephemeral=True, allowed_mentions=NO_MENTIONS)
             return
         presser = str(interaction.user.id)
         inc = self._interaction_incoming(interaction, "")
         if presser != found.user_id and not self.core.is_admin(inc):
-            await interaction.response.send_message(NOT_YOURS, ephemeral=True)
+            await interaction.response.send_message(NOT_YOURS, ephemeral=True, allowed_mentions=NO_MENTIONS)
             return
         message = interaction.message
         if interaction.guild_id is None and message is not None:
@@ -490,7 +653,7 @@ class DiscordAdapter:
             task_id=task_id, action=action, default_tz=self.core.settings.DEFAULT_TIMEZONE,
         )  # fmt: skip
         if not ok or interaction.message is None:
-            await interaction.response.send_message(text, ephemeral=True)
+            await interaction.response.send_message(text, ephemeral=True, allowed_mentions=NO_MENTIONS)
             return
         content = f"{interaction.message.content}\n\n{text}"[:MESSAGE_LIMIT]
         await interaction.response.edit_message(content=content, view=None, allowed_mentions=NO_MENTIONS)
@@ -498,40 +661,59 @@ class DiscordAdapter:
     # ---- reminders -----------------------------------------------------------------------------
 
     async def send_reminder(self, msg: ReminderMessage) -> str | None:
-        """Push a reminder into its channel (mentioning the owner in servers) with Done / Snooze buttons."""
+        """Push a reminder into its channel (pinging only its owner, in servers) with Done / Snooze buttons;
+        a permanent refusal (channel gone, no access, DMs closed) raises DeliveryRefused."""
         channel = self.client.get_partial_messageable(int(msg.thread_id or msg.chat_id))
         body, mentions = msg.text, NO_MENTIONS
         if msg.chat_kind == "group":
             body = f"<@{int(msg.owner_id)}> {body}"
-            mentions = discord.AllowedMentions(everyone=False, roles=False, users=[discord.Object(int(msg.owner_id))])
+            mentions = owner_ping(msg.owner_id)
         parts = split_markdown(body)
         view = _view(*(ReminderButton(b, msg.task_id) for b in msg.buttons))
         sent: discord.Message | None = None
-        for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            if last:
-                sent = await channel.send(part, allowed_mentions=mentions, view=view)
-            else:
-                await channel.send(part, allowed_mentions=mentions)
+        try:
+            for i, part in enumerate(parts):
+                if i == len(parts) - 1:
+                    sent = await channel.send(part, allowed_mentions=mentions, view=view)
+                else:
+                    await channel.send(part, allowed_mentions=mentions)
+        except (discord.NotFound, discord.Forbidden) as e:
+            if e.code in REFUSALS:  # permanent: the engine marks the occurrence failed with this reason
+                raise DeliveryRefused(f"Discord: {REFUSALS[e.code]} ({e.code} {e.text})") from e
+            raise  # anything else (network, 5xx, rate limits, other codes) is transient and retried
         return str(sent.id) if sent is not None else None
 
     # ---- the error funnel ----------------------------------------------------------------------
 
-    async def guard(self, interaction: discord.Interaction, work: Awaitable[None]) -> None:
-        """Run an interaction's work; any failure is logged and answered briefly."""
-        try:
-            await work
-        except Exception as e:
-            await self._fail(interaction, e)
+    async def guard(self, interaction: discord.Interaction, work: Coroutine[Any, Any, None]) -> None:
+        """Run an interaction's work as running work for stop(); any failure is logged and answered briefly;
+        while stopping, new work is turned away."""
+        if self._stopping:
+            work.close()
+            await self._tell(interaction, RESTARTING)
+            return
+        with self._tracked():
+            try:
+                await work
+            except asyncio.CancelledError:
+                if self._stopping:
+                    await _briefly(self._tell(interaction, CUT_SHORT))
+                raise
+            except Exception as e:
+                await self._fail(interaction, e)
 
     async def _fail(self, interaction: discord.Interaction, error: BaseException) -> None:
         """Log with the traceback and tell the user briefly (only they see it)."""
         log.error("Discord interaction failed", exc_info=error)
+        await self._tell(interaction, FAILED)
+
+    async def _tell(self, interaction: discord.Interaction, text: str) -> None:
+        """A short ephemeral note: the response, or a follow-up when the interaction was answered already."""
         with contextlib.suppress(discord.HTTPException):
             if interaction.response.is_done():
-                await interaction.followup.send(FAILED, ephemeral=True)
+                await interaction.followup.send(text, ephemeral=True, allowed_mentions=NO_MENTIONS)
             else:
-                await interaction.response.send_message(FAILED, ephemeral=True)
+                await interaction.response.send_message(text, ephemeral=True, allowed_mentions=NO_MENTIONS)
 
     async def _fail_message(self, message: discord.Message, error: BaseException) -> None:
         """Log with the traceback and answer the message briefly."""
@@ -540,9 +722,58 @@ class DiscordAdapter:
             await message.channel.send(FAILED, allowed_mentions=NO_MENTIONS)
 
 
+async def _briefly(send: Awaitable[Any]) -> None:
+    """Best effort, bounded by CUT_NOTE_S: a note to a user whose answer a shutdown cut."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(CUT_NOTE_S):
+            await send
+
+
 async def _stop(task: asyncio.Task[None]) -> None:
     """Cancel a helper task and wait for it."""
     if not task.done():
         task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def _fail_fast(client: discord.Client, on: bool) -> None:
+    """While starting, an unreachable gateway ends connect() at once (discord.py would retry it forever)."""
+    if isinstance(client.http, EndpointHTTP):
+        client.http.fail_fast = on
+
+
+def _describe(error: BaseException) -> str:
+    """Why a gateway connection ended, in a few words (never the token)."""
+    if isinstance(error, discord.ConnectionClosed):
+        return f"the gateway closed the connection with code {error.code}"
+    if isinstance(error, discord.LoginFailure):
+        return "DISCORD_BOT_TOKEN was rejected"
+    if isinstance(error, discord.HTTPException):
+        return f"the Discord API answered {error.status}"
+    return f"{type(error).__name__}: {reason_of(error)}"
+
+
+def _startup_error(error: BaseException, endpoints: Endpoints) -> StartupError | None:
+    """A start-up failure as one line for the operator (None: not a connection problem, raise it as it is)."""
+    api, gateway = endpoints.api_host, endpoints.gateway_host
+    rejected = f"Discord ({api}) rejected DISCORD_BOT_TOKEN: copy it again from the Developer Portal (Bot → Token)"
+    if isinstance(error, discord.LoginFailure):
+        return StartupError(rejected)
+    if isinstance(error, discord.ConnectionClosed):
+        if error.code == 4004:
+            return StartupError(rejected)
+        return StartupError(f"the Discord gateway ({gateway}) closed the connection at start with code {error.code}")
+    if isinstance(error, GatewayUnreachable):
+        hint = " and DISCORD_GATEWAY_URL" if endpoints.gateway is not None else ""
+        return StartupError(
+            f"Discord: cannot reach the gateway at {error.host} ({error.reason}); check the network{hint}"
+        )
+    if isinstance(error, discord.HTTPException):
+        return StartupError(f"the Discord API at {api} failed at start with HTTP {error.status}")
+    if isinstance(error, (OSError, aiohttp.ClientError)):
+        hint = " and DISCORD_API_BASE_URL" if endpoints.api_base is not None else ""
+        return StartupError(f"Discord: cannot reach the API at {api} ({reason_of(error)}); check the network{hint}")
+    if isinstance(error, TimeoutError):
+        return StartupError(f"Discord: the API at {api} did not answer in time; check the network")
+    return error if isinstance(error, StartupError) else None

@@ -245,8 +245,9 @@ class FakeDiscord(LoopbackServer):
     """A fake Discord (REST API + gateway) on 127.0.0.1 for the real discord.py.
 
     Point discord.py at it with ``discord.http.Route.BASE = fake.api_base`` and
-    ``discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(fake.gateway_url)``. Close the clients
-    before the fake: a client that loses its server logs its reconnect attempts as errors.
+    ``discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(fake.gateway_url)`` (monkeypatched), or per
+    client as adapters.discord_http does. Close the clients before the fake: a client that loses its server
+    logs its reconnect attempts as errors.
     """
 
     def __init__(
@@ -365,6 +366,8 @@ class FakeDiscord(LoopbackServer):
         self.interactions: list[FakeInteraction] = []
         self._interactions: dict[str, FakeInteraction] = {}  # by id and by token
         self._rate_limits: list[tuple[str, float, bool]] = []
+        self._failures: list[tuple[str, int, int, str]] = []  # scripted error answers (see fail_next)
+        self.failed: list[str] = []  # "METHOD /path" answered with a scripted error
         # gateway
         self.identify_count = 0
         self.resume_count = 0
@@ -684,6 +687,11 @@ class FakeDiscord(LoopbackServer):
     def rate_limit_next(self, path_substring: str, retry_after: float = 0.05, *, global_: bool = False) -> None:
         """Answer the next REST request whose "METHOD /path" (path after /api/v10) contains the text with 429."""
         self._rate_limits.append((path_substring, retry_after, global_))
+
+    def fail_next(self, path_substring: str, status: int, code: int, message: str) -> None:
+        """Answer the next REST request whose "METHOD /path" contains the text with a Discord error
+        (e.g. 403, 50013, "Missing Permissions"; 404, 10003, "Unknown Channel"; 503, 0, "upstream")."""
+        self._failures.append((path_substring, status, code, message))
 
     async def reconnect(self) -> None:
         """Send op 7 RECONNECT: the client reconnects to resume_gateway_url and RESUMEs."""
@@ -2197,6 +2205,16 @@ class FakeDiscord(LoopbackServer):
                 return _json(body, 429, headers)
         return None
 
+    def _scripted_failure(self, method: str, path: str) -> web.Response | None:
+        """The scripted error answer for this request, if one matches."""
+        key = f"{method} {path}"
+        for i, (needle, status, code, message) in enumerate(self._failures):
+            if needle in key:
+                del self._failures[i]
+                self.failed.append(key)
+                return _json(_ApiError(status, code, message).body(), status)
+        return None
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         """Route websocket upgrades to the gateway, /api/v10/* to REST, /attachments/* to the fake CDN."""
         if request.path in ("/", "/resume") and request.headers.get("Upgrade", "").lower() == "websocket":
@@ -2227,7 +2245,7 @@ class FakeDiscord(LoopbackServer):
             self.requests.append((method, path, call.body))
             if needs_auth and request.headers.get("Authorization") != f"Bot {self.token}":
                 return _json({"message": "401: Unauthorized", "code": 0}, 401)
-            limited = self._scripted_429(method, path)
+            limited = self._scripted_429(method, path) or self._scripted_failure(method, path)
             if limited is not None:
                 return limited
             try:

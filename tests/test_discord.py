@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import socket
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
+import discord
 import pytest
+import yarl
 
-from adapters.discord import FAILED, GONE, NOT_YOURS, TEXT_ONLY, DiscordAdapter
+from adapters.discord import CUT_SHORT, FAILED, GONE, NOT_YOURS, RESTARTING, TEXT_ONLY, DiscordAdapter
 from core.commands import StatusBoard
 from core.db import Pool
-from core.reminders import ReminderEngine
+from core.reminders import DeliveryRefused, ReminderEngine, ReminderMessage
 from core.service import Core
+from core.settings import StartupError
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_discord import FakeDiscord
 from tests.fake_openai import FakeOpenAI, Reply
@@ -95,7 +101,7 @@ async def test_guild_mention_round_trip_with_tool_call_and_steps_button(bot: Bot
     turn_id = await bot.pool.fetchval("SELECT id FROM turns")
     assert button_ids(sent) == [f"steps:{turn_id}"]
     assert sent["message_reference"]["message_id"] == posted_id  # replies to the author …
-    assert sent["allowed_mentions"] == {"parse": [], "replied_user": True}  # … pinging nobody else
+    assert sent["allowed_mentions"] == {"parse": []} and sent["mentions"] == []  # … pinging nobody, not even them
     assert str(bot.dc.channel_id) in {str(c) for c in bot.dc.typing}
     # the shared channel conversation attributes the message to its author, without the mention
     assert bot.llm.requests[0]["messages"][-1]["content"] == "Alice: remind me to call mum at 11:30"
@@ -324,3 +330,273 @@ async def test_without_the_message_content_intent_mentions_and_dms_still_work(
             assert fake_llm.requests[0]["messages"][-1]["content"] == "Alice: ping"
         finally:
             await b.adapter.stop()
+
+
+# ---- issue 10: no pings, shutdown drain, a gateway that dies, per-client endpoints, refusals, start-up ----
+
+
+def content_payloads(dc: FakeDiscord) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every REST body that sends or edits message content (interaction callbacks: their data)."""
+    found = []
+    for method, path, body in dc.requests:
+        data = body.get("data") if isinstance(body, dict) and path.endswith("/callback") else body
+        if isinstance(data, dict) and "content" in data:
+            found.append((method, path, data))
+    return found
+
+
+async def test_no_send_pings_anyone_but_a_reminder_its_owner(bot: Bot, clock: FakeClock) -> None:
+    owner = bot.dc.owner["id"]  # a known guild member: a ping of them would show in the message's mentions
+    create_task_script(bot.llm)
+    [answer] = await bot.say("remind me to call mum at 11:30", mention_bot=True)  # a reply in the guild
+    create_task_script(bot.llm, "Water plants", "2026-11-21T11:30")
+    await bot.say("remind me to water the plants at 11:30", dm=True)
+    bot.llm.script(Reply(text=f"Hello @everyone, @here and <@{owner}> — " + "long " * 500))  # two parts
+    before = len(bot.dc.sent)
+    await bot.dc.post_message(bot.alice, "say hi to everyone", mention_bot=True)
+    pinged = await bot.dc.wait_sent(before + 2)
+    bot.llm.script(Reply(status=400, text="This model's maximum context length is 4096 tokens"))
+    await bot.say("a turn that ends in an error", mention_bot=True)
+    await bot.say("hello", author=bot.dc.user(STRANGER, "Stranger"), mention_bot=True)  # the refusal
+    bot.llm.script(Reply(text=f"an /ask answer for <@{owner}>"))
+    for name, options, who in [
+        ("ask", {"message": "ping them"}, bot.bob), ("status", None, bot.bob), ("reset", None, bot.bob),
+        ("tasks", None, bot.dc.user(STRANGER, "Stranger")),
+    ]:  # fmt: skip
+        await (await bot.dc.slash(name, options, who)).wait_done()
+    for who in (bot.alice, bot.bob):  # Show steps: the steps, and "only the person who asked"
+        await (await bot.dc.click(answer, button_ids(answer)[0], who)).wait_done()
+    engine = ReminderEngine(bot.pool, {"discord": bot.adapter}, clock)
+    clock.advance(minutes=30)
+    before = len(bot.dc.sent)
+    assert await engine.tick() == 2
+    reminders = (await bot.dc.wait_sent(before + 2))[before:]
+    assert all(m["mention_everyone"] is False for m in pinged[-2:])
+
+    payloads = content_payloads(bot.dc)
+    owner_pings = [p for _, _, p in payloads if p.get("allowed_mentions", {}).get("users")]
+    others = [(m, path, p) for m, path, p in payloads if not p.get("allowed_mentions", {}).get("users")]
+    assert len(others) >= 12, others
+    assert [(m, path) for m, path, p in others if p.get("allowed_mentions") != {"parse": []}] == []
+    assert [p["allowed_mentions"] for p in owner_pings] == [{"parse": [], "users": [ALICE]}]
+    assert {tuple(sorted(m.get("allowed_mentions", {}))) for m in reminders} == {("parse",), ("parse", "users")}
+    assert all(m["mentions"] == [] for m in bot.dc.sent[:before])  # nobody was notified by an answer
+
+
+async def test_stop_lets_a_running_answer_finish_and_turns_new_messages_away(
+    fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool, dc: FakeDiscord
+) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(body: dict[str, Any]) -> Reply:
+        started.set()
+        await release.wait()
+        return Reply(text="the slow answer")
+
+    core = make_core(
+        DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url,
+        ALLOWED_USERS="*", SHUTDOWN_GRACE_SECONDS=30,
+    )  # fmt: skip
+    b = Bot(dc, fake_llm, core, pool)
+    await b.adapter.start()
+    fake_llm.script(slow)
+    await dc.post_message(b.alice, "take your time", dm=True)
+    await asyncio.wait_for(started.wait(), 5)
+    stopping = asyncio.create_task(b.adapter.stop())
+    await asyncio.sleep(0)  # stop() runs up to its wait for the running answer
+    assert b.adapter._stopping and not stopping.done()
+    [late] = await b.say("one more thing", author=b.bob, dm=True)  # arrives while draining: not taken
+    assert late["content"] == RESTARTING and len(fake_llm.requests) == 1
+    assert not stopping.done()
+    release.set()
+    await asyncio.wait_for(stopping, 5)
+    assert [m["content"] for m in dc.sent] == [RESTARTING, "the slow answer"]
+    assert not dc.connected
+
+
+async def test_stop_cuts_an_answer_that_outlasts_the_grace(
+    fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool, dc: FakeDiscord
+) -> None:
+    started = asyncio.Event()
+
+    async def never(body: dict[str, Any]) -> Reply:
+        started.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    core = make_core(
+        DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url,
+        ALLOWED_USERS="*", SHUTDOWN_GRACE_SECONDS=0.05,
+    )  # fmt: skip
+    b = Bot(dc, fake_llm, core, pool)
+    await b.adapter.start()
+    fake_llm.script(never)
+    await dc.post_message(b.alice, "this will take forever", mention_bot=True)
+    await asyncio.wait_for(started.wait(), 5)
+    await asyncio.wait_for(b.adapter.stop(), 5)  # bounded by the grace (plus the short note), never hangs
+    assert [m["content"] for m in dc.sent] == [CUT_SHORT]
+    assert dc.sent[0]["allowed_mentions"] == {"parse": []}
+    assert b.adapter._work == set() and not dc.connected
+
+
+class Pauses:
+    """An injectable sleep for the reconnection pauses: records them and waits until released."""
+
+    def __init__(self) -> None:
+        """Nothing paused yet."""
+        self.delays: list[float] = []
+        self.paused = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def __call__(self, seconds: float) -> None:
+        """One pause."""
+        self.delays.append(seconds)
+        self.paused.set()
+        await self.go.wait()
+        self.go.clear()
+
+
+@pytest.mark.parametrize("death", ["fatal close code", "gateway task crashes"])
+async def test_a_gateway_that_dies_after_ready_is_replaced_and_status_says_so(
+    death: str, fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool, dc: FakeDiscord, allowed_errors: list[str]
+) -> None:
+    allowed_errors += ["Discord connection lost", "Discord gateway task failed"]
+    core = make_core(
+        DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url,
+        ALLOWED_USERS="*",
+    )  # fmt: skip
+    pauses = Pauses()
+    board = StatusBoard()
+    adapter = DiscordAdapter(core, core.settings, board, guild_ready_timeout=0.05, sleep=pauses)
+    await adapter.start()
+    try:
+        assert board.adapters["discord"].endswith("in 1 server(s)")
+        first_client = adapter.client
+        if death == "fatal close code":
+            await dc.disconnect(4004)  # discord.py does not reconnect after this: connect() raises
+            why = "the gateway closed the connection with code 4004"
+        else:
+            await dc.dispatch("MESSAGE_CREATE", {"id": "1"})  # a parser error escapes connect() and ends its task
+            why = "KeyError"
+        await asyncio.wait_for(pauses.paused.wait(), 5)
+        status = await adapter.commands.status(board)
+        assert f"discord (disconnected since 2026-11-21 10:00 UTC: {why}" in status, status
+        assert first_client.is_closed() and pauses.delays == [2.0]
+        pauses.go.set()
+        await dc.wait_ready()
+        await asyncio.wait_for(adapter.client.wait_until_ready(), 5)
+        await asyncio.sleep(0)  # the on_ready task was scheduled together with that wake-up
+        assert board.adapters["discord"].endswith("in 1 server(s)")
+        assert adapter.client is not first_client and dc.identify_count == 2
+        fake_llm.script(Reply(text="back again"))
+        before = len(dc.sent)
+        await dc.post_message(dc.user(BOB, "Bob"), "are you back?", dm=True)
+        assert (await dc.wait_sent(before + 1))[-1]["content"] == "back again"
+    finally:
+        await adapter.stop()
+    assert "discord" not in board.adapters
+
+
+async def test_endpoints_are_per_client_and_discord_py_class_attributes_stay_untouched(
+    fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool, dc: FakeDiscord
+) -> None:
+    base, gateway = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+    assert base.startswith("https://discord.com/") and gateway == yarl.URL("wss://gateway.discord.gg/")
+    async with FakeDiscord() as other_dc:  # two bots in one process, each on its own Discord
+        bots = []
+        for fake in (dc, other_dc):
+            core = make_core(
+                DISCORD_BOT_TOKEN=fake.token, DISCORD_API_BASE_URL=fake.api_base,
+                DISCORD_GATEWAY_URL=fake.gateway_url, ALLOWED_USERS="*",
+            )  # fmt: skip
+            bots.append(Bot(fake, fake_llm, core, pool))
+            await bots[-1].adapter.start()
+        try:
+            assert discord.http.Route.BASE == base and discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY == gateway
+            fake_llm.script(Reply(text="from the first"), Reply(text="from the second"))
+            for b in bots:
+                [sent] = await b.say("hi", dm=True)
+                assert sent["content"] == ("from the first" if b.dc is dc else "from the second")
+            it = await other_dc.slash("status", None, bots[1].bob)  # interaction answers: the webhook adapter
+            await it.wait_done()
+            assert it.ephemeral and "Status" in it.texts()[0]
+            assert [len(dc.sent), len(other_dc.sent)] == [1, 1]
+        finally:
+            for b in bots:
+                await b.adapter.stop()
+
+
+def _reminder(chat_id: str, kind: str = "group") -> ReminderMessage:
+    """A reminder for Alice in a channel."""
+    return ReminderMessage(
+        task_id=1, scheduled_at=datetime(2026, 11, 21, 10, 30, tzinfo=UTC), platform="discord", chat_id=chat_id,
+        thread_id="", chat_kind=kind, owner_id=str(ALICE), owner_name="Alice", text="⏰ Call mum",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "text", "reason"),
+    [
+        (403, 50001, "Missing Access", "no access"),
+        (403, 50013, "Missing Permissions", "lacks permission"),
+        (403, 50007, "Cannot send messages to this user", "does not accept direct messages"),
+    ],
+)
+async def test_a_permanently_refused_reminder_raises_delivery_refused(
+    bot: Bot, status: int, code: int, text: str, reason: str
+) -> None:
+    bot.dc.fail_next("/messages", status, code, text)
+    with pytest.raises(DeliveryRefused, match=reason) as refused:
+        await bot.adapter.send_reminder(_reminder(str(bot.dc.channel_id)))
+    assert str(code) in str(refused.value)
+
+
+async def test_reminder_to_a_deleted_channel_is_refused_other_failures_are_transient(bot: Bot) -> None:
+    with pytest.raises(DeliveryRefused, match="no longer exists"):
+        await bot.adapter.send_reminder(_reminder("1099511627776"))  # Unknown Channel (10003)
+    bot.dc.fail_next("/messages", 503, 0, "upstream connect error")
+    with pytest.raises(discord.DiscordServerError):
+        await bot.adapter.send_reminder(_reminder(str(bot.dc.channel_id)))
+    bot.dc.fail_next("/messages", 403, 20001, "Bots cannot use this endpoint")  # a 403 that is not a refusal
+    with pytest.raises(discord.Forbidden):
+        await bot.adapter.send_reminder(_reminder(str(bot.dc.channel_id)))
+    assert await bot.adapter.send_reminder(_reminder(str(bot.dc.channel_id))) is not None  # and then it works
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_start_with_a_rejected_token_is_one_line_naming_the_variable(
+    fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool, dc: FakeDiscord
+) -> None:
+    secret = "MTA4-not-the-right-token.Gx1234.abcdefghijklmnopqrstuvwxyz"
+    core = make_core(DISCORD_BOT_TOKEN=secret, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url)
+    adapter = DiscordAdapter(core, core.settings, StatusBoard(), guild_ready_timeout=0.05)
+    with pytest.raises(StartupError) as failed:
+        await adapter.start()
+    line = str(failed.value)
+    assert "DISCORD_BOT_TOKEN" in line and "rejected" in line and secret not in line and "\n" not in line
+    assert failed.value.__cause__ is None and failed.value.__suppress_context__  # no traceback chain to print
+    assert adapter.client.is_closed() and dc.gateway_connections == []
+
+
+@pytest.mark.parametrize("down", ["api", "gateway"])
+async def test_start_with_discord_unreachable_is_one_line_naming_the_host(
+    down: str, fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool, dc: FakeDiscord
+) -> None:
+    port = _closed_port()
+    api = f"http://127.0.0.1:{port}/api/v10" if down == "api" else dc.api_base
+    gateway = f"ws://127.0.0.1:{port}/" if down == "gateway" else dc.gateway_url
+    core = make_core(DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=api, DISCORD_GATEWAY_URL=gateway)
+    adapter = DiscordAdapter(core, core.settings, StatusBoard(), guild_ready_timeout=0.05)
+    with pytest.raises(StartupError) as failed:
+        await asyncio.wait_for(adapter.start(), 10)  # at once: no minute of retries before READY_TIMEOUT_S
+    line = str(failed.value)
+    assert f"cannot reach the {'API' if down == 'api' else 'gateway'} at 127.0.0.1:{port}" in line, line
+    assert ("DISCORD_API_BASE_URL" if down == "api" else "DISCORD_GATEWAY_URL") in line and "\n" not in line
+    assert dc.token not in line and failed.value.__cause__ is None
+    assert adapter.client.is_closed() and adapter._runner is None

@@ -420,6 +420,22 @@ async def test_rate_limited_send_is_retried(fake: FakeDiscord) -> None:
         assert len(fake.sent) == 1
 
 
+async def test_scripted_failures_surface_as_discord_errors(fake: FakeDiscord) -> None:
+    """fail_next answers one matching request with a Discord error; discord.py raises the matching exception."""
+    client = _client()
+    async with running(fake, client):
+        channel = client.get_partial_messageable(int(fake.channel_id))
+        fake.fail_next("POST /channels/", 403, 50013, "Missing Permissions")
+        with pytest.raises(discord.Forbidden) as refused:
+            await channel.send("not allowed")
+        assert (refused.value.status, refused.value.code, refused.value.text) == (403, 50013, "Missing Permissions")
+        fake.fail_next("POST /channels/", 503, 0, "upstream connect error")
+        with pytest.raises(discord.DiscordServerError):
+            await channel.send("down")
+        assert fake.failed == [f"POST /channels/{fake.channel_id}/messages"] * 2 and fake.sent == []
+        assert (await channel.send("fine")).content == "fine"
+
+
 async def test_interaction_callbacks_are_checked(fake: FakeDiscord) -> None:
     """A second answer to one interaction is refused (40060) and surfaces as InteractionResponded or HTTP 400."""
     client = _client()

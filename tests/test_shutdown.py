@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,19 +26,33 @@ async def tg() -> AsyncIterator[FakeTelegram]:
         yield fake
 
 
-def model(release: asyncio.Event) -> Any:
+class Model:
     """The fake model: "slow" waits for `release`; "restart" calls restart(mode=full), then says so."""
 
-    async def respond(body: dict[str, Any]) -> Reply:
+    def __init__(self) -> None:
+        """Nothing asked yet."""
+        self.slow_asked = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, body: dict[str, Any]) -> Reply:
+        """Answer one request."""
         last = body["messages"][-1]
         if last["role"] == "tool":
             return Reply(text="Restarting now.")
         if "slow" in last["content"]:
-            await release.wait()
+            self.slow_asked.set()
+            await self.release.wait()
             return Reply(text="The slow answer.")
         return Reply(tool_calls=[("restart", {"mode": "full"})])
 
-    return respond
+
+async def until(predicate: Any, timeout: float = 5.0) -> None:
+    """Wait in tiny steps until `predicate()` holds."""
+    for _ in range(int(timeout / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not within {timeout} s")
 
 
 def texts_to(tg: FakeTelegram, chat: int) -> list[str]:
@@ -44,8 +60,12 @@ def texts_to(tg: FakeTelegram, chat: int) -> list[str]:
     return [s["text"] for s in tg.sent if s["chat_id"] == chat]
 
 
-async def start(tg: FakeTelegram, make_core: MakeCore, grace: float) -> tuple[Core, asyncio.Task[int]]:
-    """run_platforms with the real Telegram adapter against the fake; member's slow answer already running."""
+async def start(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, make_core: MakeCore, grace: float
+) -> tuple[Core, asyncio.Task[int], Model]:
+    """run_platforms with the real Telegram adapter against the fake, and the member's slow answer running."""
+    model = Model()
+    fake_llm.default = model
     core = make_core(
         TELEGRAM_BOT_TOKEN=tg.token,
         TELEGRAM_API_BASE_URL=tg.base_url,
@@ -55,13 +75,13 @@ async def start(tg: FakeTelegram, make_core: MakeCore, grace: float) -> tuple[Co
     )
     run = asyncio.create_task(run_platforms(core.settings, core))
     await tg.wait_for(lambda: tg.commands is not None)  # started: the commands are registered
-    return core, run
-
-
-async def restart_while_member_waits(tg: FakeTelegram, fake_llm: FakeOpenAI) -> None:
-    """Member asks something slow; once the model has it, the admin asks for a full restart."""
     tg.push_update(tg.message_update("something slow please", chat_id=MEMBER, user_id=MEMBER))
-    await tg.wait_for(lambda: len(fake_llm.requests) == 1)
+    await asyncio.wait_for(model.slow_asked.wait(), 5)
+    return core, run, model
+
+
+async def restart(tg: FakeTelegram) -> None:
+    """The admin asks for a full restart and is answered."""
     tg.push_update(tg.message_update("restart the bot", chat_id=ADMIN, user_id=ADMIN))
     await tg.wait_for(lambda: any("Restarting now." in t for t in texts_to(tg, ADMIN)))
 
@@ -69,29 +89,36 @@ async def restart_while_member_waits(tg: FakeTelegram, fake_llm: FakeOpenAI) -> 
 async def test_full_restart_lets_other_chats_answers_finish(
     tg: FakeTelegram, fake_llm: FakeOpenAI, make_core: MakeCore
 ) -> None:
-    release = asyncio.Event()
-    fake_llm.default = model(release)
-    core, run = await start(tg, make_core, grace=30)
-    await restart_while_member_waits(tg, fake_llm)
-    await asyncio.sleep(0.05)  # a tiny wait: the exit was requested, the bot must still be draining
-    assert not run.done() and core.draining
+    core, run, model = await start(tg, fake_llm, make_core, grace=30)
+    await restart(tg)
+    await until(lambda: core.draining)  # the exit was requested: the bot drains instead of stopping
+    assert not run.done()
     tg.push_update(tg.message_update("one more thing", chat_id=ADMIN, user_id=ADMIN))  # new turns are turned away
     await tg.wait_for(lambda: any("restarting" in t for t in texts_to(tg, ADMIN)))
-    release.set()
+    model.release.set()
     assert await asyncio.wait_for(run, 10) == 42
     assert texts_to(tg, MEMBER) == ["The slow answer."]  # finished and sent before the adapter stopped
     assert len(fake_llm.requests) == 3  # slow, restart, tool result: the turned-away message never reached it
+    assert run.done()
 
 
 async def test_answer_slower_than_the_grace_does_not_hold_the_exit(
     tg: FakeTelegram, fake_llm: FakeOpenAI, make_core: MakeCore
 ) -> None:
-    release = asyncio.Event()
-    fake_llm.default = model(release)
-    _, run = await start(tg, make_core, grace=0.2)
-    await restart_while_member_waits(tg, fake_llm)
+    _, run, model = await start(tg, fake_llm, make_core, grace=0.2)
+    await restart(tg)
     try:
         assert await asyncio.wait_for(run, 5) == 42  # the grace, then the slow answer is cut
     finally:
-        release.set()
+        model.release.set()
     assert texts_to(tg, MEMBER) == []
+
+
+async def test_sigterm_drains_running_answers_too(tg: FakeTelegram, fake_llm: FakeOpenAI, make_core: MakeCore) -> None:
+    core, run, model = await start(tg, fake_llm, make_core, grace=30)
+    os.kill(os.getpid(), signal.SIGTERM)  # run_platforms handles it: stop after draining
+    await until(lambda: core.draining)
+    assert not run.done()
+    model.release.set()
+    assert await asyncio.wait_for(run, 10) == 0
+    assert texts_to(tg, MEMBER) == ["The slow answer."]

@@ -254,7 +254,8 @@ def _glued(before: str, after: str) -> bool:
         return True
     if 0x1F1E6 <= ord(before) <= 0x1F1FF and 0x1F1E6 <= ord(after) <= 0x1F1FF:
         return True  # a flag is two regional indicators (a run of them may pair the other way: rare)
-    return unicodedata.combining(after) != 0 or 0xE0020 <= ord(after) <= 0xE007F  # marks, tag sequences
+    # combining marks (accents, the keycap of 1️⃣) and the tag characters of subdivision flags
+    return unicodedata.category(after) in ("Mn", "Me", "Mc") or 0xE0020 <= ord(after) <= 0xE007F
 
 
 @dataclass

@@ -156,6 +156,8 @@ def test_split_does_not_break_an_emoji_sequence() -> None:
     family = "👩\u200d👩\u200d👧\u200d👦"
     parts = split_html("ab" + family, limit=12)  # the family is 11 units: it must not be cut
     assert [plain_text(p) for p in parts] == ["ab", family]
+    for cluster in ("🇩🇪", "1\ufe0f\u20e3", "e\u0301", "👍🏽"):
+        assert [plain_text(p) for p in split_html("a" + cluster, limit=utf16_len(cluster))] == ["a", cluster]
 
 
 def test_activity_block_goes_on_the_last_part_only() -> None:

@@ -288,6 +288,7 @@ async def test_gateway_reconnect_and_resume_keep_answering(bot: Bot) -> None:
     [sent] = await bot.say("are you there?", mention_bot=True)
     assert sent["content"] == "still here"
     assert bot.dc.identify_count == 1 and bot.dc.resume_count == 1
+    assert bot.adapter.board.adapters["discord"].endswith("in 1 server(s)")  # /status: connected again
 
 
 async def test_rate_limited_send_is_retried(bot: Bot) -> None:

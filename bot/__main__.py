@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import logging
 import sys
+import traceback
 
 from core.db import check_database
 from core.providers import config_problem
@@ -38,10 +39,19 @@ def log_level(settings: Settings, debug: bool) -> int:
 
 
 def failure_line(e: BaseException, settings: Settings) -> str:
-    """An unexpected failure as one line without secrets, with the way to see its traceback."""
+    """An unexpected failure as one line without secrets; its traceback goes to DATA_DIR/last-error.txt."""
+    secrets = settings.secret_values()
     first = (str(e).strip().splitlines() or [""])[0]
-    message = redact(f"{type(e).__name__}: {first}" if first else type(e).__name__, settings.secret_values())
-    return f"The bot stopped: {message} (run with --debug or LOG_LEVEL=DEBUG for the traceback)"
+    message = redact(f"{type(e).__name__}: {first}" if first else type(e).__name__, secrets)
+    where = "run with --debug or LOG_LEVEL=DEBUG"
+    path = settings.DATA_DIR / "last-error.txt"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(redact("".join(traceback.format_exception(e)), secrets), encoding="utf-8")
+        where = f"traceback in {path}; or run with --debug"
+    except OSError:
+        pass
+    return f"The bot stopped: {message} ({where})"
 
 
 def main(argv: list[str] | None = None) -> int:

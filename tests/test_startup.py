@@ -145,6 +145,8 @@ async def test_unexpected_start_failure_is_one_line_with_the_debug_hint(pg_serve
         rc, out, err = await bot_cli("ask", "hi", env=env, cwd=tmp_path)
         assert (rc, out) == (1, "")
         assert_one_line(err, 'The bot stopped: DuplicateTableError: relation "users" already exists', "--debug")
+        saved = (tmp_path / ".data" / "last-error.txt").read_text()  # DATA_DIR's default, relative to the cwd
+        assert "Traceback" in saved and "DuplicateTableError" in saved
         rc, _, err = await bot_cli("--debug", "ask", "hi", env=env, cwd=tmp_path)
         assert rc == 1 and "Traceback" in err  # operators can still see where it failed
     finally:
@@ -200,3 +202,23 @@ async def test_clean_exit_after_a_crash_stops_the_embedded_server(fake_llm: Fake
     finally:
         for pid in postgres_pids(pgdata):  # do not leak a server from a failed run (SIGINT: fast shutdown)
             os.kill(pid, signal.SIGINT)
+
+
+def test_unexpected_failure_line_and_saved_traceback_hold_no_secret(tmp_path: Path) -> None:
+    from bot.__main__ import failure_line
+    from core.settings import load_settings
+
+    token = f"123456:AAH{SECRET}abcdefghijklmnopqrstuvwxyz"
+    settings = load_settings(
+        DATA_DIR=str(tmp_path), TELEGRAM_BOT_TOKEN=token, DATABASE_URL=f"postgresql://bot:{SECRET}x@db/bot"
+    )
+    try:
+        raise RuntimeError(f"POST https://api.telegram.org/bot{token}/getMe failed\nsecond line")
+    except RuntimeError as e:
+        line = failure_line(e, settings)
+    assert line == (
+        "The bot stopped: RuntimeError: POST https://api.telegram.org/bot***/getMe failed "
+        f"(traceback in {tmp_path / 'last-error.txt'}; or run with --debug)"
+    )
+    saved = (tmp_path / "last-error.txt").read_text()
+    assert "Traceback" in saved and "bot***/getMe" in saved and SECRET not in saved

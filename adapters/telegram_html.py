@@ -31,7 +31,7 @@ def _spoiler(state: StateInline, silent: bool) -> bool:
     start = state.pos
     if not state.src.startswith("||", start):
         return False
-    end = state.src.find("||", start + 2)
+    end = state.src.find("||", start + 2, state.posMax)  # within the link label or span being parsed
     if end <= start + 2 or state.src[start + 2].isspace() or state.src[end - 1].isspace():
         return False
     if not silent:

@@ -181,6 +181,26 @@ def test_rendered_answer_is_accepted_and_keeps_all_text(md: Md) -> None:
     assert no_space(shown) == no_space(md.visible)
 
 
+_SOUP = st.lists(
+    st.sampled_from(
+        [*"*_`[]()|~#>-+=: \n\t!<>&;/.1ab", "https://x.y", "&amp;", "<b>", "```", "😀", "你", "\u200d", "\u0301"]
+    ),
+    max_size=120,
+).map("".join)
+
+
+@PROPS
+@given(_SOUP, st.integers(min_value=12, max_value=400))
+def test_any_text_at_all_renders_to_accepted_parts(text: str, limit: int) -> None:
+    for parts, bound in (
+        (render_reply(text, [], 0.0), MESSAGE_LIMIT),
+        (split_html(markdown_to_html(text), limit), limit),
+    ):
+        assert len(parts) >= 1
+        for p in parts:
+            accepted(p, bound)
+
+
 @PROPS
 @given(answer(), st.integers(min_value=12, max_value=300))
 def test_split_at_any_limit_keeps_every_part_valid_and_the_text_in_order(md: Md, limit: int) -> None:

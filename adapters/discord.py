@@ -28,7 +28,7 @@ from core.activity import summary_line
 from core.commands import HELP, Commands, StatusBoard
 from core.reminders import DeliveryRefused, ReminderMessage, press
 from core.service import Core
-from core.settings import Settings, StartupError
+from core.settings import EXIT_UNREACHABLE, Settings, StartupError
 from core.store import turn_steps
 from core.types import Assistant, Error, Incoming
 
@@ -249,8 +249,13 @@ class DiscordAdapter:
         gateway = self.endpoints.gateway_host
         if self._runner in done:
             self._runner.result()  # raises why the connection failed
-            raise StartupError(f"Discord: the gateway connection at {gateway} ended before READY")
-        raise StartupError(f"Discord: the gateway at {gateway} did not say READY within {READY_TIMEOUT_S:.0f} s")
+            raise StartupError(
+                f"Discord: the gateway connection at {gateway} ended before READY", exit_code=EXIT_UNREACHABLE
+            )
+        raise StartupError(
+            f"Discord: the gateway at {gateway} did not say READY within {READY_TIMEOUT_S:.0f} s",
+            exit_code=EXIT_UNREACHABLE,
+        )
 
     async def _run(self) -> None:
         """The gateway connection for the adapter's lifetime. discord.py reconnects and resumes on its own; when
@@ -753,8 +758,9 @@ def _describe(error: BaseException) -> str:
 
 
 def _startup_error(error: BaseException, endpoints: Endpoints) -> StartupError | None:
-    """A start-up failure as one line for the operator (None: not a connection problem, raise it as it is)."""
-    api, gateway = endpoints.api_host, endpoints.gateway_host
+    """A start-up failure as one line for the operator (None: not a connection problem, raise it as it is).
+    A rejected token or close code is a setting to fix (exit 2); an unreachable or failing Discord may pass (3)."""
+    api, gateway, down = endpoints.api_host, endpoints.gateway_host, EXIT_UNREACHABLE
     rejected = f"Discord ({api}) rejected DISCORD_BOT_TOKEN: copy it again from the Developer Portal (Bot → Token)"
     if isinstance(error, discord.LoginFailure):
         return StartupError(rejected)
@@ -764,14 +770,14 @@ def _startup_error(error: BaseException, endpoints: Endpoints) -> StartupError |
         return StartupError(f"the Discord gateway ({gateway}) closed the connection at start with code {error.code}")
     if isinstance(error, GatewayUnreachable):
         hint = " and DISCORD_GATEWAY_URL" if endpoints.gateway is not None else ""
-        return StartupError(
-            f"Discord: cannot reach the gateway at {error.host} ({error.reason}); check the network{hint}"
-        )
+        why = f"Discord: cannot reach the gateway at {error.host} ({error.reason}); check the network{hint}"
+        return StartupError(why, exit_code=down)
     if isinstance(error, discord.HTTPException):
-        return StartupError(f"the Discord API at {api} failed at start with HTTP {error.status}")
+        return StartupError(f"the Discord API at {api} failed at start with HTTP {error.status}", exit_code=down)
     if isinstance(error, (OSError, aiohttp.ClientError)):
         hint = " and DISCORD_API_BASE_URL" if endpoints.api_base is not None else ""
-        return StartupError(f"Discord: cannot reach the API at {api} ({reason_of(error)}); check the network{hint}")
+        why = f"Discord: cannot reach the API at {api} ({reason_of(error)}); check the network{hint}"
+        return StartupError(why, exit_code=down)
     if isinstance(error, TimeoutError):
-        return StartupError(f"Discord: the API at {api} did not answer in time; check the network")
+        return StartupError(f"Discord: the API at {api} did not answer in time; check the network", exit_code=down)
     return error if isinstance(error, StartupError) else None

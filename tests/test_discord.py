@@ -18,7 +18,7 @@ from core.commands import StatusBoard
 from core.db import Pool
 from core.reminders import DeliveryRefused, ReminderEngine, ReminderMessage
 from core.service import Core
-from core.settings import StartupError
+from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_discord import FakeDiscord
 from tests.fake_openai import FakeOpenAI, Reply
@@ -582,6 +582,7 @@ async def test_start_with_a_rejected_token_is_one_line_naming_the_variable(
     line = str(failed.value)
     assert "DISCORD_BOT_TOKEN" in line and "rejected" in line and secret not in line and "\n" not in line
     assert failed.value.__cause__ is None and failed.value.__suppress_context__  # no traceback chain to print
+    assert failed.value.exit_code == EXIT_CONFIG
     assert adapter.client.is_closed() and dc.gateway_connections == []
 
 
@@ -599,5 +600,5 @@ async def test_start_with_discord_unreachable_is_one_line_naming_the_host(
     line = str(failed.value)
     assert f"cannot reach the {'API' if down == 'api' else 'gateway'} at 127.0.0.1:{port}" in line, line
     assert ("DISCORD_API_BASE_URL" if down == "api" else "DISCORD_GATEWAY_URL") in line and "\n" not in line
-    assert dc.token not in line and failed.value.__cause__ is None
+    assert dc.token not in line and failed.value.__cause__ is None and failed.value.exit_code == EXIT_UNREACHABLE
     assert adapter.client.is_closed() and adapter._runner is None

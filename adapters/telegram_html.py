@@ -81,6 +81,7 @@ class _Ctx:
 
     quote: bool = False
     depth: int = 0
+    lines: Sequence[str] = ()  # the source, to keep its blank lines between blocks
 
 
 def _inline(node: SyntaxTreeNode, in_link: bool = False) -> str:
@@ -142,15 +143,30 @@ def _table(node: SyntaxTreeNode) -> str:
 
 
 def _blocks(nodes: Sequence[SyntaxTreeNode], ctx: _Ctx, sep: str = "\n\n") -> str:
-    """Render block nodes, skipping empty ones."""
-    return sep.join(b for b in (_block(n, ctx) for n in nodes) if b)
+    """Render block nodes, skipping empty ones; a block right below the previous one in the source (no
+    blank line: "Steps:" above a list or code) stays right below it."""
+    out: list[str] = []
+    for node in nodes:
+        text = _block(node, ctx)
+        if not text:
+            continue
+        if out:
+            out.append("\n" if _follows_directly(node, ctx.lines) else sep)
+        out.append(text)
+    return "".join(out)
+
+
+def _follows_directly(node: SyntaxTreeNode, lines: Sequence[str]) -> bool:
+    """Whether the source line above a block holds text (quote markers and indentation aside)."""
+    first = node.map[0] if node.map is not None else 0
+    return 0 < first <= len(lines) and lines[first - 1].strip(" \t>") != ""
 
 
 def _list(node: SyntaxTreeNode, ctx: _Ctx) -> str:
     """A bullet or ordered list: "• " / "1. " markers, nested lists indented."""
     ordered = node.type == "ordered_list"
     number = int(str(node.attrs.get("start", 1))) if ordered else 0
-    inner = _Ctx(ctx.quote, ctx.depth + 1)
+    inner = _Ctx(ctx.quote, ctx.depth + 1, ctx.lines)
     items: list[str] = []
     tight = True
     for item in node.children:
@@ -175,7 +191,7 @@ def _block(node: SyntaxTreeNode, ctx: _Ctx) -> str:
     if kind == "blockquote":
         if ctx.quote:  # Telegram cannot nest quotes: the inner one is part of the outer
             return _blocks(node.children, ctx)
-        body = _blocks(node.children, _Ctx(True, ctx.depth))
+        body = _blocks(node.children, _Ctx(True, ctx.depth, ctx.lines))
         return f"<blockquote>{body}</blockquote>" if body.strip() else ""
     if kind in ("fence", "code_block"):
         return _code_block(node.content, node.info.strip().split(" ")[0] if node.info else "", ctx)
@@ -191,7 +207,7 @@ def _block(node: SyntaxTreeNode, ctx: _Ctx) -> str:
 
 def markdown_to_html(md: str) -> str:
     """Model Markdown (CommonMark + tables + strikethrough) → Telegram HTML; raw HTML stays visible text."""
-    body = _drop_empty_tags(_blocks(SyntaxTreeNode(_MD.parse(md)).children, _Ctx()))
+    body = _drop_empty_tags(_blocks(SyntaxTreeNode(_MD.parse(md)).children, _Ctx(lines=re.split(r"\r\n?|\n", md))))
     # blank lines next to a code block that interrupted a quote belong outside the quote
     return _QUOTE_EDGE.sub(lambda m: (m[2] + m[1]) if m[1] else (m[4] + m[3]), body).strip()
 

@@ -105,13 +105,13 @@ def test_fence_language_and_inline_code_with_backticks() -> None:
 def test_headings_lists_and_quotes() -> None:
     md = "# Plan\n\n- one\n- two\n  - nested\n\n3. three\n4. four\n\n> quoted\n>> deeper"
     text, found = spans(md)
-    assert text == "Plan\n\n• one\n• two\n  ◦ nested\n\n3. three\n4. four\n\nquoted\n\ndeeper"
-    assert {("bold", "Plan"), ("blockquote", "quoted\n\ndeeper")} <= found
+    assert text == "Plan\n\n• one\n• two\n  ◦ nested\n\n3. three\n4. four\n\nquoted\ndeeper"
+    assert {("bold", "Plan"), ("blockquote", "quoted\ndeeper")} <= found
 
 
 def test_code_block_inside_a_quote_is_moved_out_of_it() -> None:
     text, found = spans("> Try:\n> ```sql\n> SELECT 1;\n> ```\n> then tell me.")
-    assert text == "Try:\n\nSELECT 1;\n\nthen tell me."
+    assert text == "Try:\nSELECT 1;\nthen tell me."
     assert {("blockquote", "Try:"), ("pre", "SELECT 1;"), ("blockquote", "then tell me.")} <= found
 
 
@@ -178,8 +178,10 @@ def test_degenerate_answers_give_one_valid_part(md: str) -> None:
     accepted(parts[0])
 
 
-def test_markdown_to_html_keeps_soft_line_breaks() -> None:
+def test_markdown_to_html_keeps_soft_line_breaks_and_the_source_blank_lines() -> None:
     assert markdown_to_html("one\ntwo") == "one\ntwo"
+    assert markdown_to_html("**Tasks:**\n- a\n- b\n\nDone.") == "<b>Tasks:</b>\n• a\n• b\n\nDone."
+    assert markdown_to_html("Steps:\r\n\r\n```\nx\n```\nok") == "Steps:\n\n<pre><code>x</code></pre>\nok"
 
 
 def test_split_plain_never_returns_an_empty_part() -> None:

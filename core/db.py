@@ -111,6 +111,7 @@ def _prune_handles(pgdata: Path) -> None:
     if live != pids:
         log.info("embedded PostgreSQL: dropped stale users %s of %s", sorted(set(pids) - set(live)), pgdata)
         (pgdata / _LIB_HANDLES).write_text(json.dumps(live))
+        (pgdata / _OUR_HANDLES).write_text(json.dumps({k: v for k, v in recorded.items() if int(k) in live}))
 
 
 def _record_handle(pgdata: Path) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Sequence
 from contextlib import aclosing
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from telegram import (
     BotCommand,
@@ -22,9 +24,8 @@ from telegram import (
     Update,
 )
 from telegram.constants import ChatAction, ChatType, ParseMode
-from telegram.error import BadRequest, TelegramError
+from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, NetworkError, TelegramError
 from telegram.ext import (
-    AIORateLimiter,
     Application,
     ApplicationBuilder,
     CallbackQueryHandler,
@@ -34,12 +35,12 @@ from telegram.ext import (
     filters,
 )
 
-from adapters.telegram_html import esc, markdown_to_html, plain_text, render_reply, split_html
-from adapters.telegram_request import AiohttpRequest
+from adapters.telegram_html import esc, markdown_to_html, plain_text, render_reply, split_html, split_plain
+from adapters.telegram_request import AiohttpRequest, PatientRateLimiter, redact_token, redact_tokens_in_logs
 from core.commands import HELP, Commands, StatusBoard
-from core.reminders import ReminderMessage, press
+from core.reminders import DeliveryRefused, ReminderMessage, press
 from core.service import Core
-from core.settings import Settings
+from core.settings import Settings, StartupError
 from core.timeutil import system_clock
 from core.types import Assistant, AssistantDelta, Error, Incoming
 
@@ -48,9 +49,26 @@ log = logging.getLogger(__name__)
 TYPING_EVERY_S = 4.0  # Telegram shows "typing…" for about 5 s
 DRAFT_EVERY_S = 0.6  # at most this often a streamed draft is updated
 DRAFT_CHARS = 4000
+PREVIEW_TIMEOUT_S = 2.0  # a typing action or draft that takes longer is not worth waiting for
 POLL_TIMEOUT_S = 30
 TEXT_ONLY = "I can only read text for now — please type your message (a caption on a photo works too)."
 FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
+EMPTY_REPLY = "(The answer was empty.)"
+SENT_PRIVATELY = "I've sent it to you in a private chat."
+DEFAULT_API_HOST = "api.telegram.org"
+TOKEN_SHAPE = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{30,64}")
+# 400s that mean the chat itself is gone or closed to the bot (lower case; PTB capitalises the description)
+CHAT_GONE = (
+    "chat not found",
+    "user not found",
+    "peer_id_invalid",
+    "have no rights to send",
+    "not enough rights to send",
+    "chat_write_forbidden",
+    "message thread not found",
+    "topic_deleted",
+    "group chat was deactivated",
+)
 BUTTON_LABELS = {"done": "✅ Done", "snooze10": "😴 10 min", "snooze60": "😴 1 h"}
 COMMANDS = [
     BotCommand("start", "what I can do"),
@@ -74,14 +92,19 @@ class TelegramAdapter:
     ) -> None:
         """Build the PTB application (not started yet)."""
         assert settings.TELEGRAM_BOT_TOKEN is not None
+        redact_tokens_in_logs()  # before PTB builds the bot and logs its URLs
         self.core = core
         self.commands = Commands(core)
         self.board = board
         self.poll_timeout = poll_timeout
+        self.api_host = _host(settings.TELEGRAM_API_BASE_URL)
+        self.token_ok = TOKEN_SHAPE.fullmatch(settings.TELEGRAM_BOT_TOKEN.get_secret_value()) is not None
+        # a 429 is waited out as often as it takes within a turn's whole budget
+        self.rate_limiter = PatientRateLimiter(settings.AGENT_TOTAL_TIMEOUT)
         builder = (
             ApplicationBuilder()
             .token(settings.TELEGRAM_BOT_TOKEN.get_secret_value())
-            .rate_limiter(AIORateLimiter(max_retries=3))
+            .rate_limiter(self.rate_limiter)
             .concurrent_updates(True)
             .request(AiohttpRequest())
             .get_updates_request(AiohttpRequest(read_timeout=poll_timeout + 10.0, on_success=self._polled))
@@ -108,7 +131,35 @@ class TelegramAdapter:
         self.app.add_error_handler(self._on_error)
 
     async def start(self) -> None:
-        """Initialize, register the commands, start long polling and the handlers."""
+        """Initialize, register the commands, start long polling and the handlers; a failure is a StartupError
+        (one line, never the token) after undoing what was started."""
+        if not self.token_ok:
+            raise StartupError(
+                "TELEGRAM_BOT_TOKEN does not look like a bot token: expected <digits>:<about 35 letters, digits, "
+                "- or _>, as @BotFather gives it"
+            )
+        try:
+            await self._start()
+        except BaseException as e:
+            with contextlib.suppress(Exception):
+                await self.stop()
+            with contextlib.suppress(Exception):
+                await self.app.bot.shutdown()  # the HTTP sessions, when initialize failed half-way
+            if isinstance(e, InvalidToken):
+                raise StartupError(
+                    f"Telegram ({self.api_host}) rejected TELEGRAM_BOT_TOKEN: check the token @BotFather gave you"
+                ) from None
+            if isinstance(e, TelegramError):
+                reason = " ".join(redact_token(str(e)).split())
+                kind = "cannot reach" if isinstance(e, NetworkError) else "failed at start with"
+                raise StartupError(
+                    f"Telegram Bot API: {kind} {self.api_host} ({reason}); check the network"
+                    + (" and TELEGRAM_API_BASE_URL" if self.api_host != DEFAULT_API_HOST else "")
+                ) from None
+            raise
+
+    async def _start(self) -> None:
+        """Initialize (getMe), register the commands, start long polling and the handlers."""
         await self.app.initialize()
         me = self.app.bot
         self.username, self.bot_id = me.username or "", me.id
@@ -211,17 +262,35 @@ class TelegramAdapter:
             await self._send_parts(got[1], split_html(markdown_to_html(HELP)))
 
     async def _on_tasks(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """/tasks: the user's open tasks, without the LLM."""
+        """/tasks: the user's open tasks, without the LLM (privately when asked in a group)."""
         got = await self._command_incoming(update)
         if got:
-            await self._send_parts(got[1], split_html(markdown_to_html(await self.commands.tasks(got[0]))))
+            await self._answer_privately(got[0], got[1], await self.commands.tasks(got[0]), "/tasks")
 
     async def _on_timezone(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """/timezone [Area/City]: show or set."""
+        """/timezone [Area/City]: show or set (the answer privately when asked in a group)."""
         got = await self._command_incoming(update)
         if got:
             text = await self.commands.timezone(got[0], " ".join(context.args or []))
-            await self._send_parts(got[1], split_html(markdown_to_html(text)))
+            await self._answer_privately(got[0], got[1], text, "/timezone")
+
+    async def _answer_privately(self, inc: Incoming, msg: Message, markdown: str, command: str) -> None:
+        """Personal data goes to the user's private chat; a group only sees a short note."""
+        parts = split_html(markdown_to_html(markdown))
+        if msg.chat.type == ChatType.PRIVATE:
+            await self._send_parts(msg, parts)
+            return
+        try:
+            await self._deliver(int(inc.user_id), parts)
+            note = SENT_PRIVATELY
+        except (Forbidden, BadRequest) as e:
+            if _refusal(e) is None:
+                raise
+            log.info("cannot message user %s privately: %s", inc.user_id, e)  # they never started the bot
+            note = (
+                f"I can't message you privately yet: open t.me/{self.username}, press Start, then send {command} there."
+            )
+        await self._send_parts(msg, [esc(note)])
 
     async def _on_reset(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/reset: a fresh conversation (old messages stay stored)."""
@@ -246,7 +315,18 @@ class TelegramAdapter:
     # ---- reminders ---------------------------------------------------------------------------
 
     async def send_reminder(self, msg: ReminderMessage) -> str | None:
-        """Push a reminder into its chat (mentioning the owner in groups) with Done / Snooze buttons."""
+        """Push a reminder into its chat (mentioning the owner in groups) with Done / Snooze buttons; a permanent
+        refusal (blocked, kicked, chat gone) is DeliveryRefused, anything else propagates as transient."""
+        try:
+            return await self._send_reminder(msg)
+        except TelegramError as e:
+            reason = _refusal(e)
+            if reason is None:
+                raise
+            raise DeliveryRefused(reason) from e
+
+    async def _send_reminder(self, msg: ReminderMessage) -> str:
+        """Send the reminder; return the id of the message holding the buttons."""
         body = markdown_to_html(msg.text)
         if msg.chat_kind == "group":
             body = f'<a href="tg://user?id={int(msg.owner_id)}">{esc(msg.owner_name or "you")}</a> {body}'
@@ -254,8 +334,8 @@ class TelegramAdapter:
             [[InlineKeyboardButton(BUTTON_LABELS[b], callback_data=f"rem:{b}:{msg.task_id}") for b in msg.buttons]]
         )
         thread = int(msg.thread_id) if msg.thread_id else None
-        sent = await self._send_html(int(msg.chat_id), body, reply_markup=keyboard, message_thread_id=thread)
-        return str(sent.message_id)
+        sent = await self._deliver(int(msg.chat_id), [body], reply_markup=keyboard, message_thread_id=thread)
+        return str(sent[-1].message_id)
 
     async def _on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Done / Snooze pressed: only the owner may; the message is edited to show what happened."""
@@ -298,8 +378,10 @@ class TelegramAdapter:
         """Refresh the typing action until cancelled."""
         thread = msg.message_thread_id if msg.is_topic_message else None
         while True:
-            with contextlib.suppress(TelegramError):
-                await self.app.bot.send_chat_action(msg.chat.id, ChatAction.TYPING, message_thread_id=thread)
+            with contextlib.suppress(TelegramError):  # best effort: dropped while rate limited, never retried
+                await self.app.bot.send_chat_action(
+                    msg.chat.id, ChatAction.TYPING, message_thread_id=thread, read_timeout=PREVIEW_TIMEOUT_S
+                )
             await asyncio.sleep(TYPING_EVERY_S)
 
     async def _refuse(self, inc: Incoming, msg: Message) -> None:
@@ -309,32 +391,72 @@ class TelegramAdapter:
             await self._send_parts(msg, [esc(refusal.message)])
 
     async def _send_parts(self, msg: Message, parts: Sequence[str]) -> list[Message]:
-        """Send HTML parts in order to the message's chat (and topic); a part Telegram rejects is
-        resent as plain text, so a reply is never lost. In groups the first part replies to the user."""
+        """Send HTML parts in order to the message's chat (and topic); in groups the first part replies to the user."""
         thread = msg.message_thread_id if msg.is_topic_message else None
         reply = (
             ReplyParameters(msg.message_id, allow_sending_without_reply=True)
             if msg.chat.type != ChatType.PRIVATE
             else None
         )
-        return [
-            await self._send_html(
-                msg.chat.id, part, message_thread_id=thread, reply_parameters=reply if i == 0 else None
-            )
-            for i, part in enumerate(parts)
-        ]
+        return await self._deliver(msg.chat.id, parts, message_thread_id=thread, reply_parameters=reply)
 
-    async def _send_html(self, chat_id: int, html_text: str, **kwargs: Any) -> Message:
-        """Send one HTML message without link previews; if Telegram rejects the HTML, resend it as plain text."""
+    async def _deliver(self, chat_id: int, parts: Sequence[str], **kwargs: Any) -> list[Message]:
+        """Send HTML parts in order: reply_parameters go with the first message, reply_markup with the last; a
+        part Telegram rejects is resent as plain text and nothing is ever sent as nothing, so a reply is never
+        lost."""
+        parts = [p for p in parts if p.strip()] or [esc(EMPTY_REPLY)]
+        sent: list[Message] = []
+        for i, part in enumerate(parts):
+            sent += await self._send_html(chat_id, part, **_part_kwargs(kwargs, i, len(parts)))
+        return sent
+
+    async def _send_html(self, chat_id: int, html_text: str, **kwargs: Any) -> list[Message]:
+        """Send one HTML message without link previews; on any 400 but a closed chat (bad HTML, too long, empty
+        after parsing…) resend its text as plain text, split at Telegram's limit."""
         kwargs["link_preview_options"] = LinkPreviewOptions(is_disabled=True)
         try:
-            sent: Message = await self.app.bot.send_message(chat_id, html_text, parse_mode=ParseMode.HTML, **kwargs)
+            return [await self.app.bot.send_message(chat_id, html_text, parse_mode=ParseMode.HTML, **kwargs)]
         except BadRequest as e:
-            if "parse entities" not in str(e).lower():
+            if _refusal(e) is not None:
                 raise
-            log.warning("Telegram rejected our HTML (%s); resending as plain text", e)
-            sent = await self.app.bot.send_message(chat_id, plain_text(html_text), **kwargs)
-        return sent
+            log.warning("Telegram rejected a reply part (%s); resending it as plain text", e)
+        text = plain_text(html_text).strip()
+        pieces = [p for p in split_plain(text) if p.strip()] if text else []
+        pieces = pieces or [EMPTY_REPLY]
+        return [
+            await self.app.bot.send_message(chat_id, piece, **_part_kwargs(kwargs, i, len(pieces)))
+            for i, piece in enumerate(pieces)
+        ]
+
+
+def _part_kwargs(kwargs: dict[str, Any], i: int, n: int) -> dict[str, Any]:
+    """The send options of part i of n: the reply reference on the first part only, buttons on the last only."""
+    out = dict(kwargs)
+    if i > 0:
+        out.pop("reply_parameters", None)
+    if i < n - 1:
+        out.pop("reply_markup", None)
+    return out
+
+
+def _refusal(e: TelegramError) -> str | None:
+    """Why Telegram permanently refuses to deliver to a chat (blocked, kicked, chat gone), or None if it doesn't."""
+    if isinstance(e, Forbidden):
+        return e.message.removeprefix("Forbidden: ")
+    if isinstance(e, ChatMigrated):
+        return f"the group became a supergroup with the id {e.new_chat_id}"
+    if isinstance(e, BadRequest) and any(k in e.message.lower() for k in CHAT_GONE):
+        return e.message
+    return None
+
+
+def _host(base_url: str | None) -> str:
+    """The host (and port) of the Bot API URL, for error messages."""
+    if not base_url:
+        return DEFAULT_API_HOST
+    parts = urlsplit(base_url if "://" in base_url else f"https://{base_url}")
+    host = parts.hostname or base_url
+    return f"{host}:{parts.port}" if parts.port else host
 
 
 class _Draft:
@@ -355,6 +477,8 @@ class _Draft:
             return
         self.last = now
         try:
-            await self.adapter.app.bot.send_message_draft(self.msg.chat.id, self.draft_id, self.text[-DRAFT_CHARS:])
+            await self.adapter.app.bot.send_message_draft(
+                self.msg.chat.id, self.draft_id, self.text[-DRAFT_CHARS:], read_timeout=PREVIEW_TIMEOUT_S
+            )
         except TelegramError as e:  # a draft is only a preview: never let it disturb the answer
             log.debug("draft update failed: %s", e)

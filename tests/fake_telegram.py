@@ -17,7 +17,20 @@ from aiohttp import web
 
 from tests.loopback import LoopbackServer
 
-__all__ = ["MAX_TEXT_LENGTH", "FakeTelegram", "HtmlError", "auto_entities", "parse_html", "utf16_len"]
+__all__ = [
+    "BLOCKED",
+    "CHAT_NOT_FOUND",
+    "DEACTIVATED",
+    "KICKED",
+    "MAX_TEXT_LENGTH",
+    "NOT_STARTED",
+    "TOKEN",
+    "FakeTelegram",
+    "HtmlError",
+    "auto_entities",
+    "parse_html",
+    "utf16_len",
+]
 
 MAX_TEXT_LENGTH = 4096  # UTF-16 code units after entity parsing
 CALLBACK_DATA_MAX_BYTES = 64
@@ -27,6 +40,14 @@ NOT_MODIFIED = (
 )
 QUERY_TOO_OLD = "Bad Request: query is too old and response timeout expired or query ID is invalid"
 CONFLICT = "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"
+# Telegram's refusals of a chat (for refuse_chat)
+BLOCKED = "Forbidden: bot was blocked by the user"
+NOT_STARTED = "Forbidden: bot can't initiate conversation with a user"
+KICKED = "Forbidden: bot was kicked from the supergroup chat"
+DEACTIVATED = "Forbidden: user is deactivated"
+CHAT_NOT_FOUND = "Bad Request: chat not found"
+TOKEN = "123:AAHfake-Token_for-the-tests-0123456789"  # the shape of a real token (bot id 123)
+_CHAT_METHODS = frozenset({"sendmessage", "sendchataction", "sendmessagedraft", "editmessagetext"})
 
 # parameters that are plain strings on the wire (never JSON-decoded even when they look like numbers)
 _STRING_PARAMS = frozenset(
@@ -526,7 +547,7 @@ Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 class FakeTelegram(LoopbackServer):
     """A fake Telegram Bot API server on 127.0.0.1 for the real PTB (use base_url with ApplicationBuilder)."""
 
-    def __init__(self, token: str = "123:TEST", bot_id: int = 123, bot_username: str = "test_bot") -> None:
+    def __init__(self, token: str = TOKEN, bot_id: int = 123, bot_username: str = "test_bot") -> None:
         """Create the (not yet started) server for one bot."""
         self.token = token
         self.bot_id = bot_id
@@ -549,6 +570,7 @@ class FakeTelegram(LoopbackServer):
         self._callback_ids = itertools.count(4_000_000_000_000_000_001)
         self._scoped_commands: dict[str, list[dict[str, Any]]] = {}
         self._failures: dict[str, deque[_Failure]] = {}
+        self._refused: dict[int | str, str] = {}  # chat id → Telegram's refusal
         self._drops = 0
         self._poll_generation = 0
         self._wakeup = asyncio.Event()
@@ -706,6 +728,10 @@ class FakeTelegram(LoopbackServer):
             description = f"Too Many Requests: retry after {retry_after}"
         queue = self._failures.setdefault(method.lower(), deque())
         queue.extend(_Failure(status, description, retry_after if status == 429 else None) for _ in range(times))
+
+    def refuse_chat(self, chat_id: int | str, description: str = BLOCKED) -> None:
+        """From now on refuse every message to chat_id like Telegram does (403 "Forbidden: …", else 400)."""
+        self._refused[chat_id] = description
 
     def drop_next_get_updates(self, times: int = 1) -> None:
         """Abort the next getUpdates connection(s) without any response (a network drop)."""
@@ -1124,6 +1150,9 @@ class FakeTelegram(LoopbackServer):
                 if request.transport is not None:
                     request.transport.abort()
                 return web.Response(status=204)  # never reaches the client: the connection is gone
+            refusal = self._refused.get(params.get("chat_id", "")) if key in _CHAT_METHODS else None
+            if refusal is not None:
+                return self._error(_ApiError(403 if refusal.startswith("Forbidden") else 400, refusal))
             failures = self._failures.get(key)
             if failures:
                 f = failures.popleft()

@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import socket
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from telegram.error import NetworkError, RetryAfter
 
-from adapters.telegram import TEXT_ONLY, TelegramAdapter
+from adapters.telegram import EMPTY_REPLY, FAILED, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter
 from core.commands import StatusBoard
 from core.db import Pool
+from core.reminders import DeliveryRefused, ReminderMessage
+from core.settings import StartupError
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
-from tests.fake_telegram import FakeTelegram, parse_html
+from tests.fake_telegram import (
+    BLOCKED,
+    CHAT_NOT_FOUND,
+    DEACTIVATED,
+    KICKED,
+    MAX_TEXT_LENGTH,
+    NOT_STARTED,
+    FakeTelegram,
+    parse_html,
+    utf16_len,
+)
 
 
 @pytest.fixture
@@ -143,6 +159,49 @@ async def test_rejected_html_is_resent_as_plain_text(bot: Bot) -> None:
     assert sent[-1]["text"] == "fine" and "parse_mode" not in sent[-1]
 
 
+async def test_any_400_on_a_part_falls_back_to_plain_text(bot: Bot) -> None:
+    bot.llm.script(Reply(text="**still here**"))
+    bot.tg.fail_next("sendMessage", status=400, description="Bad Request: some rule nobody expected", retry_after=None)
+    sent = await bot.say("hi")
+    assert [s["text"] for s in sent] == ["still here"] and "parse_mode" not in sent[0]
+
+
+async def test_too_long_part_is_resent_as_plain_text_split_at_the_limit(bot: Bot) -> None:
+    text = "😀" + "a" * 5000 + "\nthe end"
+    sent = await bot.adapter._deliver(1001, [f"<b>{text}</b>"], reply_markup=None)  # a renderer's miscount
+    assert len(sent) == 2 and [s.text for s in sent] == [s["text"] for s in bot.tg.sent]
+    assert all("parse_mode" not in s and utf16_len(s["text"]) <= MAX_TEXT_LENGTH for s in bot.tg.sent)
+    assert "".join(s["text"] for s in bot.tg.sent).replace("\n", "") == text.replace("\n", "")
+
+
+async def test_answer_near_the_limit_arrives_whole(bot: Bot) -> None:
+    bot.llm.script(Reply(text=">\n" + "a" * 4095 + "😀"))  # once split into a 4,097-unit part
+    bot.tg.push_update(bot.tg.message_update("quote this"))
+    await bot.tg.wait_for(lambda: "😀" in "".join(s["text"] for s in bot.tg.sent))
+    await asyncio.sleep(0.05)
+    texts = [s["text"] for s in bot.tg.sent]
+    visible = "".join(
+        assert_valid_html(t) if s.get("parse_mode") else t for t, s in zip(texts, bot.tg.sent, strict=True)
+    )
+    assert "a" * 4095 + "😀" in visible.replace("\n", "") and FAILED not in texts
+
+
+@pytest.mark.parametrize("answer", ["```\n```", "```python\n\n```", "   "])
+async def test_an_empty_rendering_still_sends_a_visible_reply(bot: Bot, answer: str) -> None:
+    bot.llm.script(Reply(text=answer))
+    sent = await bot.say("hi")
+    await asyncio.sleep(0.05)
+    texts = [s["text"] for s in bot.tg.sent]
+    assert len(sent) == 1 and texts[0].strip() and FAILED not in texts
+    assert assert_valid_html(texts[0]).strip() if sent[0].get("parse_mode") else texts[0] == EMPTY_REPLY
+
+
+@pytest.mark.parametrize("parts", [[], [""], ["<pre><code>\n</code></pre>"], ["<b> </b>", "   "]])
+async def test_parts_with_nothing_visible_still_send_a_visible_message(bot: Bot, parts: list[str]) -> None:
+    sent = await bot.adapter._deliver(1001, parts)
+    assert len(sent) == 1 and [s["text"] for s in bot.tg.sent] == [EMPTY_REPLY]
+
+
 async def test_tasks_command_without_llm(bot: Bot) -> None:
     bot.llm.script(
         Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Dentist", "due_at": "2026-11-24T15:30"})]),
@@ -153,6 +212,32 @@ async def test_tasks_command_without_llm(bot: Bot) -> None:
     [sent] = await bot.say("/tasks")
     assert len(bot.llm.requests) == requests
     assert "#1 Dentist — Tue 24 Nov 15:30 CET" in assert_valid_html(sent["text"])
+
+
+@pytest.mark.parametrize(("command", "private_text"), [("/tasks", "Dentist"), ("/timezone", "Europe/Berlin")])
+async def test_personal_commands_in_a_group_answer_privately(bot: Bot, command: str, private_text: str) -> None:
+    bot.llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Dentist", "due_at": "2026-11-24T15:30"})]),
+        Reply(text="ok"),
+    )
+    await bot.say("dentist tuesday 15:30")
+    before = len(bot.tg.sent)
+    bot.tg.push_update(bot.tg.message_update(f"{command}@test_bot", chat_id=-100, chat_type="supergroup"))
+    await bot.tg.wait_sent(before + 2)
+    private, note = bot.tg.sent[before:]
+    assert private["chat_id"] == 1001 and private_text in assert_valid_html(private["text"])
+    assert note["chat_id"] == -100 and note["text"] == SENT_PRIVATELY
+    assert note["reply_parameters"]["message_id"] > 0
+
+
+@pytest.mark.parametrize("command", ["/tasks", "/timezone Asia/Tokyo"])
+async def test_personal_command_in_a_group_without_a_private_chat_points_there(bot: Bot, command: str) -> None:
+    bot.tg.refuse_chat(1001, NOT_STARTED)  # Ann never pressed Start in a private chat with the bot
+    [note] = await bot.say(f"{command}@test_bot", chat_id=-100, chat_type="group")
+    assert note["chat_id"] == -100 and "t.me/test_bot" in note["text"]
+    assert command.split()[0] in note["text"]
+    assert "Europe/Berlin" not in note["text"] and "Asia/Tokyo" not in note["text"]
+    assert [s["chat_id"] for s in bot.tg.sent] == [-100]
 
 
 async def test_timezone_command_shows_and_sets(bot: Bot) -> None:
@@ -225,12 +310,71 @@ async def test_edited_message_ignored(bot: Bot) -> None:
     assert [s["text"] for s in sent] == ["fresh"] and len(bot.llm.requests) == 1
 
 
-async def test_429_on_send_is_retried_and_delivered(bot: Bot) -> None:
+class Sleeps:
+    """An injected sleep for the rate limiter: records each wait and returns at once."""
+
+    def __init__(self) -> None:
+        """No waits yet."""
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        """Record and yield once."""
+        self.waits.append(seconds)
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def sleeps(bot: Bot) -> Sleeps:
+    """The adapter's rate limiter sleeps through this recorder."""
+    recorder = Sleeps()
+    bot.adapter.rate_limiter.sleep = recorder
+    return recorder
+
+
+async def test_429_on_send_is_retried_and_delivered(bot: Bot, sleeps: Sleeps) -> None:
     bot.llm.script(Reply(text="arrives anyway"))
     bot.tg.fail_next("sendMessage", status=429, retry_after=1)
     sent = await bot.say("hi")
     assert [s["text"] for s in sent] == ["arrives anyway"]
     assert sum(1 for m, _ in bot.tg.calls if m == "sendMessage") == 2
+    assert sleeps.waits == [pytest.approx(1.1, abs=0.05)]
+
+
+async def test_429_five_times_in_a_row_still_delivers_once(bot: Bot, sleeps: Sleeps) -> None:
+    bot.llm.script(Reply(text="patience pays"))
+    bot.tg.fail_next("sendMessage", status=429, retry_after=2, times=5)
+    sent = await bot.say("hi")
+    assert [s["text"] for s in sent] == ["patience pays"]
+    assert sum(1 for m, _ in bot.tg.calls if m == "sendMessage") == 6
+    assert sleeps.waits == [pytest.approx(2.1, abs=0.05)] * 5
+    await asyncio.sleep(0.05)
+    assert [s["text"] for s in bot.tg.sent] == ["patience pays"]  # once, and no "something went wrong"
+
+
+async def test_429_longer_than_the_turn_budget_gives_up(bot: Bot, sleeps: Sleeps) -> None:
+    limiter = bot.adapter.rate_limiter
+    assert limiter.max_wait_s == bot.adapter.core.settings.AGENT_TOTAL_TIMEOUT
+    bot.tg.fail_next("sendMessage", status=429, retry_after=int(limiter.max_wait_s) + 5)
+    with pytest.raises(RetryAfter):
+        await bot.adapter.app.bot.send_message(1001, "never")
+    assert sleeps.waits == [] and bot.tg.sent == []
+
+
+async def test_typing_and_drafts_bypass_the_budget_and_are_dropped_while_rate_limited(bot: Bot) -> None:
+    limiter, tg_bot = bot.adapter.rate_limiter, bot.adapter.app.bot
+    await asyncio.gather(*(tg_bot.send_chat_action(1001, "typing") for _ in range(60)))
+    assert len(bot.tg.chat_actions) == 60
+    assert limiter._base_limiter is not None and limiter._base_limiter.has_capacity(30)  # no message budget used
+    # a 429 on a best-effort call is not retried, and previews are dropped while Telegram asks us to wait
+    bot.tg.fail_next("sendMessageDraft", status=429, retry_after=30)
+    with pytest.raises(RetryAfter):
+        await tg_bot.send_message_draft(1001, 1, "draft")
+    calls = len(bot.tg.calls)
+    with pytest.raises(RetryAfter):
+        await tg_bot.send_chat_action(1001, "typing")
+    with pytest.raises(RetryAfter):
+        await tg_bot.send_message_draft(1001, 1, "draft")
+    assert len(bot.tg.calls) == calls and bot.tg.drafts == []
 
 
 async def test_keeps_polling_after_dropped_connection(bot: Bot, allowed_errors: list[str]) -> None:
@@ -331,3 +475,79 @@ async def test_tasks_shows_reminders_skipped_during_downtime(bot: Bot, clock: Fa
     [sent] = await bot.say("/tasks")
     text = assert_valid_html(sent["text"])
     assert "Missed while I was offline" in text and "#1 Old — was due Sat 21 Nov 12:00 CET" in text
+
+
+def reminder_to(chat_id: int) -> ReminderMessage:
+    """A plain reminder for user 1001 in `chat_id`."""
+    return ReminderMessage(
+        task_id=1, scheduled_at=datetime(2026, 11, 21, 10, 30, tzinfo=UTC), platform="telegram",
+        chat_id=str(chat_id), thread_id="", chat_kind="private" if chat_id > 0 else "group",
+        owner_id="1001", owner_name="Ann", text="⏰ Call mum",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("refusal", [BLOCKED, KICKED, DEACTIVATED, CHAT_NOT_FOUND])
+async def test_reminder_to_a_closed_chat_is_refused_permanently(bot: Bot, refusal: str) -> None:
+    chat = -555 if refusal == KICKED else 1001
+    bot.tg.refuse_chat(chat, refusal)
+    with pytest.raises(DeliveryRefused) as info:
+        await bot.adapter.send_reminder(reminder_to(chat))
+    reason = str(info.value).lower()
+    assert refusal.split(": ", 1)[1].lower() in reason
+    assert sum(1 for m, _ in bot.tg.calls if m == "sendMessage") == 1  # no plain-text retry of a closed chat
+
+
+@pytest.mark.parametrize(("status", "description"), [(500, "Internal Server Error"), (502, "Bad Gateway")])
+async def test_reminder_send_server_error_is_transient(bot: Bot, status: int, description: str) -> None:
+    bot.tg.fail_next("sendMessage", status=status, description=description, retry_after=None)
+    with pytest.raises(NetworkError) as info:
+        await bot.adapter.send_reminder(reminder_to(1001))
+    assert not isinstance(info.value, DeliveryRefused)
+    assert await bot.adapter.send_reminder(reminder_to(1001))  # and the next attempt gets through
+
+
+# ---- start-up errors
+
+
+async def start_fails(make_core: MakeCore, token: str, base_url: str) -> str:
+    """Start an adapter that must fail; return the StartupError's text."""
+    core = make_core(TELEGRAM_BOT_TOKEN=token, TELEGRAM_API_BASE_URL=base_url, ADMINS="telegram:1001")
+    adapter = TelegramAdapter(core, core.settings, StatusBoard(), poll_timeout=1)
+    with pytest.raises(StartupError) as info:
+        await adapter.start()
+    error = info.value
+    assert error.__cause__ is None and (error.__context__ is None or error.__suppress_context__)  # no chained token
+    text = str(error)
+    assert "\n" not in text and token not in text and token.rpartition(":")[2] not in text
+    return text
+
+
+@pytest.mark.parametrize("token", ["123:TEST", "not a token", "123456:short", "abc:" + "x" * 35, "12 :" + "A" * 35])
+async def test_malformed_token_is_one_line_naming_the_variable(
+    make_core: MakeCore, tg: FakeTelegram, token: str
+) -> None:
+    text = await start_fails(make_core, token, tg.base_url)
+    assert "TELEGRAM_BOT_TOKEN" in text
+    assert tg.calls == []  # nothing sent to Telegram with a token of the wrong shape
+
+
+async def test_rejected_token_is_one_line_without_the_token(
+    make_core: MakeCore, tg: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    token = "987654:AAF" + "q" * 32
+    text = await start_fails(make_core, token, tg.base_url)
+    assert "TELEGRAM_BOT_TOKEN" in text and "rejected" in text
+    assert not any(token.split(":")[1] in r.getMessage() for r in caplog.records)
+
+
+async def test_unreachable_api_is_one_line_naming_the_host(
+    make_core: MakeCore, tg: FakeTelegram, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    text = await start_fails(make_core, tg.token, f"http://127.0.0.1:{port}/bot")
+    assert f"127.0.0.1:{port}" in text and "cannot reach" in text and "TELEGRAM_API_BASE_URL" in text
+    assert not any(tg.token.split(":")[1] in r.getMessage() for r in caplog.records)

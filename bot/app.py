@@ -119,8 +119,15 @@ async def run_platforms(settings: Settings, core: Core) -> int:
         return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        """The first SIGINT/SIGTERM stops after draining running answers; a second one cuts them now."""
+        if stop.is_set():
+            core.hurry()
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     core.stop_listeners.append(stop.set)  # restart(mode="full"), after its answer was sent
     started: list[TelegramAdapter | DiscordAdapter] = []
     try:

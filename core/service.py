@@ -79,6 +79,7 @@ class Core:
         self.stop_listeners: list[Callable[[], None]] = []
         self.draining = False  # set by drain(): new turns are turned away while running ones finish
         self._turn_tasks: set[asyncio.Task[Any]] = set()  # tasks that run (or wait for) a turn
+        self._hurry = asyncio.Event()  # set by hurry(): drain() stops waiting
 
     def is_admin(self, inc: Incoming) -> bool:
         """Admins come from ADMINS; the local terminal user is always one."""
@@ -163,13 +164,21 @@ class Core:
         if not running:
             return 0
         log.info("waiting up to %g s for %d running answer(s)", timeout, len(running))
-        _, late = await asyncio.wait(running, timeout=timeout) if timeout > 0 else (set(), running)
+        finished: asyncio.Future[Any] = asyncio.gather(*running, return_exceptions=True)
+        hurried: asyncio.Future[Any] = asyncio.ensure_future(self._hurry.wait())
+        await asyncio.wait({finished, hurried}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        hurried.cancel()
+        late = {t for t in running if not t.done()}
         for task in late:
             task.cancel()
         if late:
-            log.warning("%d answer(s) still running after SHUTDOWN_GRACE_SECONDS=%g were cut", len(late), timeout)
+            log.warning("%d running answer(s) cut at shutdown (SHUTDOWN_GRACE_SECONDS=%g)", len(late), timeout)
             await asyncio.wait(late, timeout=1.0)
         return len(late)
+
+    def hurry(self) -> None:
+        """Stop waiting in drain() now (a second SIGINT/SIGTERM)."""
+        self._hurry.set()
 
     def _tasks_changed(self) -> None:
         """Tell listeners (the reminder scheduler) that a task was created or moved."""

@@ -122,3 +122,15 @@ async def test_sigterm_drains_running_answers_too(tg: FakeTelegram, fake_llm: Fa
     model.release.set()
     assert await asyncio.wait_for(run, 10) == 0
     assert texts_to(tg, MEMBER) == ["The slow answer."]
+
+
+async def test_second_signal_cuts_the_drain_short(tg: FakeTelegram, fake_llm: FakeOpenAI, make_core: MakeCore) -> None:
+    core, run, model = await start(tg, fake_llm, make_core, grace=30)
+    os.kill(os.getpid(), signal.SIGTERM)
+    await until(lambda: core.draining)
+    os.kill(os.getpid(), signal.SIGINT)  # the operator does not want to wait
+    try:
+        assert await asyncio.wait_for(run, 5) == 0
+    finally:
+        model.release.set()
+    assert texts_to(tg, MEMBER) == []

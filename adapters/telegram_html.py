@@ -400,7 +400,8 @@ def plain_text(markup: str) -> str:
 
 
 def split_plain(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
-    """Plain text in parts of at most `limit` UTF-16 units, cut at a newline (else a space) when one is near."""
+    """Plain text in parts of at most `limit` UTF-16 units, cut at a newline (else a space) when one is near;
+    no part is blank, so text with nothing visible gives [] and the caller says what it sends instead."""
     parts: list[str] = []
     rest = text
     while utf16_len(rest) > limit:
@@ -410,6 +411,9 @@ def split_plain(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
             if size > limit:
                 break
             cut = i + 1
+        while 1 < cut < len(rest) and _glued(rest[cut - 1], rest[cut]):
+            cut -= 1  # not inside an emoji sequence or between a letter and its accent
+        cut = max(cut, 1)
         window = rest[:cut]
         at = window.rfind("\n")
         if at < cut // 2:
@@ -420,4 +424,4 @@ def split_plain(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
         rest = rest[at:].lstrip("\n") if at < cut else rest[at:]
     if rest.strip() or not parts:
         parts.append(rest)
-    return [p for p in parts if p.strip()] or [text.strip()[:1] or "…"]
+    return [p for p in parts if p.strip()]

@@ -184,7 +184,8 @@ def test_markdown_to_html_keeps_soft_line_breaks_and_the_source_blank_lines() ->
     assert markdown_to_html("Steps:\r\n\r\n```\nx\n```\nok") == "Steps:\n\n<pre><code>x</code></pre>\nok"
 
 
-def test_split_plain_never_returns_an_empty_part() -> None:
-    assert split_plain("   ") == ["…"]
+def test_split_plain_never_returns_a_blank_part() -> None:
+    assert split_plain("   ") == [] and split_plain("") == []
     parts = split_plain("😀" * 3000)
     assert [utf16_len(p) for p in parts] == [4096, 1904]
+    assert split_plain("ab👍🏽", limit=5) == ["ab", "👍🏽"]

@@ -226,6 +226,7 @@ def test_long_answers_with_activity_fit_telegram(one: Md, repeat: int) -> None:
 @given(st.text(st.sampled_from([*list("ab \n"), "😀", "你", "\u200d"]), max_size=400), st.integers(8, 120))
 def test_split_plain_parts_fit_and_keep_the_text(text: str, limit: int) -> None:
     parts = split_plain(text, limit)
-    assert parts and all(p.strip() and utf16_len(p) <= limit for p in parts)
+    assert all(p.strip() and utf16_len(p) <= limit for p in parts)
+    assert bool(parts) == bool(text.strip())
     if text.strip():
         assert no_space("".join(parts)) == no_space(text)

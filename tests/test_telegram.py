@@ -551,3 +551,27 @@ async def test_unreachable_api_is_one_line_naming_the_host(
     text = await start_fails(make_core, tg.token, f"http://127.0.0.1:{port}/bot")
     assert f"127.0.0.1:{port}" in text and "cannot reach" in text and "TELEGRAM_API_BASE_URL" in text
     assert not any(tg.token.split(":")[1] in r.getMessage() for r in caplog.records)
+
+
+async def test_token_never_logged_while_running(
+    tg: FakeTelegram, fake_llm: FakeOpenAI, make_core: MakeCore, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    core = make_core(TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url, ADMINS="telegram:1001")
+    adapter = TelegramAdapter(core, core.settings, StatusBoard(), poll_timeout=1)
+    adapter.rate_limiter.sleep = Sleeps()
+    await adapter.start()
+    try:
+        fake_llm.script(Reply(text="**one**"), Reply(text="two"))
+        tg.fail_next("sendMessage", status=400, description="Bad Request: can't parse entities: x", retry_after=None)
+        tg.push_update(tg.message_update("hi"))
+        await tg.wait_sent(1)
+        tg.fail_next("sendMessage", status=429, retry_after=1)
+        tg.drop_next_get_updates()
+        tg.push_update(tg.message_update("again"))
+        await tg.wait_sent(2)
+    finally:
+        await adapter.stop()
+    secret = tg.token.rpartition(":")[2]
+    assert any("Bot API URL" in r.getMessage() for r in caplog.records)  # PTB's URL line is there, redacted
+    assert not [r.getMessage() for r in caplog.records if secret in r.getMessage()]

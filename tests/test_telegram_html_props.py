@@ -107,9 +107,21 @@ def paragraph(draw: st.DrawFn) -> Md:
 @st.composite
 def block(draw: st.DrawFn) -> Md:
     """One block: paragraph, heading, quote, list, code fence or rule."""
-    kind = draw(st.sampled_from(["para", "para", "heading", "quote", "bullets", "numbers", "fence", "rule"]))
+    kinds = ["para", "para", "heading", "quote", "bullets", "numbers", "nested", "table", "fence", "rule"]
+    kind = draw(st.sampled_from(kinds))
     if kind == "para":
         return draw(paragraph())
+    if kind == "nested":
+        outer, inner = draw(words), draw(st.lists(words, min_size=1, max_size=3))
+        return Md(
+            f"- {outer}\n" + "\n".join(f"  - {w}" for w in inner), f"• {outer}\n" + "\n".join(f"  ◦ {w}" for w in inner)
+        )
+    if kind == "table":
+        cols = draw(st.integers(1, 3))
+        rows = draw(st.lists(st.lists(words, min_size=cols, max_size=cols), min_size=2, max_size=4))
+        lines = ["| " + " | ".join(r) + " |" for r in rows]
+        lines.insert(1, "|" + "---|" * cols)
+        return Md("\n".join(lines), "\n".join(" ".join(r) for r in rows))  # compared without | - + (the grid)
     if kind == "heading":
         p = draw(paragraph().filter(lambda p: "\n" not in p.source))
         return Md(f"{'#' * draw(st.integers(1, 6))} {p.source}", p.visible)
@@ -159,8 +171,9 @@ def _is_list(md: Md) -> bool:
 
 
 def no_space(text: str) -> str:
-    """Text without whitespace (a split may drop the space or newline it cuts at)."""
-    return re.sub(r"\s+", "", text)
+    """Text without whitespace (a split may drop the space or newline it cuts at) and without the
+    characters a table's grid is drawn with."""
+    return re.sub(r"[\s|+-]+", "", text)
 
 
 def accepted(part: str, limit: int) -> str:

@@ -145,16 +145,20 @@ class TelegramAdapter:
                 await self.stop()
             with contextlib.suppress(Exception):
                 await self.app.bot.shutdown()  # the HTTP sessions, when initialize failed half-way
+            custom = self.api_host != DEFAULT_API_HOST
             if isinstance(e, InvalidToken):
                 raise StartupError(
                     f"Telegram ({self.api_host}) rejected TELEGRAM_BOT_TOKEN: check the token @BotFather gave you"
+                    + (" (or TELEGRAM_API_BASE_URL is not a Bot API server)" if custom else "")
+                ) from None
+            if isinstance(e, NetworkError):  # also TimedOut and 5xx answers
+                raise StartupError(
+                    f"Telegram Bot API at {self.api_host} cannot be reached ({_one_line(e)}); check the network"
+                    + (" and TELEGRAM_API_BASE_URL" if custom else "")
                 ) from None
             if isinstance(e, TelegramError):
-                reason = " ".join(redact_token(str(e)).split())
-                kind = "cannot reach" if isinstance(e, NetworkError) else "failed at start with"
                 raise StartupError(
-                    f"Telegram Bot API: {kind} {self.api_host} ({reason}); check the network"
-                    + (" and TELEGRAM_API_BASE_URL" if self.api_host != DEFAULT_API_HOST else "")
+                    f"Telegram Bot API at {self.api_host} refused to start the bot ({_one_line(e)})"
                 ) from None
             raise
 
@@ -450,13 +454,22 @@ def _refusal(e: TelegramError) -> str | None:
     return None
 
 
+def _one_line(e: TelegramError) -> str:
+    """The error's message on one line, without a bot token."""
+    return " ".join(redact_token(str(e)).split())
+
+
 def _host(base_url: str | None) -> str:
     """The host (and port) of the Bot API URL, for error messages."""
     if not base_url:
         return DEFAULT_API_HOST
     parts = urlsplit(base_url if "://" in base_url else f"https://{base_url}")
-    host = parts.hostname or base_url
-    return f"{host}:{parts.port}" if parts.port else host
+    try:
+        port = parts.port
+    except ValueError:  # not a number: aiohttp will say so when connecting
+        port = None
+    host = parts.hostname or "the TELEGRAM_API_BASE_URL host"
+    return f"{host}:{port}" if port else host
 
 
 class _Draft:

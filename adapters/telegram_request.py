@@ -170,6 +170,7 @@ class PatientRateLimiter(AIORateLimiter):
             pause = self.limited_until - self.clock()
             if pause > 0:
                 if self.clock() + pause > deadline:
+                    self._give_up(endpoint, pause)
                     raise RetryAfter(int(pause) + 1)
                 await self.sleep(pause)
             try:
@@ -184,11 +185,16 @@ class PatientRateLimiter(AIORateLimiter):
             except RetryAfter as exc:
                 wait = self._note_retry_after(exc)
                 if self.clock() + wait > deadline:
-                    log.warning(
-                        "Telegram rate limit: %s still refused after %.0f s; giving up", endpoint, self.max_wait_s
-                    )
+                    self._give_up(endpoint, wait)
                     raise
                 log.info("Telegram rate limit on %s: retrying in %.1f s", endpoint, wait)
+
+    def _give_up(self, endpoint: str, wait: float) -> None:
+        """Say why a request is abandoned: Telegram's wait would end past its budget."""
+        log.warning(
+            "Telegram rate limit: %s would have to wait %.0f s more, past its %.0f s budget; giving up",
+            endpoint, wait, self.max_wait_s,
+        )  # fmt: skip
 
     async def _best_effort(
         self, callback: Callback, args: Any, kwargs: dict[str, Any]

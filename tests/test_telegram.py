@@ -549,7 +549,7 @@ async def test_unreachable_api_is_one_line_naming_the_host(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     text = await start_fails(make_core, tg.token, f"http://127.0.0.1:{port}/bot")
-    assert f"127.0.0.1:{port}" in text and "cannot reach" in text and "TELEGRAM_API_BASE_URL" in text
+    assert f"127.0.0.1:{port}" in text and "cannot be reached" in text and "TELEGRAM_API_BASE_URL" in text
     assert not any(tg.token.split(":")[1] in r.getMessage() for r in caplog.records)
 
 

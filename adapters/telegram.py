@@ -40,7 +40,7 @@ from adapters.telegram_request import AiohttpRequest, PatientRateLimiter, redact
 from core.commands import HELP, Commands, StatusBoard
 from core.reminders import DeliveryRefused, ReminderMessage, press
 from core.service import Core
-from core.settings import Settings, StartupError
+from core.settings import EXIT_UNREACHABLE, Settings, StartupError
 from core.timeutil import system_clock
 from core.types import Assistant, AssistantDelta, Error, Incoming
 
@@ -154,7 +154,8 @@ class TelegramAdapter:
             if isinstance(e, NetworkError):  # also TimedOut and 5xx answers
                 raise StartupError(
                     f"Telegram Bot API at {self.api_host} cannot be reached ({_one_line(e)}); check the network"
-                    + (" and TELEGRAM_API_BASE_URL" if custom else "")
+                    + (" and TELEGRAM_API_BASE_URL" if custom else ""),
+                    exit_code=EXIT_UNREACHABLE,
                 ) from None
             if isinstance(e, TelegramError):
                 raise StartupError(

@@ -16,7 +16,7 @@ from adapters.telegram import EMPTY_REPLY, FAILED, SENT_PRIVATELY, TEXT_ONLY, Te
 from core.commands import StatusBoard
 from core.db import Pool
 from core.reminders import DeliveryRefused, ReminderMessage
-from core.settings import StartupError
+from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import (
@@ -509,13 +509,14 @@ async def test_reminder_send_server_error_is_transient(bot: Bot, status: int, de
 # ---- start-up errors
 
 
-async def start_fails(make_core: MakeCore, token: str, base_url: str) -> str:
-    """Start an adapter that must fail; return the StartupError's text."""
+async def start_fails(make_core: MakeCore, token: str, base_url: str, exit_code: int = EXIT_CONFIG) -> str:
+    """Start an adapter that must fail with `exit_code`; return the StartupError's text."""
     core = make_core(TELEGRAM_BOT_TOKEN=token, TELEGRAM_API_BASE_URL=base_url, ADMINS="telegram:1001")
     adapter = TelegramAdapter(core, core.settings, StatusBoard(), poll_timeout=1)
     with pytest.raises(StartupError) as info:
         await adapter.start()
     error = info.value
+    assert error.exit_code == exit_code
     assert error.__cause__ is None and (error.__context__ is None or error.__suppress_context__)  # no chained token
     text = str(error)
     assert "\n" not in text and token not in text and token.rpartition(":")[2] not in text
@@ -548,7 +549,7 @@ async def test_unreachable_api_is_one_line_naming_the_host(
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    text = await start_fails(make_core, tg.token, f"http://127.0.0.1:{port}/bot")
+    text = await start_fails(make_core, tg.token, f"http://127.0.0.1:{port}/bot", EXIT_UNREACHABLE)
     assert f"127.0.0.1:{port}" in text and "cannot be reached" in text and "TELEGRAM_API_BASE_URL" in text
     assert not any(tg.token.split(":")[1] in r.getMessage() for r in caplog.records)
 

@@ -180,7 +180,8 @@ class TelegramAdapter:
         self.board.adapters["telegram"] = f"@{self.username}"
 
     async def stop(self) -> None:
-        """Stop polling and the application, in reverse order."""
+        """Stop polling and the application, in reverse order; sends still waiting out a 429 give up."""
+        self.rate_limiter.stop_waiting()
         if self.app.updater is not None and self.app.updater.running:
             await self.app.updater.stop()
         if self.app.running:

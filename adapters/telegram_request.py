@@ -140,6 +140,23 @@ class PatientRateLimiter(AIORateLimiter):
         self.sleep = sleep
         self.clock = clock
         self.limited_until = 0.0  # clock() before which Telegram asked us to send nothing
+        self._stopping = asyncio.Event()  # set on shutdown: waiting requests give up at once
+
+    def stop_waiting(self) -> None:
+        """Shutting down: requests waiting out a 429 give up now (and later ones do not wait)."""
+        self._stopping.set()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep `seconds`, or raise RetryAfter as soon as stop_waiting() is called."""
+        sleeper = asyncio.ensure_future(self.sleep(seconds))
+        stopper = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait((sleeper, stopper), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            stopper.cancel()
+        if self._stopping.is_set():
+            raise RetryAfter(int(seconds) + 1)
 
     def _note_retry_after(self, exc: RetryAfter) -> float:
         """Remember Telegram's pause for every request; return the wait in seconds (PTB's +0.1 s margin)."""
@@ -169,10 +186,10 @@ class PatientRateLimiter(AIORateLimiter):
         while True:
             pause = self.limited_until - self.clock()
             if pause > 0:
-                if self.clock() + pause > deadline:
+                if self.clock() + pause > deadline or self._stopping.is_set():
                     self._give_up(endpoint, pause)
                     raise RetryAfter(int(pause) + 1)
-                await self.sleep(pause)
+                await self._pause(pause)
             try:
                 return await self._run_request(
                     chat=chat_id is not None,
@@ -184,17 +201,15 @@ class PatientRateLimiter(AIORateLimiter):
                 )
             except RetryAfter as exc:
                 wait = self._note_retry_after(exc)
-                if self.clock() + wait > deadline:
+                if self.clock() + wait > deadline or self._stopping.is_set():
                     self._give_up(endpoint, wait)
                     raise
                 log.info("Telegram rate limit on %s: retrying in %.1f s", endpoint, wait)
 
     def _give_up(self, endpoint: str, wait: float) -> None:
-        """Say why a request is abandoned: Telegram's wait would end past its budget."""
-        log.warning(
-            "Telegram rate limit: %s would have to wait %.0f s more, past its %.0f s budget; giving up",
-            endpoint, wait, self.max_wait_s,
-        )  # fmt: skip
+        """Say why a request is abandoned: Telegram's wait would end past its budget, or the bot is stopping."""
+        why = "the bot is stopping" if self._stopping.is_set() else f"past its {self.max_wait_s:.0f} s budget"
+        log.warning("Telegram rate limit: %s would have to wait %.0f s more, %s; giving up", endpoint, wait, why)
 
     async def _best_effort(
         self, callback: Callback, args: Any, kwargs: dict[str, Any]

@@ -360,6 +360,17 @@ async def test_429_longer_than_the_turn_budget_gives_up(bot: Bot, sleeps: Sleeps
     assert sleeps.waits == [] and bot.tg.sent == []
 
 
+async def test_stop_does_not_wait_out_a_long_429(bot: Bot) -> None:
+    bot.tg.fail_next("sendMessage", status=429, retry_after=60)  # real sleeps: stop() must cut them short
+    send = asyncio.create_task(bot.adapter.app.bot.send_message(1001, "late"))
+    await bot.tg.wait_for(lambda: any(m == "sendMessage" for m, _ in bot.tg.calls))
+    await asyncio.sleep(0.01)  # the send is now waiting out the 429
+    await asyncio.wait_for(bot.adapter.stop(), 5)
+    with pytest.raises(RetryAfter):
+        await asyncio.wait_for(send, 1)
+    assert bot.tg.sent == []
+
+
 async def test_typing_and_drafts_bypass_the_budget_and_are_dropped_while_rate_limited(bot: Bot) -> None:
     limiter, tg_bot = bot.adapter.rate_limiter, bot.adapter.app.bot
     await asyncio.gather(*(tg_bot.send_chat_action(1001, "typing") for _ in range(60)))

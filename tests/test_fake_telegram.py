@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters, Update
-from telegram.error import BadRequest, Conflict, EndPointNotFound, RetryAfter
+from telegram.error import BadRequest, Conflict, EndPointNotFound, Forbidden, InvalidToken, RetryAfter
 from telegram.ext import (
     Application,
     ApplicationBuilder,
@@ -22,7 +22,15 @@ from telegram.ext import (
     filters,
 )
 
-from tests.fake_telegram import FakeTelegram, HtmlError, parse_html, utf16_len
+from tests.fake_telegram import (
+    BLOCKED,
+    CHAT_NOT_FOUND,
+    NOT_STARTED,
+    FakeTelegram,
+    HtmlError,
+    parse_html,
+    utf16_len,
+)
 
 App = Application[Any, Any, Any, Any, Any, Any]
 
@@ -225,6 +233,25 @@ async def test_length_limit_counts_utf16(fake: FakeTelegram, bot: Bot) -> None:
         await bot.send_message(1001, "<b> </b>", parse_mode="HTML")
     assert len(fake.sent) == 2
     assert fake.sent[1]["message"]["text"] == "&" * 4096
+
+
+async def test_refused_chats_and_a_wrong_token(fake: FakeTelegram, bot: Bot) -> None:
+    """refuse_chat answers like Telegram: 403 Forbidden for blocked / never started, 400 for a chat that is gone."""
+    fake.refuse_chat(1001, BLOCKED)
+    fake.refuse_chat(1002, NOT_STARTED)
+    fake.refuse_chat(-100, CHAT_NOT_FOUND)
+    with pytest.raises(Forbidden, match="bot was blocked by the user"):
+        await bot.send_message(1001, "hi")
+    with pytest.raises(Forbidden, match="can't initiate conversation"):
+        await bot.send_chat_action(1002, "typing")
+    with pytest.raises(BadRequest, match=r"(?i)chat not found"):
+        await bot.send_message(-100, "hi")
+    await bot.send_message(1003, "others still work")
+    assert [s["chat_id"] for s in fake.sent] == [1003]
+    with pytest.raises(InvalidToken):  # the fake accepts only its own token…
+        async with Bot("124:" + "x" * 35, base_url=fake.base_url):
+            pass
+    assert fake.token.startswith("123:") and len(fake.token.partition(":")[2]) >= 30  # …which has a real shape
 
 
 async def test_retry_after_and_unknown_method(fake: FakeTelegram, bot: Bot, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,7 +28,8 @@ def outcome_of(envelope: dict[str, Any]) -> tuple[bool, str, str | None]:
         return True, _short(text or "ok"), None
     error = envelope.get("error") or {}
     code = str(error.get("code", "tool_error"))
-    return False, code, code
+    message = error.get("message")
+    return False, _short(f"{code}: {message}" if message else code), code
 
 
 def make_step(name: str, raw_args: str, envelope: dict[str, Any], duration_s: float) -> Step:
@@ -43,7 +44,7 @@ def make_step(name: str, raw_args: str, envelope: dict[str, Any], duration_s: fl
 
 
 def step_line(step: Step) -> str:
-    """`✅ manage_tasks create → #12 "Buy milk", Sat 22 Nov 09:00 CET` or `⚠️ execute_sql → forbidden`."""
+    """`✅ manage_tasks create → #12 "Buy milk", Sat 22 Nov 09:00 CET` or `⚠️ execute_sql → forbidden: …`."""
     action = step.arguments.get("action") or step.arguments.get("mode")
     label = f"{step.name} {action}" if isinstance(action, str) else step.name
     return f"{'✅' if step.ok else '⚠️'} {label} → {step.outcome}"

@@ -10,8 +10,8 @@ from typing import Any
 
 from core import store
 from core.activity import make_step, step_line
-from core.llm import LLM, LLMReply, LLMTimeout, LLMUnavailable
-from core.tools import Tool, ToolContext, ToolRegistry, envelope_for_prompt, timed_run
+from core.llm import LLM, MALFORMED, LLMReply, LLMTimeout, LLMUnavailable
+from core.tools import Tool, ToolContext, ToolRegistry, calls_for_prompt, envelope_for_prompt, timed_run
 from core.types import Assistant, AssistantDelta, Error, Event, Step, ToolCall, ToolResult
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,7 @@ WRAP_UP_NOTE = (
     "[note from the bot, not the user] The step limit is reached: do not call tools. In a few sentences, "
     "tell the user what you did and what is not finished."
 )
+LENGTH_NOTE = "\n\n_(cut short: the model hit its length limit)_"
 WRAP_UP_MIN_S = 2.0  # a wrap-up call needs at least this much of the time budget left
 
 
@@ -38,6 +39,8 @@ class Limits:
 
 def _valid(reply: LLMReply) -> bool:
     """A reply is usable when it has text or well-formed tool calls."""
+    if reply.finish_reason == MALFORMED:
+        return False
     if reply.tool_calls:
         return all(c.name for c in reply.tool_calls)
     return bool((reply.content or "").strip())
@@ -98,13 +101,16 @@ async def run_agent(
             break
         if not _valid(reply):
             if corrected:
-                cut_short = "the model gave no usable answer"
+                malformed = reply.finish_reason == MALFORMED
+                cut_short = "the model's reply was malformed twice" if malformed else "the model gave no usable answer"
                 break
             corrected = True
             messages.append({"role": "user", "content": CORRECTIVE_NOTE})
             continue
         if not reply.tool_calls:
             text = (reply.content or "").strip()
+            if reply.finish_reason == "length":
+                text += LENGTH_NOTE
             await store.finish_turn_with_answer(ctx.pool, ctx.chat, turn_id, text, "done", len(steps))
             yield Assistant(text, turn_id, tuple(steps), time.monotonic() - started)
             return
@@ -113,7 +119,7 @@ async def run_agent(
             for c in reply.tool_calls
         ]
         await store.add_assistant(ctx.pool, ctx.chat, turn_id, reply.content, calls)
-        messages.append({"role": "assistant", "content": reply.content, "tool_calls": calls})
+        messages.append({"role": "assistant", "content": reply.content, "tool_calls": calls_for_prompt(calls)})
         for c in reply.tool_calls:
             yield ToolCall(c.id, c.name, c.arguments)
             budget = max(0.1, min(limits.step_timeout, deadline - time.monotonic()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from core.tools import TOOL_RESULT_PROMPT_CHARS
+from core.tools import TOOL_RESULT_PROMPT_CHARS, calls_for_prompt
 
 
 class Row(Protocol):
@@ -47,7 +47,7 @@ def build_replay(rows: Sequence[Row], *, group: bool) -> list[dict[str, Any]]:
                     results[rows[j]["tool_call_id"]] = rows[j]
                 j += 1
             if set(results) == wanted:  # a turn cut by a crash leaves calls without results: skip them
-                out.append({"role": "assistant", "content": row["content"], "tool_calls": calls})
+                out.append({"role": "assistant", "content": row["content"], "tool_calls": calls_for_prompt(calls)})
                 out.extend(
                     {"role": "tool", "tool_call_id": c["id"], "content": _cut(results[c["id"]]["content"] or "")}
                     for c in calls

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -14,6 +16,11 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletio
 
 from core.providers import PROVIDERS
 from core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+REASON_CHARS = 200  # the server's reason for a refused request, cut to one line of this length
+MALFORMED = "malformed"  # LLMReply.finish_reason of a reply that could not be parsed
 
 
 class LLMUnavailable(Exception):
@@ -55,6 +62,16 @@ def _refused(e: BaseException) -> bool:
     return False
 
 
+def _reason(e: openai.APIStatusError) -> str:
+    """The server's reason for refusing a request, on one short line ('' when it gave none)."""
+    body = e.body
+    text: object = body.get("message") if isinstance(body, dict) else body
+    if not isinstance(text, str) or not text.strip():
+        return ""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= REASON_CHARS else flat[: REASON_CHARS - 1] + "…"
+
+
 def _parse_whole(resp: Any) -> LLMReply:
     """An LLMReply from a whole completion; a malformed body becomes an empty (invalid) reply."""
     try:
@@ -67,7 +84,7 @@ def _parse_whole(resp: Any) -> LLMReply:
         ]
         return LLMReply(msg.content, calls, choice.finish_reason)
     except (TypeError, AttributeError, IndexError):
-        return LLMReply(content=None, finish_reason="malformed")
+        return LLMReply(content=None, finish_reason=MALFORMED)
 
 
 class LLM:
@@ -102,10 +119,13 @@ class LLM:
         """A user-readable error for a failed request."""
         if isinstance(e, openai.APIStatusError):
             detail = f"it answered {e.status_code}"
-            if e.status_code in (401, 403):
+            if e.status_code in (401, 403):  # the reason could echo the key: not shown
                 detail += " (check LLM_API_KEY)"
-            elif e.status_code == 404:
-                detail += " (check LLM_MODEL)"
+            else:
+                reason = _reason(e) if e.status_code < 500 else ""
+                detail += f": {reason.rstrip('.')}" if reason else ""
+                if e.status_code == 404:
+                    detail += " (check LLM_MODEL)"
         elif isinstance(e, openai.APITimeoutError) and not _refused(e):
             detail = "it timed out"
         else:
@@ -157,6 +177,10 @@ class LLM:
                         chunk = await asyncio.wait_for(anext(iterator), max(0.0, deadline - time.monotonic()))
                     except StopAsyncIteration:
                         break
+                    except json.JSONDecodeError as e:  # a `data:` line that is not JSON: the reply is unusable
+                        log.warning("the model at %s sent a malformed streamed event (%s)", self.where, e.msg)
+                        yield LLMReply(content=None, finish_reason=MALFORMED)
+                        return
                     for ch in chunk.choices or []:
                         delta = ch.delta
                         if delta.content:

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 MAX_INCOMING_CHARS = 16000  # longer messages are refused politely without calling the LLM
 DUE_SOON = timedelta(hours=48)
 REFUSAL_EVERY_S = 3600.0  # a refused user is told at most once per chat per hour
+ABANDONED_MARGIN = timedelta(minutes=5)  # a turn running this much longer than AGENT_TOTAL_TIMEOUT is dead
 
 
 def default_registry() -> ToolRegistry:
@@ -139,6 +140,14 @@ class Core:
         async with self._chat_turn(inc.chat_key), aclosing(self._turn(inc, stream)) as events:
             async for event in events:
                 yield event
+
+    async def close_abandoned_turns(self) -> int:
+        """At start: close turns a dead process left running (safe while other processes run turns)."""
+        older_than = timedelta(seconds=self.settings.AGENT_TOTAL_TIMEOUT) + ABANDONED_MARGIN
+        closed = await store.close_abandoned_turns(self.pool, older_than)
+        if closed:
+            log.warning("closed %d turn(s) left running by a stopped process as cut short", closed)
+        return closed
 
     def request_exit(self, code: int) -> None:
         """Stop the bot with this exit code: the composition root's stop listeners end the run."""

@@ -22,6 +22,7 @@ from core.timeutil import Clock, zone
 log = logging.getLogger(__name__)
 
 TOOL_RESULT_PROMPT_CHARS = 4000  # a tool result longer than this is cut for the prompt (the DB keeps it all)
+TOOL_ARGUMENTS_PROMPT_CHARS = 8000  # so are a tool call's arguments (code for write_capability fits)
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,26 @@ def envelope_for_prompt(envelope: dict[str, Any], limit: int = TOOL_RESULT_PROMP
     if len(text) <= limit:
         return text
     return text[:limit] + f"… [truncated, {len(text) - limit} more characters]"
+
+
+def arguments_for_prompt(arguments: str, limit: int = TOOL_ARGUMENTS_PROMPT_CHARS) -> str:
+    """A call's arguments for the prompt: oversized ones become a small JSON object (still valid JSON)."""
+    if len(arguments) <= limit:
+        return arguments
+    note = f"arguments of {len(arguments)} characters cut from the conversation (the call ran with all of them)"
+    return json.dumps({"_truncated": note})
+
+
+def calls_for_prompt(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored assistant tool calls with oversized arguments cut (the stored list itself is left alone)."""
+    out = []
+    for call in calls:
+        fn = call.get("function") or {}
+        args = fn.get("arguments")
+        if isinstance(args, str) and len(args) > TOOL_ARGUMENTS_PROMPT_CHARS:
+            call = {**call, "function": {**fn, "arguments": arguments_for_prompt(args)}}
+        out.append(call)
+    return out
 
 
 class ToolRegistry:

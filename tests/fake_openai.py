@@ -41,6 +41,9 @@ class Reply:
     status: int = 200  # non-200 -> OpenAI-style error body with this status (429 adds retry-after: 0)
     delay: float = 0.0  # seconds to asyncio.sleep before answering
     raw: dict[str, Any] | None = None  # sent verbatim as the JSON body / only SSE chunk
+    finish_reason: str | None = None  # overrides "stop"/"tool_calls" (e.g. "length" for a cut answer)
+    # streamed replies: `data:` payloads written verbatim before the finishing chunk (e.g. "{not json")
+    bad_sse: list[str] = field(default_factory=list)
 
 
 Responder = Callable[[dict[str, Any]], Reply | Awaitable[Reply]]
@@ -308,7 +311,7 @@ class FakeOpenAI(LoopbackServer):
             (f"call_{next(self._call_ids)}", name, args if isinstance(args, str) else json.dumps(args))
             for name, args in reply.tool_calls
         ]
-        finish = "tool_calls" if calls else "stop"
+        finish = reply.finish_reason or ("tool_calls" if calls else "stop")
         prompt_tokens = _tokens(json.dumps(body["messages"]))
         completion_tokens = _tokens(reply.text or "") + sum(_tokens(n + a) for _, n, a in calls)
         usage = {
@@ -351,7 +354,7 @@ class FakeOpenAI(LoopbackServer):
                 c["usage"] = None
             return c
 
-        chunks = [chunk({"role": "assistant"})]
+        chunks: list[dict[str, Any] | str] = [chunk({"role": "assistant"})]
         chunks += [chunk({"content": piece}) for piece in _split(reply.text or "", 3)]
         for index, (cid, name, args) in enumerate(calls):
             chunks.append(
@@ -371,17 +374,18 @@ class FakeOpenAI(LoopbackServer):
             chunks += [
                 chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}) for piece in _split(args, 2)
             ]
+        chunks.extend(reply.bad_sse)
         chunks.append(chunk({}, finish))
         if include_usage:
             chunks.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
         return await self._send_sse(request, chunks)
 
-    async def _send_sse(self, request: web.Request, chunks: list[dict[str, Any]]) -> web.StreamResponse:
-        """Write chunks as server-sent events followed by [DONE]."""
+    async def _send_sse(self, request: web.Request, chunks: list[dict[str, Any] | str]) -> web.StreamResponse:
+        """Write chunks as server-sent events followed by [DONE] (a str chunk is written verbatim)."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         for c in chunks:
-            await resp.write(f"data: {json.dumps(c)}\n\n".encode())
+            await resp.write(f"data: {c if isinstance(c, str) else json.dumps(c)}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

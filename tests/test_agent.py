@@ -201,7 +201,7 @@ async def test_malformed_output_twice_ends_with_best_effort(make_core: MakeCore,
     core = make_core()
     fake_llm.script(Reply(raw={"nonsense": True}), Reply(raw={"choices": []}))
     a = answer(await run(core, incoming("hi")))
-    assert a.cut_short == "the model gave no usable answer"
+    assert a.cut_short == "the model's reply was malformed twice"
     assert len(fake_llm.requests) == 2
 
 

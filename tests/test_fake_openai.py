@@ -179,3 +179,19 @@ async def test_down_and_up() -> None:
         resp = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "c"}])
         assert resp.choices[0].message.content == "ok"
         await client.close()
+
+
+async def test_scripted_length_finish_and_malformed_sse() -> None:
+    """finish_reason can be scripted; a malformed `data:` line reaches the SDK as a JSON error."""
+    async with FakeOpenAI() as fake:
+        fake.script(Reply(text="cut", finish_reason="length"), Reply(text="half", bad_sse=["{not json"]))
+        client = _client(fake)
+        resp = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert resp.choices[0].finish_reason == "length"
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        with pytest.raises(json.JSONDecodeError):
+            async for _ in stream:
+                pass
+        await client.close()

@@ -46,7 +46,7 @@ async def test_non_admin_never_sees_execute_sql_and_forged_call_forbidden(
     assert "execute_sql" not in tool_names(fake_llm.requests[0])
     assert "execute_sql" not in fake_llm.requests[0]["messages"][0]["content"]
     assert tool_messages(fake_llm.requests[1])[0]["error"]["code"] == "forbidden"
-    assert a.steps[0].outcome == "forbidden"
+    assert a.steps[0].outcome == "forbidden: execute_sql is only available to admins"
     assert await pool.fetchval("SELECT count(*) FROM users") == 1
 
 

@@ -25,7 +25,9 @@ _MIGRATION_RE = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
 Pool = asyncpg.Pool
 T = TypeVar("T")
-_RESET_IDENTITY = "SET SESSION AUTHORIZATION DEFAULT;\nRESET ROLE;\n"
+# Added to asyncpg's reset query: RESET ALL leaves the role alone, and a temp table (pg_temp is searched
+# first) would shadow our tables for the next user of the connection.
+_RESET_EXTRA = "SET SESSION AUTHORIZATION DEFAULT;\nRESET ROLE;\nDISCARD TEMP;\n"
 
 # Errors that mean "this connection is gone" (failover, restart, pg_terminate_backend), not "this statement is wrong".
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -163,9 +165,9 @@ async def create_pool(dsn: str, *, min_size: int = 10, max_size: int = 20) -> Po
             await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
     async def reset(conn: asyncpg.Connection) -> None:
-        # asyncpg's default reset (advisory unlock, CLOSE ALL, UNLISTEN *, RESET ALL) leaves the role alone:
-        # RESET ALL skips it. Admin SQL may have run SET ROLE / SET SESSION AUTHORIZATION on this connection.
-        await conn.execute(_RESET_IDENTITY + conn.get_reset_query())
+        # asyncpg's default reset (advisory unlock, CLOSE ALL, UNLISTEN *, RESET ALL) plus what it misses:
+        # admin SQL may have run SET ROLE / SET SESSION AUTHORIZATION or created temp tables here.
+        await conn.execute(_RESET_EXTRA + conn.get_reset_query())
 
     # Every release runs `reset` (one round trip) so no session state (SET, SET ROLE, search_path,
     # advisory locks, LISTEN) passes from one user's turn to the next; tests/test_security.py pins it.

@@ -88,6 +88,7 @@ SESSION_STATE = [
     "SET default_transaction_read_only = on",
     "SELECT pg_advisory_lock(4242)",
     "LISTEN somewhere",
+    "CREATE TEMP TABLE tasks (id int)",  # pg_temp comes first in the search path: it would shadow public.tasks
 ]
 
 
@@ -124,11 +125,13 @@ async def test_admin_session_state_does_not_reach_the_next_user(
                 "SELECT current_user, session_user, current_setting('statement_timeout') AS timeout,"
                 " current_setting('search_path') AS path, current_setting('default_transaction_read_only') AS ro,"
                 " (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS locks,"
-                " (SELECT count(*) FROM pg_listening_channels()) AS listening"
+                " (SELECT count(*) FROM pg_listening_channels()) AS listening,"
+                " (SELECT count(*) FROM pg_class WHERE relpersistence = 't') AS temp_tables"
             )
         assert seen is not None
         assert seen["current_user"] == seen["session_user"] != "bot_test_limited"
-        assert (seen["timeout"], seen["ro"], seen["locks"], seen["listening"]) == ("0", "off", 0, 0)
+        state = [seen[k] for k in ("timeout", "ro", "locks", "listening", "temp_tables")]
+        assert state == ["0", "off", 0, 0, 0]
         assert "nowhere" not in seen["path"]
         # the advisory lock is free for anybody else
         other = await asyncpg.connect(db_dsn)

@@ -149,6 +149,13 @@ class Core:
             log.warning("closed %d turn(s) left running by a stopped process as cut short", closed)
         return closed
 
+    async def _close_unfinished(self, turn_id: int, status: str) -> None:
+        """Record a turn that ended without an answer (best effort: the database may be what failed)."""
+        try:
+            await asyncio.shield(store.finish_turn(self.pool, turn_id, status, 0))
+        except (Exception, asyncio.CancelledError) as e:
+            log.warning("could not close turn %d as %s: %s", turn_id, status, type(e).__name__)
+
     def request_exit(self, code: int) -> None:
         """Stop the bot with this exit code: the composition root's stop listeners end the run."""
         log.warning("exit with code %d requested", code)
@@ -233,11 +240,17 @@ class Core:
             {"role": "system", "content": system_prompt(user, chat, zone(user.timezone), now, due, tools, caps)},
             *build_replay(rows, group=chat.kind == "group"),
         ]
+        ended = False
         try:
             async for event in run_agent(
                 self.llm, self.registry, tools, ctx, turn_id, messages, self.limits, stream=stream
             ):
+                ended = ended or isinstance(event, Assistant | Error)
                 yield event
+        except BaseException as e:  # cancelled at shutdown, closed by the adapter, or a failure: not `running`
+            if not ended:
+                await self._close_unfinished(turn_id, "failed" if isinstance(e, Exception) else "cut_short")
+            raise
         finally:  # runs once the adapter consumed the answer (or closed the turn after it)
             if ctx.requested_exit is not None:
                 self.request_exit(ctx.requested_exit)

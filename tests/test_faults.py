@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +16,7 @@ from core import store
 from core.activity import step_line
 from core.db import Pool
 from core.tools import TOOL_ARGUMENTS_PROMPT_CHARS
-from core.types import Error
+from core.types import Error, ToolCall
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import answer, final, incoming, run, tool_messages
@@ -256,3 +257,29 @@ async def test_retried_start_turn_takes_back_its_own_committed_turn(pool: Pool) 
     # once answered, the same message is a duplicate even on a retry
     _, _, again = await store.start_turn(pool, inc, "UTC")
     assert again is None
+
+
+async def test_turn_cancelled_or_closed_midway_is_not_left_running(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    core = make_core()
+    thinking, never = asyncio.Event(), asyncio.Event()
+
+    async def slow(_: dict[str, Any]) -> Reply:
+        thinking.set()
+        await never.wait()
+        return Reply(text="too late")
+
+    fake_llm.script(slow)
+    turn = asyncio.create_task(run(core, incoming("one", message_id="1")))
+    await thinking.wait()
+    turn.cancel()  # as drain() does with answers still running at shutdown
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    fake_llm.script(Reply(tool_calls=[("manage_tasks", {"action": "list"})]), Reply(text="unused"))
+    async with aclosing(core.handle(incoming("two", message_id="2"))) as events:
+        async for event in events:
+            if isinstance(event, ToolCall):
+                break  # the adapter gives up on the turn
+    rows = await pool.fetch("SELECT platform_message_id, status FROM turns ORDER BY id")
+    assert [(r["platform_message_id"], r["status"]) for r in rows] == [("1", "cut_short"), ("2", "cut_short")]

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 MAX_INCOMING_CHARS = 16000  # longer messages are refused politely without calling the LLM
 DUE_SOON = timedelta(hours=48)
 REFUSAL_EVERY_S = 3600.0  # a refused user is told at most once per chat per hour
+JOB_MESSAGE_PREFIX = "job:"  # the platform message id of a scheduled agent job's turn (core.reminders)
 ABANDONED_MARGIN = timedelta(minutes=5)  # a turn running this much longer than AGENT_TOTAL_TIMEOUT is dead
 
 
@@ -86,11 +87,18 @@ class Core:
         """Admins come from ADMINS; the local terminal user is always one."""
         return inc.platform == "console" or inc.user_key in self._admins
 
-    def admins_only(self, platform: str, rows: Sequence[Mapping[str, Any]]) -> bool:
+    def admins_only(self, platform: str, rows: Sequence[Mapping[str, Any]], *, group: bool) -> bool:
         """Whether every replayed message comes from an admin's turn (else admin tools stay off: a group
-        member must not plant instructions that an admin's turn executes)."""
+        member must not plant instructions that an admin's turn executes).
+
+        In groups a scheduled job's prompt does not count as the admin's: it may have been written by a
+        turn that read other members' text, and it runs (and is replayed) with nobody watching.
+        """
         return platform == "console" or all(
-            r["author_id"] is not None and f"{platform}:{r['author_id']}" in self._admins for r in rows
+            r["author_id"] is not None
+            and f"{platform}:{r['author_id']}" in self._admins
+            and not (group and (r["platform_message_id"] or "").startswith(JOB_MESSAGE_PREFIX))
+            for r in rows
         )
 
     def is_allowed(self, inc: Incoming) -> bool:
@@ -232,7 +240,7 @@ class Core:
         rows, due = await store.turn_context(
             self.pool, chat, user, self.settings.HISTORY_MESSAGES, now + DUE_SOON, DUE_SOON_LINES
         )
-        is_admin = self.is_admin(inc) and self.admins_only(inc.platform, rows)
+        is_admin = self.is_admin(inc) and self.admins_only(inc.platform, rows, group=chat.kind == "group")
         ctx = ToolContext(self.pool, user, chat, is_admin, self.clock, self.limits.step_timeout, self._tasks_changed)
         tools = self.registry.offered(is_admin)
         caps = self.capabilities.summaries()

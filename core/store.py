@@ -43,7 +43,7 @@ FROM u, c
 _CONTEXT_SQL = """
 SELECT
     (SELECT coalesce(json_agg(h ORDER BY h.id), '[]') FROM (
-        SELECT m.id, m.role, m.content, m.author_name, m.tool_calls, m.tool_call_id,
+        SELECT m.id, m.role, m.content, m.author_name, m.tool_calls, m.tool_call_id, m.platform_message_id,
                a.platform_user_id AS author_id  -- who started the message's turn (admin tools need all admins)
         FROM messages m LEFT JOIN turns t ON t.id = m.turn_id LEFT JOIN users a ON a.id = coalesce(m.user_id, t.user_id)
         WHERE m.chat_id = $1 AND m.id > $2 ORDER BY m.id DESC LIMIT $3) h) AS history,

@@ -55,7 +55,7 @@ class ToolContext:
     pool: Pool
     user: UserRef
     chat: ChatRef
-    is_admin: bool
+    is_admin: bool  # admin tools are allowed in this turn: an admin speaks AND only admins wrote its context
     clock: Clock
     step_timeout: float = 60.0
     on_tasks_changed: Callable[[], None] = field(default=lambda: None)

@@ -60,6 +60,19 @@ async def test_admin_tools_in_a_group_where_only_admins_spoke(make_core: MakeCor
     assert not ADMIN_TOOLS & set(tool_names(fake_llm.requests[3]))
 
 
+async def test_scheduled_job_prompts_do_not_count_as_the_admins_in_groups(
+    make_core: MakeCore, fake_llm: FakeOpenAI
+) -> None:
+    core = make_core(ADMINS="telegram:1", ALLOWED_USERS="*")
+    fake_llm.default = Reply(text="ok")
+    job = "[scheduled job: report] run the nightly report"  # as core.reminders builds an agent job's turn
+    answer(await run(core, incoming(job, user="1", chat="-53", kind="group", message_id="job:7:2026-11-21")))
+    answer(await run(core, incoming("and now?", user="1", chat="-53", kind="group")))
+    answer(await run(core, incoming(job, user="1", message_id="job:8:2026-11-21")))
+    offered = [ADMIN_TOOLS <= set(tool_names(r)) for r in fake_llm.requests]
+    assert offered == [False, False, True]  # a private chat's job only holds the admin's own words
+
+
 async def test_admin_tools_stay_in_private_chat(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
     core = make_core(ADMINS="telegram:1", ALLOWED_USERS="*")
     fake_llm.script(Reply(text="a"), Reply(text="b"))

@@ -24,6 +24,7 @@ WRAP_UP_NOTE = (
     "[note from the bot, not the user] The step limit is reached: do not call tools. In a few sentences, "
     "tell the user what you did and what is not finished."
 )
+REFUSED_HINT = "if the conversation is too long for the model, /reset starts a fresh one."
 LENGTH_NOTE = "\n\n_(cut short: the model hit its length limit)_"
 WRAP_UP_MIN_S = 2.0  # a wrap-up call needs at least this much of the time budget left
 
@@ -95,7 +96,8 @@ async def run_agent(
         except LLMUnavailable as e:
             if not steps:
                 await store.finish_turn(ctx.pool, turn_id, "failed", 0)
-                yield Error("llm_unavailable", f"{e} Your message is saved; please try again in a moment.", turn_id)
+                hint = REFUSED_HINT if e.refused else "please try again in a moment."
+                yield Error("llm_unavailable", f"{e} Your message is saved; {hint}", turn_id)
                 return
             cut_short = f"the language model stopped answering ({e})"
             break

@@ -26,6 +26,11 @@ MALFORMED = "malformed"  # LLMReply.finish_reason of a reply that could not be p
 class LLMUnavailable(Exception):
     """The model could not be reached or refused the request after the SDK's retries."""
 
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        """`refused`: the server rejected this request (a 4xx); trying the same again will not help."""
+        super().__init__(message)
+        self.refused = refused
+
 
 class LLMTimeout(Exception):
     """The model took longer than the step allows."""
@@ -130,7 +135,10 @@ class LLM:
             detail = "it timed out"
         else:
             detail = "it is unreachable"
-        return LLMUnavailable(f"The language model at {self.where} could not be used: {detail}.")
+        refused = (
+            isinstance(e, openai.APIStatusError) and 400 <= e.status_code < 500 and e.status_code not in (408, 429)
+        )
+        return LLMUnavailable(f"The language model at {self.where} could not be used: {detail}.", refused=refused)
 
     async def chat(
         self,

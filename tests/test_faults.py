@@ -77,6 +77,7 @@ async def test_model_400_shows_the_servers_reason_without_a_key_hint(make_core: 
         last.message
     )
     assert "\n" not in last.message and "LLM_API_KEY" not in last.message
+    assert "/reset starts a fresh one" in last.message and "try again in a moment" not in last.message
 
 
 async def test_huge_tool_arguments_are_cut_in_later_requests(

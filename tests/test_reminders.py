@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -16,6 +17,8 @@ from core.types import Incoming
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import answer, incoming, run
+
+T = TypeVar("T")
 
 
 class Outbox:
@@ -44,6 +47,11 @@ class Outbox:
             await self.release.wait()
         self.sent.append(msg)
         return str(len(self.sent))
+
+
+async def soon(aw: Awaitable[T]) -> T:
+    """Await an event of the code under test, failing (not hanging) when it never comes."""
+    return await asyncio.wait_for(aw, 5)
 
 
 async def _never(_: float) -> None:
@@ -426,7 +434,7 @@ async def test_outcome_recorded_when_sent_not_after_the_slowest(
     clock.advance(minutes=1)
     out = Outbox(hold=frozenset({"100"}))
     tick = asyncio.create_task(engine(pool, clock, out).tick())
-    await out.held.wait()
+    await soon(out.held.wait())
     for _ in range(200):  # tiny waits until the fast one is recorded, while the slow one is still sending
         if await pool.fetchval("SELECT count(*) FROM occurrences WHERE status = 'delivered'") == 1:
             break
@@ -457,8 +465,8 @@ async def test_plain_reminder_never_waits_for_an_agent_job(
 
     out = Outbox()
     eng = engine(pool, clock, out, agent=slow_agent)
-    assert await eng.tick() == 1  # returns while the agent job still runs
-    await started.wait()
+    assert await soon(eng.tick()) == 1  # returns while the agent job still runs
+    await soon(started.wait())
     assert [m.text for m in out.sent] == ["⏰ Plain — due 10:01"]
     assert await pool.fetchval("SELECT count(*) FROM occurrences WHERE status = 'delivered'") == 1
     finish.set()
@@ -487,11 +495,11 @@ async def test_lease_renewed_while_sending_so_no_second_process_resends(
     b_out = Outbox()
     b = engine(pool, clock, b_out, agent=slow_agent, lease=timedelta(minutes=2))
     tick = asyncio.create_task(a.tick())
-    assert await steps.entered.get() == 40  # a third of the lease
+    assert await soon(steps.entered.get()) == 40  # a third of the lease
     for _ in range(4):  # 4 renewals, 40 s apart: 2 min 40 s in all, longer than the lease
         clock.advance(seconds=40)
         steps.go.put_nowait(None)
-        await steps.entered.get()  # renewed, sleeping again
+        await soon(steps.entered.get())  # renewed, sleeping again
         assert await b.tick() == 0
     assert await pool.fetchval("SELECT lease_until FROM occurrences") == clock.now + timedelta(minutes=2)
     finish.set()

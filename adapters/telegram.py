@@ -47,6 +47,7 @@ from core.types import Assistant, AssistantDelta, Error, Incoming
 log = logging.getLogger(__name__)
 
 TYPING_EVERY_S = 4.0  # Telegram shows "typing…" for about 5 s
+TYPING_AFTER_S = 0.3  # an answer faster than this needs no "typing…" (saves a Bot API call per quick turn)
 DRAFT_EVERY_S = 0.6  # at most this often a streamed draft is updated
 DRAFT_CHARS = 4000
 PREVIEW_TIMEOUT_S = 2.0  # a typing action or draft that takes longer is not worth waiting for
@@ -381,8 +382,9 @@ class TelegramAdapter:
                 await typing
 
     async def _keep_typing(self, msg: Message) -> None:
-        """Refresh the typing action until cancelled."""
+        """Show "typing…" once the turn takes longer than TYPING_AFTER_S and refresh it until cancelled."""
         thread = msg.message_thread_id if msg.is_topic_message else None
+        await asyncio.sleep(TYPING_AFTER_S)
         while True:
             with contextlib.suppress(TelegramError):  # best effort: dropped while rate limited, never retried
                 await self.app.bot.send_chat_action(

@@ -98,7 +98,13 @@ async def test_private_round_trip_with_tool_call(bot: Bot) -> None:
     lines = assert_valid_html(quote).split("\n")
     assert lines[0].startswith("🔧 1 step · ") and lines[0].endswith(" s")
     assert lines[1] == '✅ manage_tasks create → created #1 "Buy milk", Sun 22 Nov 09:00 CET'
-    assert bot.tg.chat_actions and bot.tg.chat_actions[0]["action"] == "typing"
+
+
+async def test_slow_answer_shows_typing(bot: Bot) -> None:
+    bot.llm.script(Reply(text="Thought about it.", delay=0.5))
+    [sent] = await bot.say("think")
+    assert sent["text"] == "Thought about it."
+    assert [(a["chat_id"], a["action"]) for a in bot.tg.chat_actions] == [(1001, "typing")]
 
 
 async def test_group_without_mention_ignored_with_mention_answered(bot: Bot) -> None:
@@ -405,10 +411,11 @@ async def test_draft_streamed_in_private_chat(bot: Bot, clock: FakeClock) -> Non
     assert bot.llm.requests[0]["stream"] is True
 
 
-async def test_fast_answer_sends_no_draft(bot: Bot) -> None:
+async def test_fast_answer_sends_no_draft_and_no_typing(bot: Bot) -> None:
     bot.llm.script(Reply(text="Instant."))
     await bot.say("quick")
-    assert bot.tg.drafts == []
+    await asyncio.sleep(0.05)
+    assert bot.tg.drafts == [] and bot.tg.chat_actions == []
 
 
 async def test_handler_failure_is_logged_and_user_told(

@@ -9,10 +9,10 @@ streams a draft (sendMessageDraft, only for answers slower than 0.6 s) and sends
 sends 50 users' messages at once to a bot whose model takes 1 s. The fake Telegram server runs on the bot's own
 event loop, so its CPU is inside the figure; its handler time is printed separately.
 
-Turns run in bursts back to back with a pause after each burst (not timed): AIORateLimiter's overall
-bucket (30 messages, leaking 30 per second; one sendMessage per turn: typing actions and drafts bypass it) must
-never fill, or the figures
-measure its waits (`--unpaced-turns` shows that). The first turn after each pause is reported apart: a
+Turns run in bursts back to back with a pause after each burst (not timed): the rate limiter's overall
+bucket (30 messages, leaking 30 per second; one sendMessage per turn: typing actions, sent only for turns
+slower than 0.3 s, and drafts bypass it) must never fill, or the figures measure its waits
+(`--unpaced-turns` shows that). The first turn after each pause is reported apart: a
 process that has been idle runs its next turn slower (cold caches / CPU), as a lone message does.
 PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server in a temp dir.
 Part 2 traces each layer's share, part 3 prices one Bot API call, `--profile` adds a cProfile.
@@ -549,7 +549,7 @@ SEGMENTS = (
     ("push → the fake answers the waiting getUpdates", "fake Telegram (bot's process): wake the poll, JSON"),
     ("→ adapter._turn entered", "PTB: httpx reads the poll reply, JSON → Update, queue, handler task, filters"),
     ("→ store.start_turn called", "adapter: typing task, draft; core: checks, chat lock"),
-    ("→ start_turn + turn_context done", "core: store.start_turn + store.turn_context (asyncpg) ‖ sendChatAction"),
+    ("→ start_turn + turn_context done", "core: store.start_turn + store.turn_context (asyncpg)"),
     ("→ LLM request reaches the fake LLM", "core: prompt, replay; openai SDK + its aiohttp request"),
     ("→ first AssistantDelta in the adapter", "fake LLM (own process) + SSE back + SDK stream parsing"),
     ("→ sendMessageDraft reaches the fake", "adapter + PTB request layer (0 when no draft: instant answers)"),

@@ -10,6 +10,9 @@ server in a temp dir, as in bench.turn_overhead.
    that records (task id, scheduled time, time received) and returns at once.
 2. 100,000 reminders pending over the next 30 days; one fresh process creates the pool, builds the engine and
    runs ReminderScheduler.start() (catch-up sweep + planning): start-up time and RSS.
+3. Part 1's setup again (10,000 due over one minute, two processes, real clock), but the fake Outbox raises
+   ConnectionError for the middle 30 s (`--outage`): lost and duplicated reminders (goal 0 and 0), and for
+   those due during the outage how long after its end they arrived (the retry backoff: 5 s, 10 s, 20 s, ...).
 
 Part 1 also prints each process's counters (runs, ticks, claim/plan time, APScheduler job events, which its
 workers count instead of logging) and EXPLAIN ANALYZE of the claim and stale queries. Variants for diagnosis:
@@ -75,15 +78,22 @@ def peak_rss_mb() -> float:
 
 
 class RecordingOutbox:
-    """A platform that accepts every reminder at once and notes when it arrived."""
+    """A platform that accepts every reminder at once and notes when it arrived; during an outage (epoch
+    seconds [start, end)) it raises a transient error instead, as a network failure would."""
 
-    def __init__(self) -> None:
+    def __init__(self, outage: tuple[float, float] | None = None) -> None:
         """Start with nothing received."""
         self.records: list[tuple[int, float, float]] = []  # (task id, scheduled_at, received), epoch seconds
+        self.outage = outage
+        self.failed = 0
 
     async def send_reminder(self, msg: ReminderMessage) -> str | None:
-        """Record the reminder; its message id is the record's index."""
-        self.records.append((msg.task_id, msg.scheduled_at.timestamp(), time.time()))
+        """Record the reminder (its message id is the record's index), or fail during the outage."""
+        now = time.time()
+        if self.outage is not None and self.outage[0] <= now < self.outage[1]:
+            self.failed += 1
+            raise ConnectionError("platform unreachable (bench outage)")
+        self.records.append((msg.task_id, msg.scheduled_at.timestamp(), now))
         return str(len(self.records))
 
 
@@ -216,7 +226,7 @@ async def worker(args: argparse.Namespace, imported: float) -> int:
     t_imports = time.time()
     pool = await create_pool(dsn)
     t_pool = time.time()
-    outbox = RecordingOutbox()
+    outbox = RecordingOutbox((args.outage_start, args.outage_end) if args.outage_end else None)
     tuning = {k: v for k, v in (("batch", args.batch), ("concurrency", args.concurrency)) if v}
     engine = TimedEngine(pool, {"telegram": outbox}, system_clock, **tuning)
     sched = TimedScheduler(engine, sweep_s=args.sweep)
@@ -238,7 +248,8 @@ async def worker(args: argparse.Namespace, imported: float) -> int:
     await pool.close()
     if args.out:
         Path(args.out).write_text(json.dumps(outbox.records))
-    print(json.dumps({**sched.counters(), "received": len(outbox.records)}), flush=True)
+    print(json.dumps({**sched.counters(), "received": len(outbox.records), "send_failures": outbox.failed}),
+          flush=True)  # fmt: skip
     return 0
 
 
@@ -609,6 +620,98 @@ async def part_startup(db: Any, args: argparse.Namespace) -> int:
     return status
 
 
+async def part_outage(db: Any, args: argparse.Namespace) -> int:
+    """Part 3: N reminders due within a minute, the platform unreachable for the middle `--outage` seconds."""
+    import asyncpg
+
+    from bench.common import percentile
+
+    n, spread, lead, outage = args.reminders, args.spread, args.lead, args.outage
+    print(
+        f"== 3. {n} reminders due within {spread:g} s, {args.workers} scheduler processes, and every send "
+        f"failing (ConnectionError) for {outage:g} s in the middle of that minute (real clock) =="
+    )
+    conn = await asyncpg.connect(db.dsn)
+    try:
+        await conn.execute("DELETE FROM users WHERE platform_user_id LIKE $1", f"{db.tag}%")  # earlier parts
+        user_id, chat_id = await make_owner(conn, db.tag, "outage")
+        base = datetime.now(UTC) + timedelta(seconds=lead)
+        await conn.execute(
+            "INSERT INTO tasks (user_id, chat_id, title, due_at, timezone)"
+            " SELECT $1, $2, 'bench outage ' || i, $3::timestamptz + make_interval(secs => i * $4::float8), 'UTC'"
+            " FROM generate_series(0, $5 - 1) AS i",
+            user_id, chat_id, base, spread / n, n,
+        )  # fmt: skip
+        await conn.execute("ANALYZE tasks")
+    finally:
+        await conn.close()
+    down = base.timestamp() + (spread - outage) / 2
+    up = down + outage
+    print(f"  sends fail from +{down - base.timestamp():g} s to +{up - base.timestamp():g} s of the due window")
+    opts = ["--outage-start", repr(down), "--outage-end", repr(up), *engine_options(args)]
+    workers: list[Worker] = []
+    with tempfile.TemporaryDirectory(prefix="bench-reminders-") as tmp:
+        try:
+            for i in range(args.workers):
+                workers.append(await spawn(db.dsn, out=Path(tmp) / f"w{i}.json", sweep=args.sweep, tuning=opts))
+            await asyncio.gather(*(wait_ready(w) for w in workers))
+            conn = await asyncpg.connect(db.dsn)
+            try:
+                deadline = base.timestamp() + spread + 330  # the longest backoff (5 min) and then some
+                await asyncio.sleep(max(0.0, base.timestamp() + spread - time.time()))
+                while time.time() < deadline:
+                    left = await conn.fetchval(
+                        "SELECT count(*) FROM tasks t WHERE t.user_id = $1 AND NOT EXISTS (SELECT 1 FROM"
+                        " occurrences o WHERE o.task_id = t.id AND o.status = 'delivered')",
+                        user_id,
+                    )
+                    if left == 0:
+                        break
+                    await asyncio.sleep(0.5)
+                await asyncio.sleep(args.tail)  # let a duplicate, if any, arrive too
+                statuses = await conn.fetch(
+                    "SELECT o.status, count(*) AS n, max(o.attempts) AS attempts FROM occurrences o"
+                    " JOIN tasks t ON t.id = o.task_id WHERE t.user_id = $1 GROUP BY o.status",
+                    user_id,
+                )
+            finally:
+                await conn.close()
+            await asyncio.gather(*(finish(w) for w in workers))
+        finally:
+            await kill(workers)
+        records = [
+            (int(a), float(b), float(c))
+            for w in workers
+            if w.out is not None and w.out.exists()
+            for a, b, c in json.loads(w.out.read_text())
+        ]
+    counts = Counter(task_id for task_id, _, _ in records)
+    lost, duplicates = n - len(counts), sum(c - 1 for c in counts.values())
+    failures = sum(int(w.final.get("send_failures", 0)) for w in workers)
+    print(f"  send attempts that failed during the outage: {failures} (each retried later, nothing slept)")
+    ok = lost == 0 and duplicates == 0
+    print(
+        f"  delivered {len(records)}: lost {lost}, duplicated {duplicates}   goal 0 and 0   {'ok' if ok else 'MISSED'}"
+    )
+    print(
+        "  in the database: " + ", ".join(f"{r['status']} {r['n']} (most attempts {r['attempts']})" for r in statuses)
+    )
+
+    def line(label: str, values: list[float]) -> None:
+        v = sorted(values)
+        if v:
+            print(f"  {label} ({len(v)}): p50 {ms(percentile(v, 50))}, p99 {ms(percentile(v, 99))}, max {ms(v[-1])}")
+
+    line("due before the outage and sent before it, received - due", [r - s for _, s, r in records if r < down])
+    line(
+        "[HEADLINE] due before the outage ended and held up by it, received - outage end",
+        [r - up for _, s, r in records if s < up <= r],
+    )
+    line("due after the outage, received - due", [r - s for _, s, r in records if s >= up])
+    print()
+    return int(not ok)
+
+
 async def bench(args: argparse.Namespace) -> int:
     """Run the selected parts."""
     import asyncpg
@@ -639,6 +742,8 @@ async def bench(args: argparse.Namespace) -> int:
             status |= await part_burst(db, args, postmaster)
         if not args.skip_startup:
             status |= await part_startup(db, args)
+        if not args.skip_outage:
+            status |= await part_outage(db, args)
     return status
 
 
@@ -669,7 +774,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skip-burst", action="store_true", help="skip part 1")
     parser.add_argument("--skip-startup", action="store_true", help="skip part 2")
+    parser.add_argument("--outage", type=float, default=30.0, help="part 3: seconds the sends fail (30)")
+    parser.add_argument("--skip-outage", action="store_true", help="skip part 3")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--outage-start", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--outage-end", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--worker-bot-imports", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

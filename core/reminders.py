@@ -68,12 +68,18 @@ LIMIT $3
 """
 
 _DELIVERED_SQL = """
-WITH o AS (
-    UPDATE occurrences SET status = 'delivered', ran_at = $3, delivered_at = $4, platform_message_id = $5, error = NULL
-    WHERE task_id = $1 AND scheduled_at = $2 AND status = 'claimed'
+WITH d AS (
+    SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[], $5::text[],
+                         $6::timestamptz[]) AS d(task_id, scheduled_at, ran_at, delivered_at, message_id, next_due)
+), o AS (
+    UPDATE occurrences o SET status = 'delivered', ran_at = d.ran_at, delivered_at = d.delivered_at,
+        platform_message_id = d.message_id, error = NULL
+    FROM d WHERE o.task_id = d.task_id AND o.scheduled_at = d.scheduled_at AND o.status = 'claimed'
 )
-UPDATE tasks SET due_at = $6, updated_at = now() WHERE id = $1 AND due_at = $2 AND $6::timestamptz IS NOT NULL
+UPDATE tasks t SET due_at = d.next_due, updated_at = now()
+FROM d WHERE t.id = d.task_id AND t.due_at = d.scheduled_at AND d.next_due IS NOT NULL
 """
+Delivered = tuple[int, datetime, datetime, datetime, str | None, datetime | None]
 
 _ENDED_SQL = """
 WITH o AS (
@@ -212,6 +218,8 @@ class ReminderEngine:
     _keeper: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     _jobs: set[asyncio.Task[bool]] = field(default_factory=set, init=False, repr=False)
     _gates: dict[str, asyncio.Semaphore] = field(default_factory=dict, init=False, repr=False)
+    _recorded: list[tuple[Delivered, asyncio.Future[None]]] = field(default_factory=list, init=False, repr=False)
+    _recorder: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
     async def tick(self, *, include_stale: bool = True) -> int:
         """Send everything due now (claiming until nothing is left); returns how many plain reminders went out.
@@ -243,9 +251,10 @@ class ReminderEngine:
 
     async def drain(self) -> int:
         """Wait for the agent jobs started so far; returns how many of them were delivered."""
-        done = 0
-        while self._jobs:
-            done += sum(await asyncio.gather(*list(self._jobs)))
+        done, seen = 0, set[asyncio.Task[bool]]()
+        while pending := self._jobs - seen:
+            seen |= pending
+            done += sum(await asyncio.gather(*pending))
         return done
 
     async def close(self) -> None:
@@ -369,13 +378,31 @@ class ReminderEngine:
             except Exception as e:
                 await self._retry(row, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
                 return False
-            await self._write(
-                "recording a delivered reminder", _DELIVERED_SQL, row["task_id"], row["scheduled_at"], ran_at,
-                self.clock(), mid, self._next(row),
-            )  # fmt: skip
+            await self._delivered((row["task_id"], row["scheduled_at"], ran_at, self.clock(), mid, self._next(row)))
             return True
         finally:
             self._release(key)
+
+    async def _delivered(self, record: Delivered) -> None:
+        """Record one delivery as soon as it is sent: deliveries finishing while a write runs share the next one."""
+        done = asyncio.get_running_loop().create_future()
+        self._recorded.append((record, done))
+        if self._recorder is None:
+            self._recorder = asyncio.get_running_loop().create_task(self._record_deliveries())
+        await done
+
+    async def _record_deliveries(self) -> None:
+        """Write queued deliveries in one statement each round until none are left (group commit)."""
+        batch: list[tuple[Delivered, asyncio.Future[None]]] = []
+        try:
+            while self._recorded:
+                batch, self._recorded = self._recorded, []
+                cols = list(zip(*(r for r, _ in batch), strict=True))
+                await self._write("recording delivered reminders", _DELIVERED_SQL, *map(list, cols))
+                _resolve(batch)
+        finally:
+            self._recorder = None
+            _resolve(batch)  # cancelled mid-write: nobody waits for ever
 
     def _next(self, row: Any) -> datetime | None:
         """The series' next occurrence once this one has ended."""
@@ -391,7 +418,8 @@ class ReminderEngine:
         wait = min(self.retry_max, self.retry_first * 2 ** max(0, int(row["attempts"]) - 1))
         at = min(_ceil_second(now + wait), deadline)
         self.retries += 1
-        log.warning("reminder for task %s not sent (attempt %d), retrying at %s: %s",
+        # INFO: an outage retries every due reminder; /status shows how many are waiting
+        log.info("reminder for task %s not sent (attempt %d), retrying at %s: %s",
                     row["task_id"], row["attempts"], at.isoformat(timespec="seconds"), error)  # fmt: skip
         await self._write("recording a reminder retry", _RETRY_SQL, row["task_id"], row["scheduled_at"], at,
                           error[:500], self.instance)  # fmt: skip
@@ -440,6 +468,13 @@ class ReminderEngine:
             now, now + horizon, limit,
         )  # fmt: skip
         return [r["t"] for r in rows]
+
+
+def _resolve(batch: Sequence[tuple[Delivered, asyncio.Future[None]]]) -> None:
+    """Wake the sends waiting for these records."""
+    for _, done in batch:
+        if not done.done():
+            done.set_result(None)
 
 
 def _ceil_second(t: datetime) -> datetime:

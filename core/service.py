@@ -87,17 +87,17 @@ class Core:
         """Admins come from ADMINS; the local terminal user is always one."""
         return inc.platform == "console" or inc.user_key in self._admins
 
-    def admins_only(self, platform: str, rows: Sequence[Mapping[str, Any]], *, group: bool) -> bool:
-        """Whether every replayed message comes from an admin's turn (else admin tools stay off: a group
-        member must not plant instructions that an admin's turn executes).
+    def admins_only(self, platform: str, rows: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether every replayed message of a group comes from an admin's turn (else admin tools stay off:
+        a member must not plant instructions that an admin's turn executes).
 
-        In groups a scheduled job's prompt does not count as the admin's: it may have been written by a
-        turn that read other members' text, and it runs (and is replayed) with nobody watching.
+        A scheduled job's prompt does not count as the admin's: it may have been written by a turn that
+        read other members' text, and it runs (and is replayed) with nobody watching.
         """
         return platform == "console" or all(
             r["author_id"] is not None
             and f"{platform}:{r['author_id']}" in self._admins
-            and not (group and (r["platform_message_id"] or "").startswith(JOB_MESSAGE_PREFIX))
+            and not (r["platform_message_id"] or "").startswith(JOB_MESSAGE_PREFIX)
             for r in rows
         )
 
@@ -237,10 +237,13 @@ class Core:
             log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
         now = self.clock()
+        # In a private chat every user message is the speaker's own; in a group admin tools need all-admin authors.
+        admin, group = self.is_admin(inc), chat.kind == "group"
         rows, due = await store.turn_context(
-            self.pool, chat, user, self.settings.HISTORY_MESSAGES, now + DUE_SOON, DUE_SOON_LINES
-        )
-        is_admin = self.is_admin(inc) and self.admins_only(inc.platform, rows, group=chat.kind == "group")
+            self.pool, chat, user, self.settings.HISTORY_MESSAGES, now + DUE_SOON, DUE_SOON_LINES,
+            authors=admin and group,
+        )  # fmt: skip
+        is_admin = admin and (not group or self.admins_only(inc.platform, rows))
         ctx = ToolContext(self.pool, user, chat, is_admin, self.clock, self.limits.step_timeout, self._tasks_changed)
         tools = self.registry.offered(is_admin)
         caps = self.capabilities.summaries()

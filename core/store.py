@@ -43,9 +43,13 @@ FROM u, c
 _CONTEXT_SQL = """
 SELECT
     (SELECT coalesce(json_agg(h ORDER BY h.id), '[]') FROM (
-        SELECT m.id, m.role, m.content, m.author_name, m.tool_calls, m.tool_call_id, m.platform_message_id,
-               a.platform_user_id AS author_id  -- who started the message's turn (admin tools need all admins)
-        FROM messages m LEFT JOIN turns t ON t.id = m.turn_id LEFT JOIN users a ON a.id = coalesce(m.user_id, t.user_id)
+        SELECT m.id, m.role, m.content, m.author_name, m.tool_calls, m.tool_call_id,
+               CASE WHEN $7 THEN m.platform_message_id END AS platform_message_id,
+               CASE WHEN $7 THEN (  -- who started the message's turn (admin tools in groups need all admins)
+                   SELECT a.platform_user_id FROM users a
+                   WHERE a.id = coalesce(m.user_id, (SELECT t.user_id FROM turns t WHERE t.id = m.turn_id))
+               ) END AS author_id
+        FROM messages m
         WHERE m.chat_id = $1 AND m.id > $2 ORDER BY m.id DESC LIMIT $3) h) AS history,
     (SELECT coalesce(json_agg(d ORDER BY d.due_at), '[]') FROM (
         SELECT id, title, due_at FROM tasks
@@ -112,11 +116,23 @@ async def start_turn(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRe
 
 
 async def turn_context(
-    pool: Pool, chat: ChatRef, user: UserRef, history: int, due_before: datetime, due_limit: int
+    pool: Pool,
+    chat: ChatRef,
+    user: UserRef,
+    history: int,
+    due_before: datetime,
+    due_limit: int,
+    *,
+    authors: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The chat's replay window (oldest first) and the user's open tasks due soon, in one round trip."""
+    """The chat's replay window (oldest first) and the user's open tasks due soon, in one round trip.
+
+    With `authors`, each message row carries `author_id` (the platform id of the user whose turn it is) and
+    `platform_message_id`; without, both are null (and the query costs what it did before).
+    """
+    args = (chat.id, chat.history_floor, history, user.id, due_before, due_limit, authors)
     row = await retry_dropped(
-        lambda: pool.fetchrow(_CONTEXT_SQL, chat.id, chat.history_floor, history, user.id, due_before, due_limit),
+        lambda: pool.fetchrow(_CONTEXT_SQL, *args),
         "loading the conversation",
         pool=pool,
     )

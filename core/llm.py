@@ -211,6 +211,9 @@ class LLM:
                 RawToolCall(s["id"] or f"call_{i}", s["name"], s["arguments"]) for i, s in sorted(partial.items())
             ]
             yield reply
+        except json.JSONDecodeError as e:  # a whole reply whose body is not JSON: as unusable as an empty one
+            log.warning("the model at %s sent a malformed reply (%s)", self.where, e.msg)
+            yield LLMReply(content=None, finish_reason=MALFORMED)
         except TimeoutError:
             raise LLMTimeout(f"the model did not answer within {timeout:.0f} s") from None
         except openai.OpenAIError as e:

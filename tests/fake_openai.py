@@ -42,7 +42,8 @@ class Reply:
     delay: float = 0.0  # seconds to asyncio.sleep before answering
     raw: dict[str, Any] | None = None  # sent verbatim as the JSON body / only SSE chunk
     finish_reason: str | None = None  # overrides "stop"/"tool_calls" (e.g. "length" for a cut answer)
-    # streamed replies: `data:` payloads written verbatim before the finishing chunk (e.g. "{not json")
+    # streamed replies: `data:` payloads written verbatim before the finishing chunk (e.g. "{not json");
+    # a whole reply's body is the first of them instead, sent as application/json
     bad_sse: list[str] = field(default_factory=list)
 
 
@@ -297,6 +298,8 @@ class FakeOpenAI(LoopbackServer):
             await asyncio.sleep(reply.delay)
 
         stream = bool(body.get("stream"))
+        if reply.bad_sse and not stream:
+            return web.Response(text=reply.bad_sse[0], content_type="application/json")
         if reply.raw is not None:
             if stream and reply.status == 200:
                 return await self._send_sse(request, [reply.raw])

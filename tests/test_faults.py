@@ -48,10 +48,11 @@ async def test_answer_cut_by_the_length_limit_says_so(make_core: MakeCore, fake_
 # ---- the model's faults ---------------------------------------------------------------------------
 
 
-async def test_malformed_streamed_event_gets_a_corrective_retry(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+@pytest.mark.parametrize("stream", [True, False])
+async def test_malformed_reply_gets_a_corrective_retry(make_core: MakeCore, fake_llm: FakeOpenAI, stream: bool) -> None:
     core = make_core()
     fake_llm.script(Reply(text="Half an ans", bad_sse=["{this is not json"]), Reply(text="Here is the answer."))
-    a = answer(await run(core, incoming("hi"), stream=True))
+    a = answer(await run(core, incoming("hi"), stream=stream))
     assert a.text == "Here is the answer." and a.cut_short is None
     assert "previous reply was empty or malformed" in fake_llm.requests[1]["messages"][-1]["content"]
 

@@ -38,6 +38,18 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError,
     OSError,
 )
+# A connection whose server already sent "terminating connection" but whose socket close has not been
+# seen yet is still handed out by the pool; using it fails with these messages (asyncpg's own errors).
+_DROPPED_MESSAGES = ("cannot switch to state", "connection is closed")
+
+
+def is_dropped(e: BaseException) -> bool:
+    """Whether `e` means the connection was lost, rather than that the statement was wrong."""
+    if isinstance(e, CONNECTION_ERRORS):
+        return True
+    return isinstance(e, asyncpg.InternalClientError | asyncpg.InterfaceError) and any(
+        m in str(e) for m in _DROPPED_MESSAGES
+    )
 
 
 async def retry_dropped(
@@ -55,7 +67,9 @@ async def retry_dropped(
     """
     try:
         return await op()
-    except CONNECTION_ERRORS as e:
+    except Exception as e:
+        if not is_dropped(e):
+            raise
         log.warning("%s lost its database connection (%s); retrying once", what, type(e).__name__)
         if pool is not None:
             await pool.expire_connections()

@@ -14,7 +14,7 @@ import pytest
 
 from core import store
 from core.activity import step_line
-from core.db import Pool
+from core.db import Pool, is_dropped
 from core.tools import TOOL_ARGUMENTS_PROMPT_CHARS
 from core.types import Error, ToolCall
 from tests.conftest import MakeCore
@@ -119,16 +119,18 @@ async def _drop_all_connections(dsn: str) -> int:
     """Terminate every other backend of the test database, as a failover or restart would."""
     conn = await asyncpg.connect(dsn)
     try:
-        n: int = await conn.fetchval(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        pids: list[int] = await conn.fetchval(
+            "SELECT coalesce(array_agg(pid) FILTER (WHERE pg_terminate_backend(pid)), '{}') FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
-        await conn.execute(
-            "DO $$ BEGIN WHILE (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid <> pg_backend_pid()) > 0"
-            " LOOP PERFORM pg_sleep(0.002); PERFORM pg_stat_clear_snapshot(); END LOOP; END $$"
-        )
-        return n
+        for _ in range(5000):  # until those backends are gone (new connections may already be opening)
+            if not await conn.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = ANY($1::int[]))", pids
+            ):
+                break
+        else:
+            raise AssertionError(f"backends {pids} did not end")
+        return len(pids)
     finally:
         await conn.close()
 
@@ -285,3 +287,12 @@ async def test_turn_cancelled_or_closed_midway_is_not_left_running(
                 break  # the adapter gives up on the turn
     rows = await pool.fetch("SELECT platform_message_id, status FROM turns ORDER BY id")
     assert [(r["platform_message_id"], r["status"]) for r in rows] == [("1", "cut_short"), ("2", "cut_short")]
+
+
+def test_half_closed_connection_errors_count_as_dropped() -> None:
+    # seen under load: the server's "terminating connection" arrived, the socket close not yet
+    assert is_dropped(asyncpg.InternalClientError("cannot switch to state 11; another operation (2) is in progress"))
+    assert is_dropped(asyncpg.InterfaceError("connection is closed"))
+    assert is_dropped(asyncpg.AdminShutdownError("terminating connection due to administrator command"))
+    assert not is_dropped(asyncpg.InterfaceError("cannot perform operation: another operation is in progress"))
+    assert not is_dropped(asyncpg.UniqueViolationError("duplicate key"))

@@ -100,7 +100,9 @@ class Commands:
         rows = await self.core.pool.fetch(
             "SELECT t.id, t.title, o.scheduled_at, o.status, o.error, o.lease_until FROM occurrences o"
             " JOIN tasks t ON t.id = o.task_id WHERE t.user_id = $1 AND o.scheduled_at > $2"
-            " AND (o.status = 'failed' OR (o.status = 'claimed' AND o.error IS NOT NULL)) ORDER BY o.scheduled_at",
+            " AND (o.status = 'failed' OR (o.status = 'claimed' AND o.error IS NOT NULL"
+            "      AND t.due_at = o.scheduled_at AND t.status IN ('pending', 'in_progress')))"  # not done/snoozed since
+            " ORDER BY o.scheduled_at",
             user_id, now - timedelta(days=7),
         )  # fmt: skip
         failed = [r for r in rows if r["status"] == "failed"]
@@ -166,7 +168,9 @@ class Commands:
         """Reminder occurrences failed in the last 7 days, and ones waiting for a retry (from the database)."""
         row = await self.core.pool.fetchrow(
             "SELECT (SELECT count(*) FROM occurrences WHERE status = 'failed' AND scheduled_at > $1) AS failed,"
-            " (SELECT count(*) FROM occurrences WHERE status = 'claimed' AND error IS NOT NULL) AS retrying",
+            " (SELECT count(*) FROM occurrences o JOIN tasks t ON t.id = o.task_id WHERE o.status = 'claimed'"
+            "  AND o.error IS NOT NULL AND t.due_at = o.scheduled_at AND t.status IN ('pending', 'in_progress'))"
+            " AS retrying",
             self.core.clock() - timedelta(days=7),
         )
         assert row is not None

@@ -351,6 +351,26 @@ async def test_no_adapter_yet_is_retried_and_survives_a_restart(
     assert (await occurrence(pool))["status"] == "delivered" and len(out.sent) == 1
 
 
+async def test_a_retry_of_a_task_done_or_snoozed_meanwhile_is_neither_sent_nor_listed(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
+) -> None:
+    core = make_core()
+    await create(core, fake_llm, {"title": "Call Bob", "due_at": "2026-11-21T10:01"})
+    clock.advance(minutes=1)
+    out = Outbox(fail_first=1)
+    eng = engine(pool, clock, out)
+    assert await eng.tick() == 0  # the first attempt failed: retrying
+    assert "reminders being retried: 1" in await Commands(core).status(StatusBoard())
+    ok, _ = await press(pool, clock, platform="telegram", presser_id="100", task_id=1, action="snooze10")
+    assert ok
+    clock.advance(seconds=5)
+    assert await eng.tick() == 0 and out.calls == 1  # the old time is not retried after the snooze
+    assert "Reminders not sent yet" not in await Commands(core).tasks(incoming("/tasks"))
+    assert "being retried" not in await Commands(core).status(StatusBoard())
+    clock.advance(minutes=10)
+    assert await eng.tick() == 1 and out.sent[0].text.startswith("⏰ Call Bob")  # the snoozed time is sent
+
+
 async def test_refusal_ends_it_as_failed_shown_in_tasks_and_status(
     make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
 ) -> None:

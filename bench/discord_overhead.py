@@ -382,7 +382,7 @@ SEGMENTS = (
     ("post_message → returned", "fake Discord (bot's process): build the message, JSON snapshot, websocket write"),
     ("→ adapter.on_message entered", "discord.py: websocket read, JSON, parse_message_create, Message, event task"),
     ("→ core.handle called", "adapter: addressed?, text, Incoming, typing task"),
-    ("→ LLM request reaches the fake LLM", "core: checks, chat lock, start_turn + turn_context, prompt, SDK"),
+    ("→ LLM request reaches the fake LLM", "core: checks, chat lock, begin_turn, prompt, SDK"),
     ("→ Assistant event in the adapter", "fake LLM (own process) + SSE back + SDK parsing + finish_turn"),
     ("→ POST …/messages reaches the fake", "adapter render_reply + discord.py REST (route, rate limiter, aiohttp)"),
     ("   … until recorded in `sent`", "fake Discord handler: body, validation, store"),

@@ -532,7 +532,7 @@ def traced(rig: Rig, tracer: Tracer) -> Iterator[None]:
         return call
 
     undo: list[tuple[str, Any]] = []
-    for name in ("start_turn", "turn_context", "finish_turn_with_answer"):
+    for name in ("begin_turn", "finish_turn_with_answer"):
         undo.append((name, getattr(store, name)))
         setattr(store, name, timed(getattr(store, name), name))
     adapter._turn = turn  # type: ignore[method-assign]
@@ -548,8 +548,8 @@ def traced(rig: Rig, tracer: Tracer) -> Iterator[None]:
 SEGMENTS = (
     ("push → the fake answers the waiting getUpdates", "fake Telegram (bot's process): wake the poll, JSON"),
     ("→ adapter._turn entered", "PTB: httpx reads the poll reply, JSON → Update, queue, handler task, filters"),
-    ("→ store.start_turn called", "adapter: typing task, draft; core: checks, chat lock"),
-    ("→ start_turn + turn_context done", "core: store.start_turn + store.turn_context (asyncpg)"),
+    ("→ store.begin_turn called", "adapter: typing task, draft; core: checks, chat lock"),
+    ("→ begin_turn done", "core: store.begin_turn: message, turn and context in one round trip (asyncpg)"),
     ("→ LLM request reaches the fake LLM", "core: prompt, replay; openai SDK + its aiohttp request"),
     ("→ first AssistantDelta in the adapter", "fake LLM (own process) + SSE back + SDK stream parsing"),
     ("→ sendMessageDraft reaches the fake", "adapter + PTB request layer (0 when no draft: instant answers)"),
@@ -574,8 +574,8 @@ def turn_segments(t: TurnTimes, m: Marks, calls: list[ApiCall], llm_arrival: flo
         t.pushed,
         poll.t_out,
         m.at["turn"],
-        db["start_turn"][0],
-        db["turn_context"][1],
+        db["begin_turn"][0],
+        db["begin_turn"][1],
         llm_arrival,
         m.at["AssistantDelta"],
         draft_in,

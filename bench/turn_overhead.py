@@ -370,7 +370,7 @@ def phase_timers(core: Core) -> Iterator[dict[str, float]]:
         undo.append((owner, name, orig))
         setattr(owner, name, timed)
 
-    for name in ("start_turn", "turn_context", "finish_turn_with_answer"):
+    for name in ("begin_turn", "finish_turn_with_answer"):
         wrap(store, name, f"DB: store.{name}")
     wrap(core.llm.client, "post", "openai SDK: client.post (all of it)")
     try:

@@ -233,7 +233,7 @@ class ReminderEngine:
             claim = partial(
                 self.pool.fetch, _CLAIM_SQL, self.instance, now, self.batch, self.late_after, self.lease, self.grace
             )
-            rows = await retry_dropped(claim, "reminder claim")
+            rows = await retry_dropped(claim, "reminder claim", pool=self.pool)
             if not rows:
                 return delivered
             self._hold([(r["task_id"], r["scheduled_at"]) for r in rows])
@@ -330,7 +330,7 @@ class ReminderEngine:
             try:
                 renew = partial(self.pool.execute, _RENEW_SQL, [k[0] for k in keys], [k[1] for k in keys],
                                 self.instance, self.clock() + self.lease)  # fmt: skip
-                await retry_dropped(renew, "reminder lease renewal")
+                await retry_dropped(renew, "reminder lease renewal", pool=self.pool)
             except Exception as e:
                 log.warning("renewing %d reminder leases failed: %s", len(keys), e)
 
@@ -437,7 +437,7 @@ class ReminderEngine:
     async def _write(self, what: str, sql: str, *args: Any) -> None:
         """One idempotent outcome write (retried once on a dropped connection); logged, never raised."""
         try:
-            await retry_dropped(partial(self.pool.execute, sql, *args), what)
+            await retry_dropped(partial(self.pool.execute, sql, *args), what, pool=self.pool)
         except Exception:
             log.exception("%s failed (the claim is retried after its lease)", what)
 

@@ -232,17 +232,17 @@ class Core:
 
     async def _turn(self, inc: Incoming, stream: bool) -> AsyncGenerator[Event, None]:
         """One turn inside the chat's slot."""
-        user, chat, turn_id = await store.start_turn(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
+        now = self.clock()
+        # In a private chat every user message is the speaker's own; in a group admin tools need all-admin authors.
+        admin, group = self.is_admin(inc), inc.chat_kind == "group"
+        start = await store.begin_turn(
+            self.pool, inc, self.settings.DEFAULT_TIMEZONE, self.settings.HISTORY_MESSAGES, now + DUE_SOON,
+            DUE_SOON_LINES, authors=admin and group,
+        )  # fmt: skip
+        user, chat, turn_id, rows, due = start.user, start.chat, start.turn_id, start.history, start.due
         if turn_id is None:
             log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
-        now = self.clock()
-        # In a private chat every user message is the speaker's own; in a group admin tools need all-admin authors.
-        admin, group = self.is_admin(inc), chat.kind == "group"
-        rows, due = await store.turn_context(
-            self.pool, chat, user, self.settings.HISTORY_MESSAGES, now + DUE_SOON, DUE_SOON_LINES,
-            authors=admin and group,
-        )  # fmt: skip
         is_admin = admin and (not group or self.admins_only(inc.platform, rows))
         ctx = ToolContext(self.pool, user, chat, is_admin, self.clock, self.limits.step_timeout, self._tasks_changed)
         tools = self.registry.offered(is_admin)

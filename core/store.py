@@ -40,23 +40,29 @@ SELECT u.id AS user_id, u.timezone, c.id AS chat_id, c.history_floor, (SELECT id
 FROM u, c
 """
 
-_CONTEXT_SQL = """
-SELECT
+# A turn's start in one round trip: _BEGIN_SQL plus the replay window and the due-soon tasks. The subqueries
+# see the snapshot from before this statement, so the new message is not among them (the caller appends it);
+# a retried start that took back its own turn leaves that turn's message out for the same reason.
+_BEGIN_WITH_CONTEXT_SQL = (
+    _BEGIN_SQL.rstrip().removesuffix("FROM u, c").rstrip()
+    + """,
     (SELECT coalesce(json_agg(h ORDER BY h.id), '[]') FROM (
         SELECT m.id, m.role, m.content, m.author_name, m.tool_calls, m.tool_call_id,
-               CASE WHEN $7 THEN m.platform_message_id END AS platform_message_id,
-               CASE WHEN $7 THEN (  -- who started the message's turn (admin tools in groups need all admins)
+               CASE WHEN $15 THEN m.platform_message_id END AS platform_message_id,
+               CASE WHEN $15 THEN (  -- who started the message's turn (admin tools in groups need all admins)
                    SELECT a.platform_user_id FROM users a
-                   WHERE a.id = coalesce(m.user_id, (SELECT t.user_id FROM turns t WHERE t.id = m.turn_id))
+                   WHERE a.id = coalesce(m.user_id, (SELECT x.user_id FROM turns x WHERE x.id = m.turn_id))
                ) END AS author_id
         FROM messages m
-        WHERE m.chat_id = $1 AND m.id > $2 ORDER BY m.id DESC LIMIT $3) h) AS history,
+        WHERE m.chat_id = c.id AND m.id > c.history_floor AND m.turn_id IS DISTINCT FROM (SELECT id FROM t)
+        ORDER BY m.id DESC LIMIT $12) h) AS history,
     (SELECT coalesce(json_agg(d ORDER BY d.due_at), '[]') FROM (
         SELECT id, title, due_at FROM tasks
-        WHERE user_id = $4 AND status IN ('pending', 'in_progress') AND due_at < $5
-        ORDER BY due_at LIMIT $6) d) AS due
+        WHERE user_id = u.id AND status IN ('pending', 'in_progress') AND due_at < $13
+        ORDER BY due_at LIMIT $14) d) AS due
+FROM u, c
 """
-
+)
 
 _ADD_ASSISTANT_ONCE_SQL = """
 INSERT INTO messages (chat_id, turn_id, role, content, tool_calls) SELECT $1, $2, 'assistant', $3, $4
@@ -104,6 +110,54 @@ async def _begin(pool: Pool, inc: Incoming, default_tz: str, *, open_turn: bool)
     return user, chat, row["turn_id"]
 
 
+@dataclass(frozen=True)
+class TurnStart:
+    """A stored message's turn with what its prompt needs: replay rows (oldest first, ending with the
+    message itself) and the speaker's open tasks due soon; `turn_id` is None for a message seen before."""
+
+    user: UserRef
+    chat: ChatRef
+    turn_id: int | None
+    history: list[dict[str, Any]]
+    due: list[dict[str, Any]]
+
+
+async def begin_turn(
+    pool: Pool,
+    inc: Incoming,
+    default_tz: str,
+    history: int,
+    due_before: datetime,
+    due_limit: int,
+    *,
+    authors: bool = False,
+) -> TurnStart:
+    """Identify, store the message, open its turn and load its context, in one round trip before the LLM.
+
+    With `authors`, each history row carries `author_id` (the platform id of the user whose turn it is) and
+    `platform_message_id`; without, both are null. Retried once on a dropped connection like start_turn.
+    """
+
+    def attempt(retry: bool) -> Awaitable[Record | None]:
+        return pool.fetchrow(
+            _BEGIN_WITH_CONTEXT_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
+            inc.chat_kind, inc.chat_title, inc.message_id, inc.text, True, retry, history - 1, due_before,
+            due_limit, authors,
+        )  # fmt: skip
+
+    row = await retry_dropped(lambda: attempt(False), "storing a message", pool=pool, again=lambda: attempt(True))
+    assert row is not None
+    user = UserRef(row["user_id"], inc.platform, inc.user_id, inc.user_name, row["timezone"] or default_tz)
+    chat = ChatRef(row["chat_id"], inc.platform, inc.chat_id, inc.thread_id, inc.chat_kind, row["history_floor"])
+    own = {
+        "id": None, "role": "user", "content": inc.text, "author_name": inc.user_name, "tool_calls": None,
+        "tool_call_id": None, "platform_message_id": inc.message_id if authors else None,
+        "author_id": inc.user_id if authors else None,
+    }  # fmt: skip
+    due = [dict(d, due_at=datetime.fromisoformat(d["due_at"])) for d in row["due"]]
+    return TurnStart(user, chat, row["turn_id"], [*row["history"], own], due)
+
+
 async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:
     """Upsert the speaking user and the chat and return their references."""
     user, chat, _ = await _begin(pool, inc, default_tz, open_turn=False)
@@ -113,32 +167,6 @@ async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef,
 async def start_turn(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef, int | None]:
     """Identify, store the user's message and open a turn; the turn id is None for a message seen before."""
     return await _begin(pool, inc, default_tz, open_turn=True)
-
-
-async def turn_context(
-    pool: Pool,
-    chat: ChatRef,
-    user: UserRef,
-    history: int,
-    due_before: datetime,
-    due_limit: int,
-    *,
-    authors: bool = False,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The chat's replay window (oldest first) and the user's open tasks due soon, in one round trip.
-
-    With `authors`, each message row carries `author_id` (the platform id of the user whose turn it is) and
-    `platform_message_id`; without, both are null (and the query costs what it did before).
-    """
-    args = (chat.id, chat.history_floor, history, user.id, due_before, due_limit, authors)
-    row = await retry_dropped(
-        lambda: pool.fetchrow(_CONTEXT_SQL, *args),
-        "loading the conversation",
-        pool=pool,
-    )
-    assert row is not None
-    due = [dict(d, due_at=datetime.fromisoformat(d["due_at"])) for d in row["due"]]
-    return row["history"], due
 
 
 async def add_assistant(

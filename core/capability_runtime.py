@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from core.db import Pool
+from core.db import Pool, untrusted_sql_connection
 from core.timeutil import Clock, zone
 from core.tools import ToolError, UserRef
 
@@ -315,6 +315,7 @@ async def run_query(
     text_args = [_as_text(a) for a in args]
     ms = max(100, min(QUERY_TIMEOUT_MS, int(timeout_s * 1000)))
     async with pool.acquire() as conn, conn.transaction(readonly=True):
+        untrusted_sql_connection(conn)
         reader_ok = await conn.fetchval(
             "SELECT to_regprocedure($3) IS NOT NULL FROM (SELECT set_config('statement_timeout', $1, true),"
             " set_config('app.user_id', $2, true), set_config('app.user_sig', capability_sign($2), true)) s",

@@ -169,6 +169,24 @@ def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedP
     return EmbeddedPostgres(server=server, uri=server.get_uri())
 
 
+class BotConnection(asyncpg.Connection):
+    """A pooled connection that knows whether SQL we did not write (admin SQL, capability queries) ran on it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """A fresh connection has no session state."""
+        super().__init__(*args, **kwargs)
+        self.needs_reset = False
+
+    def mark_untrusted(self) -> None:
+        """Foreign SQL runs here: reset the whole session before the pool hands this connection out again."""
+        self.needs_reset = True
+
+
+def untrusted_sql_connection(conn: Any) -> None:
+    """Mark a pooled connection (proxy or raw) that is about to run SQL the bot did not write."""
+    conn.mark_untrusted()  # a PoolConnectionProxy forwards the call to its BotConnection
+
+
 async def create_pool(dsn: str, *, min_size: int = 10, max_size: int = 20) -> Pool:
     """Create the asyncpg pool with JSON codecs for json/jsonb."""
 
@@ -181,11 +199,17 @@ async def create_pool(dsn: str, *, min_size: int = 10, max_size: int = 20) -> Po
     async def reset(conn: asyncpg.Connection) -> None:
         # asyncpg's default reset (advisory unlock, CLOSE ALL, UNLISTEN *, RESET ALL) plus what it misses:
         # admin SQL may have run SET ROLE / SET SESSION AUTHORIZATION or created temp tables here.
-        await conn.execute(_RESET_EXTRA + conn.get_reset_query())
+        if isinstance(conn, BotConnection) and conn.needs_reset:
+            await conn.execute(_RESET_EXTRA + conn.get_reset_query())
+            conn.needs_reset = False
 
-    # Every release runs `reset` (one round trip) so no session state (SET, SET ROLE, search_path,
-    # advisory locks, LISTEN) passes from one user's turn to the next; tests/test_security.py pins it.
-    pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=init, reset=reset)
+    # On release asyncpg always rolls back an open transaction; the full session reset (one round trip) runs
+    # only where SQL we did not write ran (marked with untrusted_sql_connection): our own statements leave no
+    # session state (SET LOCAL only, advisory locks unlocked in `finally`), so no SET, SET ROLE, search_path,
+    # advisory lock or LISTEN passes from one user's turn to the next; tests/test_security.py pins it.
+    pool = await asyncpg.create_pool(
+        dsn, min_size=min_size, max_size=max_size, init=init, reset=reset, connection_class=BotConnection
+    )
     assert pool is not None
     return pool
 
@@ -274,6 +298,7 @@ async def migrate(pool: Pool, sql_dir: Path = SQL_DIR) -> list[str]:
     """Apply pending migrations once each, in order, in transactions, under an advisory lock."""
     applied: list[str] = []
     async with pool.acquire() as conn:
+        untrusted_sql_connection(conn)  # the migrations' own SQL may leave session state
         await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
         try:
             await conn.execute(

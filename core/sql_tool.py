@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from core.db import untrusted_sql_connection
 from core.tools import Tool, ToolContext, ToolError
 
 STATEMENT_TIMEOUT_MS = 5000
@@ -26,6 +27,7 @@ async def execute_sql(p: ExecuteSqlParams, ctx: ToolContext) -> dict[str, Any]:
 
     timeout_ms = max(100, min(STATEMENT_TIMEOUT_MS, int(ctx.step_timeout * 1000) - 200))
     async with ctx.pool.acquire() as conn, conn.transaction():
+        untrusted_sql_connection(conn)
         await conn.execute(f"SET LOCAL statement_timeout = {timeout_ms}")
         try:
             stmt = await conn.prepare(p.query)

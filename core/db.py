@@ -176,15 +176,20 @@ class BotConnection(asyncpg.Connection):
         """A fresh connection has no session state."""
         super().__init__(*args, **kwargs)
         self.needs_reset = False
+        self.discard = False
 
-    def mark_untrusted(self) -> None:
-        """Foreign SQL runs here: reset the whole session before the pool hands this connection out again."""
+    def mark_untrusted(self, discard: bool) -> None:
+        """Foreign SQL runs here: reset the whole session (or close the connection) before it is reused."""
         self.needs_reset = True
+        self.discard = self.discard or discard
 
 
-def untrusted_sql_connection(conn: Any) -> None:
-    """Mark a pooled connection (proxy or raw) that is about to run SQL the bot did not write."""
-    conn.mark_untrusted()  # a PoolConnectionProxy forwards the call to its BotConnection
+def untrusted_sql_connection(conn: Any, *, discard: bool = False) -> None:
+    """Mark a pooled connection (proxy or raw) that is about to run SQL the bot did not write.
+
+    With `discard` it is closed on release instead of reset (arbitrary admin SQL may even DEALLOCATE the
+    statements asyncpg has cached on it); the pool opens a fresh one when needed."""
+    conn.mark_untrusted(discard)  # a PoolConnectionProxy forwards the call to its BotConnection
 
 
 async def create_pool(dsn: str, *, min_size: int = 10, max_size: int = 20) -> Pool:
@@ -199,7 +204,9 @@ async def create_pool(dsn: str, *, min_size: int = 10, max_size: int = 20) -> Po
     async def reset(conn: asyncpg.Connection) -> None:
         # asyncpg's default reset (advisory unlock, CLOSE ALL, UNLISTEN *, RESET ALL) plus what it misses:
         # admin SQL may have run SET ROLE / SET SESSION AUTHORIZATION or created temp tables here.
-        if isinstance(conn, BotConnection) and conn.needs_reset:
+        if isinstance(conn, BotConnection) and conn.discard:
+            await conn.close(timeout=5)  # the pool's next acquire of this slot connects afresh
+        elif isinstance(conn, BotConnection) and conn.needs_reset:
             await conn.execute(_RESET_EXTRA + conn.get_reset_query())
             conn.needs_reset = False
 
@@ -231,7 +238,10 @@ def dsn_target(dsn: str) -> str:
 
 def dsn_problem(dsn: str) -> str | None:
     """What is wrong with the shape of a PostgreSQL URL (scheme, port), or None."""
-    parts = urlsplit(dsn)
+    try:
+        parts = urlsplit(dsn)
+    except ValueError as e:  # e.g. an unclosed `[` around an IPv6 host
+        return f"is not a valid URL ({e})"
     if parts.scheme not in ("postgresql", "postgres"):
         shown = f"'{parts.scheme}://'" if parts.scheme else "no scheme"
         return f"must start with postgresql:// (got {shown})"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from core.tools import TOOL_RESULT_PROMPT_CHARS, calls_for_prompt
+from core.tools import ANSWER_PROMPT_CHARS, TOOL_RESULT_PROMPT_CHARS, calls_for_prompt
 
 
 class Row(Protocol):
@@ -22,7 +22,7 @@ def _user_content(row: Row, group: bool) -> str:
 
 
 def _cut(text: str, limit: int = TOOL_RESULT_PROMPT_CHARS) -> str:
-    """A stored tool result cut for the prompt."""
+    """A stored text (tool result, earlier answer) cut for the prompt."""
     return text if len(text) <= limit else text[:limit] + f"… [truncated, {len(text) - limit} more characters]"
 
 
@@ -47,14 +47,15 @@ def build_replay(rows: Sequence[Row], *, group: bool) -> list[dict[str, Any]]:
                     results[rows[j]["tool_call_id"]] = rows[j]
                 j += 1
             if set(results) == wanted:  # a turn cut by a crash leaves calls without results: skip them
-                out.append({"role": "assistant", "content": row["content"], "tool_calls": calls_for_prompt(calls)})
+                content = _cut(row["content"], ANSWER_PROMPT_CHARS) if row["content"] else row["content"]
+                out.append({"role": "assistant", "content": content, "tool_calls": calls_for_prompt(calls)})
                 out.extend(
                     {"role": "tool", "tool_call_id": c["id"], "content": _cut(results[c["id"]]["content"] or "")}
                     for c in calls
                 )
             i = j
         elif role == "assistant":
-            out.append({"role": "assistant", "content": row["content"] or ""})
+            out.append({"role": "assistant", "content": _cut(row["content"] or "", ANSWER_PROMPT_CHARS)})
             i += 1
         else:  # a tool result without its call (cannot happen after the checks above): drop it
             i += 1

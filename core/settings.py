@@ -165,7 +165,10 @@ class Settings(BaseSettings):
         values = [s.get_secret_value() for s in (self.DATABASE_URL, self.LLM_API_KEY, self.TELEGRAM_BOT_TOKEN,
                                                   self.DISCORD_BOT_TOKEN) if s is not None]  # fmt: skip
         if self.DATABASE_URL is not None:
-            password = urlsplit(self.DATABASE_URL.get_secret_value()).password or ""
+            try:
+                password = urlsplit(self.DATABASE_URL.get_secret_value()).password or ""
+            except ValueError:  # not a URL at all: the whole value is redacted above
+                password = ""
             values += [password, unquote(password)]
         return sorted({v for v in values if len(v) >= 3}, key=len, reverse=True)
 

@@ -27,7 +27,7 @@ async def execute_sql(p: ExecuteSqlParams, ctx: ToolContext) -> dict[str, Any]:
 
     timeout_ms = max(100, min(STATEMENT_TIMEOUT_MS, int(ctx.step_timeout * 1000) - 200))
     async with ctx.pool.acquire() as conn, conn.transaction():
-        untrusted_sql_connection(conn)
+        untrusted_sql_connection(conn, discard=True)
         await conn.execute(f"SET LOCAL statement_timeout = {timeout_ms}")
         try:
             stmt = await conn.prepare(p.query)

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 TOOL_RESULT_PROMPT_CHARS = 4000  # a tool result longer than this is cut for the prompt (the DB keeps it all)
 TOOL_ARGUMENTS_PROMPT_CHARS = 8000  # so are a tool call's arguments (code for write_capability fits)
+TOOL_NAME_CHARS = 64  # the API's limit for a function name; a longer (made-up) name is cut in the prompt
+ANSWER_PROMPT_CHARS = 16000  # an earlier answer of the model longer than this is cut when replayed
 
 
 @dataclass(frozen=True)
@@ -187,14 +189,16 @@ def arguments_for_prompt(arguments: str, limit: int = TOOL_ARGUMENTS_PROMPT_CHAR
 
 
 def calls_for_prompt(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Stored assistant tool calls with oversized arguments cut (the stored list itself is left alone)."""
+    """Stored assistant tool calls with oversized arguments and names cut (the stored list itself is left alone)."""
     out = []
     for call in calls:
         fn = call.get("function") or {}
-        args = fn.get("arguments")
+        args, name = fn.get("arguments"), fn.get("name")
         if isinstance(args, str) and len(args) > TOOL_ARGUMENTS_PROMPT_CHARS:
-            call = {**call, "function": {**fn, "arguments": arguments_for_prompt(args)}}
-        out.append(call)
+            fn = {**fn, "arguments": arguments_for_prompt(args)}
+        if isinstance(name, str) and len(name) > TOOL_NAME_CHARS:
+            fn = {**fn, "name": name[:TOOL_NAME_CHARS]}
+        out.append({**call, "function": fn} if fn is not call.get("function") else call)
     return out
 
 

@@ -97,6 +97,14 @@ async def test_huge_tool_arguments_are_cut_in_later_requests(
     assert len(stored[0]["function"]["arguments"]) > TOOL_ARGUMENTS_PROMPT_CHARS  # the DB keeps it whole
 
 
+async def test_huge_answers_and_tool_names_are_cut_in_later_requests(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    core = make_core()
+    fake_llm.script(Reply(tool_calls=[("n" * 1_000_000, {})]), Reply(text="q" * 1_000_000), Reply(text="next"))
+    answer(await run(core, incoming("do it")))
+    answer(await run(core, incoming("and now?")))
+    assert len(json.dumps(fake_llm.requests[-1])) < 50_000  # the 1 MB name and the 1 MB answer are cut
+
+
 async def test_turns_left_running_by_a_dead_process_are_closed_at_start(
     make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
 ) -> None:

@@ -158,6 +158,24 @@ async def test_admin_session_state_does_not_reach_the_next_user(
         await pool.execute("DROP ROLE IF EXISTS bot_test_limited")
 
 
+async def test_admin_sql_that_deallocates_statements_does_not_break_the_next_turns(
+    one_connection_pool: Pool, make_settings: MakeSettings, make_llm: Callable[..., LLM], clock: FakeClock,
+    fake_llm: FakeOpenAI,
+) -> None:  # fmt: skip
+    pool = one_connection_pool
+    settings = make_settings(ADMINS="telegram:1", ALLOWED_USERS="*")
+    core = Core(settings, pool, make_llm(settings), clock=clock)
+    fake_llm.script(Reply(tool_calls=[("manage_tasks", {"action": "list"})]), Reply(text="none"))
+    answer(await run(core, incoming("my tasks?", user="2")))  # fills asyncpg's statement cache
+    fake_llm.script(Reply(tool_calls=[("execute_sql", {"query": "DEALLOCATE ALL"})]), Reply(text="done"))
+    assert answer(await run(core, incoming("drop the prepared statements", user="1"))).text == "done"
+    fake_llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Buy milk"})]), Reply(text="added")
+    )
+    assert answer(await run(core, incoming("add milk", user="2"))).text == "added"
+    assert tool_messages(fake_llm.requests[-1])[0]["ok"]
+
+
 # ---- capability threads: one user cannot use them all -------------------------------------------
 
 

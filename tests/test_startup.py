@@ -47,8 +47,9 @@ def assert_one_line(err: str, *needles: str) -> None:
         ("postgresql://bot:{pw}@nohost.invalid/bot", EXIT_UNREACHABLE, "cannot resolve the host of nohost.invalid"),
         ("mysql://bot:{pw}@127.0.0.1/bot", EXIT_CONFIG, "must start with postgresql:// (got 'mysql://')"),
         ("postgresql://bot:{pw}@127.0.0.1:99999/bot", EXIT_CONFIG, "port 99999 is not a valid port number"),
+        ("postgresql://bot:{pw}@[::1/bot", EXIT_CONFIG, "is not a valid URL (Invalid IPv6 URL)"),
     ],
-    ids=["refused", "unknown-host", "bad-scheme", "bad-port"],
+    ids=["refused", "unknown-host", "bad-scheme", "bad-port", "unclosed-bracket"],
 )  # fmt: skip
 async def test_bad_database_url_is_one_line(tmp_path: Path, url: str, code: int, reason: str) -> None:
     port = closed_port()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -52,6 +53,9 @@ def is_dropped(e: BaseException) -> bool:
     )
 
 
+DROP_RETRY_DELAYS = (0.0, 0.25, 1.0)  # seconds before each retry of a call whose connection was dropped
+
+
 async def retry_dropped(
     op: Callable[[], Awaitable[T]],
     what: str = "database call",
@@ -59,21 +63,32 @@ async def retry_dropped(
     pool: Pool | None = None,
     again: Callable[[], Awaitable[T]] | None = None,
 ) -> T:
-    """Run `op`; if its connection was dropped, run it (or `again`) once more on a fresh pooled connection.
+    """Run `op`; if its connection was dropped, run it (or `again`) on a fresh pooled connection, up to
+    three more times with short pauses (a failover or restart takes a moment), then give up.
 
     With `pool`, its idle connections are expired first: after a failover or pg_terminate_backend they
     are all dead, and the retry must not pick the next dead one. `again` is the idempotent form of an
-    INSERT for when the first attempt may have committed before its answer was lost.
+    INSERT for when an earlier attempt may have committed before its answer was lost.
     """
     try:
         return await op()
     except Exception as e:
         if not is_dropped(e):
             raise
-        log.warning("%s lost its database connection (%s); retrying once", what, type(e).__name__)
+        error: Exception = e
+    for delay in DROP_RETRY_DELAYS:
+        log.warning("%s lost its database connection (%s); retrying", what, type(error).__name__)
+        if delay:
+            await asyncio.sleep(delay)
         if pool is not None:
             await pool.expire_connections()
-        return await (again or op)()
+        try:
+            return await (again or op)()
+        except Exception as e:
+            if not is_dropped(e):
+                raise
+            error = e
+    raise error
 
 
 @dataclass

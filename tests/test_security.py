@@ -261,18 +261,15 @@ async def test_one_users_runaway_capability_calls_through_the_bot(
 
 
 @pytest.mark.parametrize("is_admin", [False, True])
-async def test_session_settings_from_a_capability_query_do_not_reach_the_next_user(db_dsn: str, is_admin: bool) -> None:
-    pool = await create_pool(db_dsn, min_size=1, max_size=1)  # one connection: the next user gets the same one
+async def test_session_settings_from_a_capability_query_do_not_reach_the_next_user(
+    one_connection_pool: Pool, is_admin: bool
+) -> None:
+    pool = one_connection_pool  # one connection: the next user gets the same one
+    uid = await pool.fetchval("INSERT INTO users (platform, platform_user_id) VALUES ('telegram', '9') RETURNING id")
+    user = UserRef(uid, "telegram", "9", "Eve", "UTC")
     try:
-        uid = await pool.fetchval(
-            "INSERT INTO users (platform, platform_user_id) VALUES ('telegram', '9') RETURNING id"
-        )
-        user = UserRef(uid, "telegram", "9", "Eve", "UTC")
-        try:
-            await run_query(pool, user, is_admin, 5.0, "SELECT set_config('search_path', 'pg_temp', false) AS p", ())
-        except CapabilityQueryError:
-            pass  # refused is fine too; what matters is the next user's session
-        assert await pool.fetchval("SHOW search_path") == '"$user", public'
-        assert await pool.fetchval("SELECT count(*) FROM users") == 1  # our tables are found again
-    finally:
-        await pool.close()
+        await run_query(pool, user, is_admin, 5.0, "SELECT set_config('search_path', 'pg_temp', false) AS p", ())
+    except CapabilityQueryError:
+        pass  # refused is fine too; what matters is the next user's session
+    assert await pool.fetchval("SHOW search_path") == '"$user", public'
+    assert await pool.fetchval("SELECT count(*) FROM users") == 1  # our tables are found again

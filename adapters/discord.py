@@ -30,7 +30,7 @@ from core.reminders import DeliveryRefused, ReminderMessage, press
 from core.service import Core
 from core.settings import EXIT_UNREACHABLE, Settings, StartupError
 from core.store import turn_steps
-from core.types import Assistant, Error, Incoming
+from core.types import RESTARTING, Assistant, Error, Incoming
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,6 @@ FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
 GONE = "I no longer have the steps of that answer (it was deleted)."
 NOT_YOURS = "Only the person who asked can see the steps of this answer."
 BUTTON_LABELS = {"done": "✅ Done", "snooze10": "😴 10 min", "snooze60": "😴 1 h"}
-RESTARTING = "I'm restarting right now — please send that again in a minute."
 CUT_SHORT = "Sorry — I was restarting and had to stop working on that. Please ask again in a minute."
 NO_MENTIONS = discord.AllowedMentions.none()  # every send pings nobody (not even the author it replies to) …
 CUT_NOTE_S = 3.0  # at most this long to tell a user their answer was cut by a shutdown

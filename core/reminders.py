@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from core import recurrence as rec_mod
 from core.db import Pool, retry_dropped
 from core.timeutil import Clock, fmt_local, zone
-from core.types import Incoming
+from core.types import JOB_MESSAGE_PREFIX, Incoming
 
 log = logging.getLogger(__name__)
 
@@ -449,7 +449,7 @@ class ReminderEngine:
             platform=row["platform"], user_id=row["platform_user_id"], chat_id=row["platform_chat_id"],
             thread_id=row["thread_id"], chat_kind=row["chat_kind"], user_name=row["display_name"],
             text=f"[scheduled job: {row['title']}] {prompt}",
-            message_id=f"job:{row['task_id']}:{shown.isoformat()}",
+            message_id=f"{JOB_MESSAGE_PREFIX}{row['task_id']}:{shown.isoformat()}",
         )  # fmt: skip
         try:
             answer = await self.agent(inc)

@@ -24,14 +24,13 @@ from core.sql_tool import EXECUTE_SQL
 from core.tasks import MANAGE_TASKS
 from core.timeutil import Clock, system_clock, zone
 from core.tools import ToolContext, ToolRegistry
-from core.types import Assistant, Error, Event, Incoming
+from core.types import JOB_MESSAGE_PREFIX, RESTARTING, Assistant, Error, Event, Incoming
 
 log = logging.getLogger(__name__)
 
 MAX_INCOMING_CHARS = 16000  # longer messages are refused politely without calling the LLM
 DUE_SOON = timedelta(hours=48)
 REFUSAL_EVERY_S = 3600.0  # a refused user is told at most once per chat per hour
-JOB_MESSAGE_PREFIX = "job:"  # the platform message id of a scheduled agent job's turn (core.reminders)
 ABANDONED_MARGIN = timedelta(minutes=5)  # a turn running this much longer than AGENT_TOTAL_TIMEOUT is dead
 
 
@@ -142,7 +141,7 @@ class Core:
             )
             return
         if self.draining:
-            yield Error("restarting", "I'm restarting right now — please send that again in a minute.")
+            yield Error("restarting", RESTARTING)
             return
         self._track_turn_task()
         async with self._chat_turn(inc.chat_key), aclosing(self._turn(inc, stream)) as events:

@@ -90,24 +90,11 @@ UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2
 """
 
 
-async def _begin(pool: Pool, inc: Incoming, default_tz: str, *, open_turn: bool) -> tuple[UserRef, ChatRef, int | None]:
-    """Upsert the user and chat and (optionally) store the message as a new turn, in one round trip.
-
-    Retried once on a dropped connection; the retry takes back the turn the first attempt may have
-    committed (same platform message id, still running, unanswered) instead of calling it a duplicate.
-    """
-
-    def attempt(retry: bool) -> Awaitable[Record | None]:
-        return pool.fetchrow(
-            _BEGIN_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
-            inc.chat_kind, inc.chat_title, inc.message_id, inc.text, open_turn, retry,
-        )  # fmt: skip
-
-    row = await retry_dropped(lambda: attempt(False), "storing a message", pool=pool, again=lambda: attempt(True))
-    assert row is not None
+def _refs(row: Record, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:
+    """The user and chat references from an upsert's row."""
     user = UserRef(row["user_id"], inc.platform, inc.user_id, inc.user_name, row["timezone"] or default_tz)
     chat = ChatRef(row["chat_id"], inc.platform, inc.chat_id, inc.thread_id, inc.chat_kind, row["history_floor"])
-    return user, chat, row["turn_id"]
+    return user, chat
 
 
 @dataclass(frozen=True)
@@ -135,7 +122,8 @@ async def begin_turn(
     """Identify, store the message, open its turn and load its context, in one round trip before the LLM.
 
     With `authors`, each history row carries `author_id` (the platform id of the user whose turn it is) and
-    `platform_message_id`; without, both are null. Retried once on a dropped connection like start_turn.
+    `platform_message_id`; without, both are null. Retried on a dropped connection; a retry takes back
+    the turn an earlier attempt may have committed (same platform message id, still running, unanswered).
     """
 
     def attempt(retry: bool) -> Awaitable[Record | None]:
@@ -147,8 +135,7 @@ async def begin_turn(
 
     row = await retry_dropped(lambda: attempt(False), "storing a message", pool=pool, again=lambda: attempt(True))
     assert row is not None
-    user = UserRef(row["user_id"], inc.platform, inc.user_id, inc.user_name, row["timezone"] or default_tz)
-    chat = ChatRef(row["chat_id"], inc.platform, inc.chat_id, inc.thread_id, inc.chat_kind, row["history_floor"])
+    user, chat = _refs(row, inc, default_tz)
     own = {
         "id": None, "role": "user", "content": inc.text, "author_name": inc.user_name, "tool_calls": None,
         "tool_call_id": None, "platform_message_id": inc.message_id if authors else None,
@@ -159,14 +146,15 @@ async def begin_turn(
 
 
 async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:
-    """Upsert the speaking user and the chat and return their references."""
-    user, chat, _ = await _begin(pool, inc, default_tz, open_turn=False)
-    return user, chat
-
-
-async def start_turn(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef, int | None]:
-    """Identify, store the user's message and open a turn; the turn id is None for a message seen before."""
-    return await _begin(pool, inc, default_tz, open_turn=True)
+    """Upsert the speaking user and the chat and return their references (no turn is opened)."""
+    args = (inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id, inc.chat_kind, inc.chat_title)
+    row = await retry_dropped(
+        lambda: pool.fetchrow(_BEGIN_SQL, *args, inc.message_id, inc.text, False, False),
+        "identifying a user",
+        pool=pool,
+    )
+    assert row is not None
+    return _refs(row, inc, default_tz)
 
 
 async def add_assistant(

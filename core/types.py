@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ChatKind = Literal["private", "group"]
+JOB_MESSAGE_PREFIX = "job:"  # the platform message id of a scheduled agent job's turn starts with this
+RESTARTING = "I'm restarting right now — please send that again in a minute."  # new work while draining
 
 
 @dataclass(frozen=True)

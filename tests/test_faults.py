@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -182,7 +182,7 @@ async def test_message_whose_statement_is_cut_by_a_dropped_connection_is_stored_
     answer(await run(core, incoming("first", message_id="1")))
     holder = await asyncpg.connect(db_dsn)
     try:
-        await holder.execute("BEGIN; SELECT * FROM users FOR UPDATE")  # start_turn's user upsert will wait
+        await holder.execute("BEGIN; SELECT * FROM users FOR UPDATE")  # begin_turn's user upsert will wait
         turn = asyncio.create_task(run(core, incoming("second", message_id="2")))
         await _drop_blocked_statement(db_dsn, holder)
         assert answer(await turn).text == "answered"
@@ -247,16 +247,19 @@ async def test_connections_dropped_mid_turn_do_not_lose_or_duplicate_anything(
     assert await pool.fetchval("SELECT count(*) FROM tasks") == 1
 
 
-async def test_retried_start_turn_takes_back_its_own_committed_turn(pool: Pool) -> None:
+async def test_retried_begin_turn_takes_back_its_own_committed_turn(pool: Pool) -> None:
     inc = incoming("hello", message_id="77")
-    _, chat, first = await store.start_turn(pool, inc, "UTC")
+    due_before = datetime(2100, 1, 1, tzinfo=UTC)
+    start = await store.begin_turn(pool, inc, "UTC", 40, due_before, 10)
+    chat, first = start.chat, start.turn_id
     assert first is not None
     # the first attempt committed but its answer was lost: the retry must answer, not call it a duplicate
     row = await pool.fetchrow(
-        store._BEGIN_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
-        inc.chat_kind, inc.chat_title, inc.message_id, inc.text, True, True,
+        store._BEGIN_WITH_CONTEXT_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
+        inc.chat_kind, inc.chat_title, inc.message_id, inc.text, True, True, 39, due_before, 10, False,
     )  # fmt: skip
     assert row is not None and row["turn_id"] == first
+    assert row["history"] == []  # the taken-back turn's own message is not replayed twice
     assert await pool.fetchval("SELECT count(*) FROM messages") == 1
     # the same for the later writes: a retry after a commit whose answer was lost stores nothing twice
     calls = [{"id": "c1", "type": "function", "function": {"name": "manage_tasks", "arguments": "{}"}}]
@@ -267,8 +270,7 @@ async def test_retried_start_turn_takes_back_its_own_committed_turn(pool: Pool) 
     roles = [r["role"] for r in await pool.fetch("SELECT role FROM messages ORDER BY id")]
     assert roles == ["user", "assistant", "tool", "assistant"]
     # once answered, the same message is a duplicate even on a retry
-    _, _, again = await store.start_turn(pool, inc, "UTC")
-    assert again is None
+    assert (await store.begin_turn(pool, inc, "UTC", 40, due_before, 10)).turn_id is None
 
 
 async def test_turn_cancelled_or_closed_midway_is_not_left_running(

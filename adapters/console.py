@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
 from core.activity import activity_lines, summary_line
-from core.providers import HOW_TO_CONFIGURE
-from core.reminders import ReminderMessage
-from core.service import Core
+from core.agent.providers import HOW_TO_CONFIGURE
+from core.core import Core
+from core.reminders.engine import ReminderMessage
 from core.types import Assistant, Error, Incoming
 
 PROMPT = "you › "

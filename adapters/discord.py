@@ -26,10 +26,11 @@ from adapters.discord_http import (
 from adapters.discord_render import MESSAGE_LIMIT, render_reply, split_markdown, steps_text, with_steps, without_steps
 from core.activity import summary_line
 from core.commands import HELP, Commands, StatusBoard
-from core.reminders import DeliveryRefused, ReminderMessage, press
-from core.service import Core
+from core.core import Core
+from core.reminders.buttons import press
+from core.reminders.engine import DeliveryRefused, ReminderMessage
 from core.settings import EXIT_UNREACHABLE, Settings, StartupError
-from core.store import turn_steps
+from core.storage.conversations import turn_steps
 from core.types import RESTARTING, Assistant, Error, Incoming
 
 log = logging.getLogger(__name__)

@@ -38,8 +38,9 @@ from telegram.ext import (
 from adapters.telegram_html import esc, markdown_to_html, plain_text, render_reply, split_html, split_plain
 from adapters.telegram_request import AiohttpRequest, PatientRateLimiter, redact_token, redact_tokens_in_logs
 from core.commands import HELP, Commands, StatusBoard
-from core.reminders import DeliveryRefused, ReminderMessage, press
-from core.service import Core
+from core.core import Core
+from core.reminders.buttons import press
+from core.reminders.engine import DeliveryRefused, ReminderMessage
 from core.settings import EXIT_UNREACHABLE, Settings, StartupError
 from core.timeutil import system_clock
 from core.types import Assistant, AssistantDelta, Error, Incoming

@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 from bench.common import bench_database, bench_settings, load_average, percentile
-from core import store
-from core.capabilities import WriteCapabilityParams
-from core.db import create_pool
-from core.llm import LLM
-from core.service import Core
-from core.tools import ToolContext
+from core.agent.llm import LLM
+from core.capabilities.manager import WriteCapabilityParams
+from core.core import Core
+from core.storage import conversations
+from core.storage.db import create_pool
+from core.tools.framework import ToolContext
 from core.types import Incoming
 
 TRIVIAL = "async def echo(params):\n    return params.get('text', '')\n"
@@ -61,7 +61,7 @@ async def main(calls: int, loaded: int) -> None:
             try:
                 core = Core(settings, pool, llm, capabilities_dir=Path(tmp) / "caps")
                 inc = Incoming("console", f"{db.tag}admin", f"{db.tag}admin", "", user_name="Bench")
-                user, chat = await store.identify(pool, inc, "UTC")
+                user, chat = await conversations.identify(pool, inc, "UTC")
                 ctx = ToolContext(pool, user, chat, True, core.clock)
                 print(f"{db.description}; Python threads per call; host: {load_average()}")
 

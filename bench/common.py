@@ -25,8 +25,10 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 from aiohttp import web
 
-from core.db import create_pool, migrate, start_embedded
 from core.settings import Settings, load_settings
+from core.storage.db import create_pool
+from core.storage.embedded import start_embedded
+from core.storage.migrations import migrate
 from tests.fake_openai import FakeOpenAI, Reply
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -55,10 +55,10 @@ from bench.common import (
     postmaster_pid,
 )
 from bench.turn_overhead import CpuMeter, CpuUse, print_profile
+from core.agent.llm import LLM
 from core.commands import StatusBoard
-from core.db import create_pool
-from core.llm import LLM
-from core.service import Core
+from core.core import Core
+from core.storage.db import create_pool
 from core.types import Assistant, Event, Incoming
 from tests.fake_discord import FakeDiscord
 

@@ -50,8 +50,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from core.db import create_pool
-from core.reminders import ReminderEngine, ReminderMessage, ReminderScheduler
+from core.reminders.engine import ReminderEngine, ReminderMessage
+from core.reminders.scheduler import ReminderScheduler
+from core.storage.db import create_pool
 from core.timeutil import system_clock
 
 GOAL_P99_S = 1.0
@@ -372,7 +373,7 @@ async def explain(dsn: str, at: datetime, *, full: bool) -> list[tuple[str, list
     """EXPLAIN ANALYZE (rolled back) of the claim query at `at` and of the stale query 25 h later."""
     import asyncpg
 
-    from core.reminders import _CLAIM_SQL, _STALE_SQL
+    from core.reminders.engine import _CLAIM_SQL, _STALE_SQL
 
     grace = timedelta(hours=24)
     queries = [
@@ -585,7 +586,7 @@ async def part_startup(db: Any, args: argparse.Namespace) -> int:
         await conn.close()
 
     status = 0
-    variants = [(False, "[HEADLINE] scheduler process (core.db + core.reminders imported)")]
+    variants = [(False, "[HEADLINE] scheduler process (core.storage + core.reminders imported)")]
     if args.bot_imports:
         variants.append((True, "for context: the same after importing bot.app (telegram, openai, ...) first"))
     for bot_imports, label in variants:

@@ -65,11 +65,11 @@ from bench.common import (
     verdict,
 )
 from bench.turn_overhead import CpuMeter, CpuUse, print_profile
-from core import store
+from core.agent.llm import LLM
 from core.commands import StatusBoard
-from core.db import create_pool
-from core.llm import LLM
-from core.service import Core
+from core.core import Core
+from core.storage import conversations
+from core.storage.db import create_pool
 from core.types import Event, Incoming
 from tests.fake_telegram import FakeTelegram
 
@@ -533,8 +533,8 @@ def traced(rig: Rig, tracer: Tracer) -> Iterator[None]:
 
     undo: list[tuple[str, Any]] = []
     for name in ("begin_turn", "finish_turn_with_answer"):
-        undo.append((name, getattr(store, name)))
-        setattr(store, name, timed(getattr(store, name), name))
+        undo.append((name, getattr(conversations, name)))
+        setattr(conversations, name, timed(getattr(conversations, name), name))
     adapter._turn = turn  # type: ignore[method-assign]
     core.handle = handle  # type: ignore[method-assign]
     try:
@@ -542,14 +542,14 @@ def traced(rig: Rig, tracer: Tracer) -> Iterator[None]:
     finally:
         del adapter._turn, core.handle  # back to the class's methods
         for name, orig in undo:
-            setattr(store, name, orig)
+            setattr(conversations, name, orig)
 
 
 SEGMENTS = (
     ("push → the fake answers the waiting getUpdates", "fake Telegram (bot's process): wake the poll, JSON"),
     ("→ adapter._turn entered", "PTB: httpx reads the poll reply, JSON → Update, queue, handler task, filters"),
-    ("→ store.begin_turn called", "adapter: typing task, draft; core: checks, chat lock"),
-    ("→ begin_turn done", "core: store.begin_turn: message, turn and context in one round trip (asyncpg)"),
+    ("→ conversations.begin_turn called", "adapter: typing task, draft; core: checks, chat lock"),
+    ("→ begin_turn done", "core: conversations.begin_turn: message, turn and context in one round trip (asyncpg)"),
     ("→ LLM request reaches the fake LLM", "core: prompt, replay; openai SDK + its aiohttp request"),
     ("→ first AssistantDelta in the adapter", "fake LLM (own process) + SSE back + SDK stream parsing"),
     ("→ sendMessageDraft reaches the fake", "adapter + PTB request layer (0 when no draft: instant answers)"),

@@ -47,10 +47,10 @@ from bench.common import (
     postmaster_pid,
     verdict,
 )
-from core import store
-from core.db import create_pool
-from core.llm import LLM
-from core.service import Core
+from core.agent.llm import LLM
+from core.core import Core
+from core.storage import conversations
+from core.storage.db import create_pool
 from core.types import Assistant, ChatKind, Error, Incoming
 
 GOAL_P50_MS = 10.0
@@ -60,7 +60,7 @@ HISTORY = 40  # HISTORY_MESSAGES
 PRIVATE_CHATS = 8  # users u0..u7, each in a private chat with the bot
 GROUP_CHATS = 2  # two groups of four of those users
 CONVERSATIONS = PRIVATE_CHATS + GROUP_CHATS
-POOL_MAX_DEFAULT = 20  # core.db.create_pool's default max_size
+POOL_MAX_DEFAULT = 20  # core.storage.db.create_pool's default max_size
 
 
 # ---------------------------------------------------------------- incoming messages
@@ -371,7 +371,7 @@ def phase_timers(core: Core) -> Iterator[dict[str, float]]:
         setattr(owner, name, timed)
 
     for name in ("begin_turn", "finish_turn_with_answer"):
-        wrap(store, name, f"DB: store.{name}")
+        wrap(conversations, name, f"DB: conversations.{name}")
     wrap(core.llm.client, "post", "openai SDK: client.post (all of it)")
     try:
         yield acc

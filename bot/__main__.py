@@ -12,9 +12,9 @@ import logging
 import sys
 import traceback
 
-from core.db import check_database
-from core.providers import config_problem
+from core.agent.providers import config_problem
 from core.settings import Settings, SettingsError, StartupError, load_settings, redact
+from core.storage.db import check_database
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

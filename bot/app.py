@@ -12,12 +12,15 @@ from datetime import timedelta
 from adapters import console
 from adapters.discord import DiscordAdapter
 from adapters.telegram import TelegramAdapter
+from core.agent.llm import LLM
 from core.commands import StatusBoard
-from core.db import EmbeddedPostgres, Pool, check_database, create_pool, migrate, start_embedded
-from core.llm import LLM
-from core.reminders import Outbox, ReminderEngine, ReminderScheduler
-from core.service import Core
+from core.core import Core
+from core.reminders.engine import Outbox, ReminderEngine
+from core.reminders.scheduler import ReminderScheduler
 from core.settings import Settings
+from core.storage.db import Pool, check_database, create_pool
+from core.storage.embedded import EmbeddedPostgres, start_embedded
+from core.storage.migrations import migrate
 from core.timeutil import system_clock
 
 log = logging.getLogger(__name__)

@@ -8,12 +8,12 @@ from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 from zoneinfo import ZoneInfo
 
-from core import recurrence as rec_mod
-from core import store
-from core.reminders import SUPERSEDED, replan_zones
-from core.service import Core
-from core.tasks import open_tasks
+from core.core import Core
+from core.reminders import recurrence
+from core.reminders.engine import SUPERSEDED, replan_zones
+from core.storage import conversations
 from core.timeutil import fmt_local, system_clock, valid_zone, zone
+from core.tools.tasks import open_tasks
 from core.types import Incoming
 
 HELP = (
@@ -68,7 +68,7 @@ class Commands:
 
     async def tasks(self, inc: Incoming) -> str:
         """The speaking user's open tasks with local due times."""
-        user, _ = await store.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
         rows = await open_tasks(self.core.pool, user.id)
         tz, now = zone(user.timezone), self.core.clock()
         skipped = await self.core.pool.fetch(
@@ -89,9 +89,9 @@ class Commands:
                 line += f" — {fmt_local(r['due_at'], tz, now)}"
                 if r["due_at"] < now:
                     line += " ⚠️ overdue"
-            rec = rec_mod.from_json(r["recurrence"])
+            rec = recurrence.from_json(r["recurrence"])
             if rec is not None:
-                line += f" 🔁 {rec_mod.describe(rec)}"
+                line += f" 🔁 {recurrence.describe(rec)}"
             lines.append(line)
         return "\n".join(lines) + skipped_text
 
@@ -123,7 +123,7 @@ class Commands:
 
     async def timezone(self, inc: Incoming, arg: str) -> str:
         """Show the user's time zone, or set it when `arg` names one."""
-        user, _ = await store.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
         now = self.core.clock()
         if not arg.strip():
             return (
@@ -133,7 +133,7 @@ class Commands:
         name = valid_zone(arg)
         if name is None:
             return f"`{arg.strip()[:60]}` is not a time zone I know. Use an IANA name like Europe/Berlin."
-        await store.set_timezone(self.core.pool, user, name)
+        await conversations.set_timezone(self.core.pool, user, name)
         if await replan_zones(self.core.pool, now, self.core.settings.DEFAULT_TIMEZONE, user.id):
             for listener in self.core.task_listeners:  # the scheduler plans the moved times
                 listener()

@@ -50,6 +50,29 @@ class Step:
 
 
 @dataclass(frozen=True)
+class UserRef:
+    """The speaking user, as known from the platform (never from the model)."""
+
+    id: int
+    platform: str
+    platform_user_id: str
+    display_name: str
+    timezone: str
+
+
+@dataclass(frozen=True)
+class ChatRef:
+    """The conversation the turn belongs to."""
+
+    id: int
+    platform: str
+    platform_chat_id: str
+    thread_id: str
+    kind: str
+    history_floor: int = 0
+
+
+@dataclass(frozen=True)
 class AssistantDelta:
     """A piece of the answer text while it streams."""
 

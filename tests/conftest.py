@@ -14,10 +14,12 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from core.db import Pool, create_pool, migrate, start_embedded
-from core.llm import LLM
-from core.service import Core
+from core.agent.llm import LLM
+from core.core import Core
 from core.settings import Settings, load_settings
+from core.storage.db import Pool, create_pool
+from core.storage.embedded import start_embedded
+from core.storage.migrations import migrate
 from tests.fake_openai import FakeOpenAI
 
 TEMPLATE_DB = "bot_test_template"
@@ -199,8 +201,8 @@ def fail_on_logged_errors(caplog: pytest.LogCaptureFixture, allowed_errors: list
 @pytest.fixture(autouse=True)
 def capabilities_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Cores built in tests materialise capabilities into a temporary directory, never the repo's."""
-    import core.capabilities
+    import core.capabilities.manager
 
     directory = tmp_path / "capabilities"
-    monkeypatch.setattr(core.capabilities, "MATERIALISED_DIR", directory)
+    monkeypatch.setattr(core.capabilities.manager, "MATERIALISED_DIR", directory)
     return directory

@@ -6,7 +6,7 @@ import json
 from contextlib import aclosing
 from typing import Any
 
-from core.service import Core
+from core.core import Core
 from core.types import Assistant, Error, Event, Incoming
 
 

@@ -16,12 +16,12 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from core import capability_store
-from core.capabilities import EXIT_RESTART, MAX_RESULT_CHARS
-from core.capability_runtime import ThreadRunner
-from core.db import Pool
-from core.service import Core
-from core.tools import ToolError
+from core.capabilities import store
+from core.capabilities.manager import EXIT_RESTART, MAX_RESULT_CHARS
+from core.capabilities.runtime import ThreadRunner
+from core.core import Core
+from core.storage.db import Pool
+from core.tools.framework import ToolError
 from core.types import Assistant
 from tests.conftest import MakeCore, with_database
 from tests.fake_openai import FakeOpenAI, Reply
@@ -312,7 +312,7 @@ async def test_new_version_is_used_at_once_and_rollback_restores_the_old(
     assert reload["result"] == {"loaded": ["version v1"], "failed": {}, "summary": "1 loaded"}
     assert (await call(core, fake_llm, "version"))["result"] == "one"
     # a version written by another process on the same database is picked up by a reload
-    await capability_store.save_version(
+    await store.save_version(
         pool, "version", "v3", "async def version(params):\n    return 3\n", {"type": "object"}, "x"
     )
     assert (await call(core, fake_llm, "version"))["result"] == "one"
@@ -412,7 +412,8 @@ async def test_capability_queries_see_what_the_speaking_user_may_see(
 async def test_non_admin_queries_refused_clearly_without_the_reader_role(
     pg_server: str, template_dsn: str, fake_llm: FakeOpenAI, make_settings: Any, make_llm: Any, clock: Any
 ) -> None:
-    from core.db import create_pool, migrate
+    from core.storage.db import create_pool
+    from core.storage.migrations import migrate
 
     admin = await asyncpg.connect(pg_server)
     login, dbname = f"plain_{os.getpid()}", f"plain_db_{os.getpid()}"

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters import console
-from core.db import Pool
+from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 
@@ -127,7 +127,7 @@ async def test_reminder_printed_in_terminal_chat(
 
     from bot.app import reminders
     from core.commands import StatusBoard
-    from core.service import Core
+    from core.core import Core
     from core.timeutil import system_clock
 
     settings = make_settings()

@@ -15,10 +15,10 @@ import yarl
 
 from adapters.discord import CUT_SHORT, FAILED, GONE, NOT_YOURS, TEXT_ONLY, DiscordAdapter
 from core.commands import StatusBoard
-from core.db import Pool
-from core.reminders import DeliveryRefused, ReminderEngine, ReminderMessage
-from core.service import Core
+from core.core import Core
+from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
+from core.storage.db import Pool
 from core.types import RESTARTING
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_discord import FakeDiscord

@@ -12,10 +12,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from core import store
 from core.activity import step_line
-from core.db import Pool, is_dropped
-from core.tools import TOOL_ARGUMENTS_PROMPT_CHARS
+from core.storage import conversations
+from core.storage.db import Pool, is_dropped
+from core.tools.framework import TOOL_ARGUMENTS_PROMPT_CHARS
 from core.types import Error, ToolCall
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
@@ -117,7 +117,7 @@ async def test_turns_left_running_by_a_dead_process_are_closed_at_start(
     assert await core.close_abandoned_turns() == 1  # the other one may still belong to a live process
     rows = await pool.fetch("SELECT platform_message_id, status FROM turns ORDER BY id")
     assert [(r["platform_message_id"], r["status"]) for r in rows] == [("1", "cut_short"), ("2", "running")]
-    assert await store.close_abandoned_turns(pool, timedelta(minutes=10)) == 0
+    assert await conversations.close_abandoned_turns(pool, timedelta(minutes=10)) == 0
 
 
 # ---- dropped database connections -----------------------------------------------------------------
@@ -250,12 +250,12 @@ async def test_connections_dropped_mid_turn_do_not_lose_or_duplicate_anything(
 async def test_retried_begin_turn_takes_back_its_own_committed_turn(pool: Pool) -> None:
     inc = incoming("hello", message_id="77")
     due_before = datetime(2100, 1, 1, tzinfo=UTC)
-    start = await store.begin_turn(pool, inc, "UTC", 40, due_before, 10)
+    start = await conversations.begin_turn(pool, inc, "UTC", 40, due_before, 10)
     chat, first = start.chat, start.turn_id
     assert first is not None
     # the first attempt committed but its answer was lost: the retry must answer, not call it a duplicate
     row = await pool.fetchrow(
-        store._BEGIN_WITH_CONTEXT_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
+        conversations._BEGIN_WITH_CONTEXT_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
         inc.chat_kind, inc.chat_title, inc.message_id, inc.text, True, True, 39, due_before, 10, False,
     )  # fmt: skip
     assert row is not None and row["turn_id"] == first
@@ -264,13 +264,15 @@ async def test_retried_begin_turn_takes_back_its_own_committed_turn(pool: Pool) 
     # the same for the later writes: a retry after a commit whose answer was lost stores nothing twice
     calls = [{"id": "c1", "type": "function", "function": {"name": "manage_tasks", "arguments": "{}"}}]
     for _ in range(2):
-        await pool.execute(store._ADD_ASSISTANT_ONCE_SQL, chat.id, first, None, calls)
-        await pool.execute(store._ADD_TOOL_ONCE_SQL, chat.id, first, '{"ok": true}', "c1", "manage_tasks", True, 1)
-        await pool.execute(store._FINISH_ONCE_SQL, chat.id, first, "hi", "done", 1)
+        await pool.execute(conversations._ADD_ASSISTANT_ONCE_SQL, chat.id, first, None, calls)
+        await pool.execute(
+            conversations._ADD_TOOL_ONCE_SQL, chat.id, first, '{"ok": true}', "c1", "manage_tasks", True, 1
+        )
+        await pool.execute(conversations._FINISH_ONCE_SQL, chat.id, first, "hi", "done", 1)
     roles = [r["role"] for r in await pool.fetch("SELECT role FROM messages ORDER BY id")]
     assert roles == ["user", "assistant", "tool", "assistant"]
     # once answered, the same message is a duplicate even on a retry
-    assert (await store.begin_turn(pool, inc, "UTC", 40, due_before, 10)).turn_id is None
+    assert (await conversations.begin_turn(pool, inc, "UTC", 40, due_before, 10)).turn_id is None
 
 
 async def test_turn_cancelled_or_closed_midway_is_not_left_running(

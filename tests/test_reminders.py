@@ -10,9 +10,11 @@ from typing import Any, TypeVar
 import pytest
 
 from core.commands import Commands, StatusBoard
-from core.db import Pool
-from core.reminders import DeliveryRefused, ReminderEngine, ReminderMessage, ReminderScheduler, press
-from core.service import Core
+from core.core import Core
+from core.reminders.buttons import press
+from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
+from core.reminders.scheduler import ReminderScheduler
+from core.storage.db import Pool
 from core.types import Incoming
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
@@ -559,18 +561,18 @@ def test_latest_time_matches_stepping_forward_with_few_trigger_steps(
 ) -> None:
     from apscheduler.triggers.cron import CronTrigger
 
-    from core import recurrence as rec_mod
+    from core.reminders import recurrence
     from core.timeutil import zone
 
-    r = rec_mod.Recurrence.model_validate(rec)
+    r = recurrence.Recurrence.model_validate(rec)
     tz = zone("Europe/Berlin")
     start = datetime(2026, 1, 1, 0, 0, tzinfo=UTC)
-    times = rec_mod.next_times(r, tz, start - timedelta(microseconds=1), start, count=400)
+    times = recurrence.next_times(r, tz, start - timedelta(microseconds=1), start, count=400)
     assert len(set(times)) == len(times)  # stepping forward never repeats (the doubled hour in October)
     nows = [start + timedelta(days=d, hours=h) for d in (0, 1, 3, 40, 86, 298) for h in (0, 7, 13)]
     for now in [t for t in nows if t <= times[-1]]:
         expected = max((t for t in times if t <= now), default=None)
-        assert rec_mod.latest_time(r, tz, start, now) == expected, now
+        assert recurrence.latest_time(r, tz, start, now) == expected, now
     calls = 0
     original = CronTrigger.get_next_fire_time
 
@@ -580,7 +582,7 @@ def test_latest_time_matches_stepping_forward_with_few_trigger_steps(
         return original(self, prev, now)
 
     monkeypatch.setattr(CronTrigger, "get_next_fire_time", counting)
-    rec_mod.latest_time(r, tz, start, start + timedelta(hours=23))  # one missed within a day's grace
+    recurrence.latest_time(r, tz, start, start + timedelta(hours=23))  # one missed within a day's grace
     assert calls <= 12  # the old loop asked the trigger for 500 fire times
 
 

@@ -11,11 +11,12 @@ from typing import Any
 import asyncpg
 import pytest
 
-from core.capability_runtime import QUERY_MAX_ROWS, CapabilityQueryError, ThreadRunner, run_query
-from core.db import Pool, create_pool
-from core.llm import LLM
-from core.service import Core
-from core.tools import ToolError, UserRef
+from core.agent.llm import LLM
+from core.capabilities.runtime import QUERY_MAX_ROWS, CapabilityQueryError, ThreadRunner, run_query
+from core.core import Core
+from core.storage.db import Pool, create_pool
+from core.tools.framework import ToolError
+from core.types import UserRef
 from tests.conftest import FakeClock, MakeCore, MakeSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import answer, incoming, run, tool_messages, tool_names

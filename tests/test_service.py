@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any
 
-from core.db import Pool
+from core.storage.db import Pool
 from core.types import Error
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply

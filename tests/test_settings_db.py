@@ -9,8 +9,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from core.db import create_pool, migrate, migration_files
 from core.settings import Settings, SettingsError, load_settings
+from core.storage.db import create_pool
+from core.storage.migrations import migrate, migration_files
 
 
 @pytest.fixture
@@ -110,7 +111,7 @@ async def test_migrations_from_two_processes_at_once(pg_server: str) -> None:
     dsn = await _fresh_db(pg_server, "bot_test_migrate_concurrent")
     code = (
         "import asyncio, sys\n"
-        "from core.db import create_pool, migrate\n"
+        "from core.storage import create_pool, migrate\n"
         "async def main():\n"
         "    pool = await create_pool(sys.argv[1], min_size=1, max_size=1)\n"
         "    print(len(await migrate(pool)))\n"

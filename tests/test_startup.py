@@ -14,8 +14,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from core.db import CONNECT_TIMEOUT_S, check_database
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
+from core.storage.db import CONNECT_TIMEOUT_S, check_database
 from tests.conftest import with_database
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.test_console import ROOT, bot_cli

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from core.db import Pool
+from core.storage.db import Pool
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import answer, incoming, run, tool_messages
@@ -14,7 +14,7 @@ async def _call(
     core: object, fake: FakeOpenAI, args: dict[str, object], *, user: str = "100", tool: str = "manage_tasks"
 ) -> dict[str, object]:
     """Have the fake model call one tool for `user`; return the envelope the model saw."""
-    from core.service import Core
+    from core.core import Core
 
     assert isinstance(core, Core)
     fake.script(Reply(tool_calls=[(tool, args)]), Reply(text="ok"))

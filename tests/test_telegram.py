@@ -14,9 +14,9 @@ from telegram.error import NetworkError, RetryAfter
 
 from adapters.telegram import EMPTY_REPLY, FAILED, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter
 from core.commands import StatusBoard
-from core.db import Pool
-from core.reminders import DeliveryRefused, ReminderMessage
+from core.reminders.engine import DeliveryRefused, ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
+from core.storage.db import Pool
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import (
@@ -435,7 +435,7 @@ async def test_handler_failure_is_logged_and_user_told(
 
 
 async def test_reminder_arrives_with_buttons_only_owner_can_press(bot: Bot, clock: FakeClock) -> None:
-    from core.reminders import ReminderEngine
+    from core.reminders.engine import ReminderEngine
 
     bot.llm.script(
         Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Call mum", "due_at": "2026-11-21T11:30"})]),
@@ -464,7 +464,7 @@ async def test_reminder_arrives_with_buttons_only_owner_can_press(bot: Bot, cloc
 
 
 async def test_group_reminder_mentions_its_owner(bot: Bot, clock: FakeClock) -> None:
-    from core.reminders import ReminderEngine
+    from core.reminders.engine import ReminderEngine
 
     bot.llm.script(
         Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Standup", "due_at": "2026-11-21T11:15"})]),
@@ -481,7 +481,7 @@ async def test_group_reminder_mentions_its_owner(bot: Bot, clock: FakeClock) -> 
 
 
 async def test_tasks_shows_reminders_skipped_during_downtime(bot: Bot, clock: FakeClock) -> None:
-    from core.reminders import ReminderEngine
+    from core.reminders.engine import ReminderEngine
 
     bot.llm.script(
         Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Old", "due_at": "2026-11-21T12:00"})]),

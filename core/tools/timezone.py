@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from core import store
+from core.storage import conversations
 from core.timeutil import fmt_local, valid_zone, zone
-from core.tools import Tool, ToolContext, ToolError
+from core.tools.framework import Tool, ToolContext, ToolError
 
 
 class SetTimezoneParams(BaseModel):
@@ -22,7 +22,7 @@ async def set_timezone(p: SetTimezoneParams, ctx: ToolContext) -> dict[str, Any]
     name = valid_zone(p.timezone)
     if name is None:
         raise ToolError(f"'{p.timezone}' is not an IANA time zone; use a name like Europe/Berlin")
-    await store.set_timezone(ctx.pool, ctx.user, name)
+    await conversations.set_timezone(ctx.pool, ctx.user, name)
     now = ctx.now()
     return {
         "timezone": name,

@@ -12,18 +12,19 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from core import capabilities, store
-from core.agent import Limits, run_agent
-from core.db import Pool
-from core.history import build_replay
-from core.llm import LLM
-from core.profile import SET_TIMEZONE
-from core.prompt import DUE_SOON_LINES, system_prompt
+from core.agent.llm import LLM
+from core.agent.loop import Limits, run_agent
+from core.agent.prompt import DUE_SOON_LINES, system_prompt
+from core.agent.replay import build_replay
+from core.capabilities import manager
 from core.settings import Settings
-from core.sql_tool import EXECUTE_SQL
-from core.tasks import MANAGE_TASKS
+from core.storage import conversations
+from core.storage.db import Pool
 from core.timeutil import Clock, system_clock, zone
-from core.tools import ToolContext, ToolRegistry
+from core.tools.framework import ToolContext, ToolRegistry
+from core.tools.sql import EXECUTE_SQL
+from core.tools.tasks import MANAGE_TASKS
+from core.tools.timezone import SET_TIMEZONE
 from core.types import JOB_MESSAGE_PREFIX, RESTARTING, Assistant, Error, Event, Incoming
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,8 @@ class Core:
         self._locks: dict[str, _ChatLock] = {}
         self._refused: dict[str, float] = {}
         self.task_listeners: list[Callable[[], None]] = []
-        self.capabilities = capabilities.CapabilityManager(
-            pool, self.registry, capabilities_dir or capabilities.MATERIALISED_DIR, settings.CAPABILITY_TIMEOUT, clock
+        self.capabilities = manager.CapabilityManager(
+            pool, self.registry, capabilities_dir or manager.MATERIALISED_DIR, settings.CAPABILITY_TIMEOUT, clock
         )
         self.capabilities.install()
         self.exit_code: int | None = None  # set by restart(mode="full") once its answer has been sent
@@ -151,7 +152,7 @@ class Core:
     async def close_abandoned_turns(self) -> int:
         """At start: close turns a dead process left running (safe while other processes run turns)."""
         older_than = timedelta(seconds=self.settings.AGENT_TOTAL_TIMEOUT) + ABANDONED_MARGIN
-        closed = await store.close_abandoned_turns(self.pool, older_than)
+        closed = await conversations.close_abandoned_turns(self.pool, older_than)
         if closed:
             log.warning("closed %d turn(s) left running by a stopped process as cut short", closed)
         return closed
@@ -159,7 +160,7 @@ class Core:
     async def _close_unfinished(self, turn_id: int, status: str) -> None:
         """Record a turn that ended without an answer (best effort: the database may be what failed)."""
         try:
-            await asyncio.shield(store.finish_turn(self.pool, turn_id, status, 0))
+            await asyncio.shield(conversations.finish_turn(self.pool, turn_id, status, 0))
         except (Exception, asyncio.CancelledError) as e:
             log.warning("could not close turn %d as %s: %s", turn_id, status, type(e).__name__)
 
@@ -218,9 +219,9 @@ class Core:
 
     async def reset(self, inc: Incoming) -> None:
         """Start a fresh conversation in the incoming message's chat (old messages stay stored)."""
-        _, chat = await store.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
+        _, chat = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
         async with self._chat_turn(inc.chat_key):
-            await store.reset_conversation(self.pool, chat)
+            await conversations.reset_conversation(self.pool, chat)
 
     def _chat_turn(self, key: str) -> _TurnSlot:
         """The one-at-a-time slot of a chat."""
@@ -234,7 +235,7 @@ class Core:
         now = self.clock()
         # In a private chat every user message is the speaker's own; in a group admin tools need all-admin authors.
         admin, group = self.is_admin(inc), inc.chat_kind == "group"
-        start = await store.begin_turn(
+        start = await conversations.begin_turn(
             self.pool, inc, self.settings.DEFAULT_TIMEZONE, self.settings.HISTORY_MESSAGES, now + DUE_SOON,
             DUE_SOON_LINES, authors=admin and group,
         )  # fmt: skip

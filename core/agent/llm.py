@@ -14,7 +14,7 @@ import openai
 from openai import AsyncStream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageFunctionToolCall
 
-from core.providers import PROVIDERS
+from core.agent.providers import PROVIDERS
 from core.settings import Settings
 
 log = logging.getLogger(__name__)

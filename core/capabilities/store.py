@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from core.db import Pool
+from core.storage.db import Pool
 
 _COLUMNS = "v.name, v.version, v.description, v.code, v.parameters_schema, c.enabled"
 

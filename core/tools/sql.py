@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from core.db import untrusted_sql_connection
-from core.tools import Tool, ToolContext, ToolError
+from core.storage.db import untrusted_sql_connection
+from core.tools.framework import Tool, ToolContext, ToolError
 
 STATEMENT_TIMEOUT_MS = 5000
 MAX_ROWS = 50

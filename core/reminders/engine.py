@@ -12,15 +12,14 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Protocol
 
-from core import recurrence as rec_mod
-from core.db import Pool, retry_dropped
+from core.reminders import recurrence
+from core.reminders.buttons import BUTTONS
+from core.storage.db import Pool, retry_dropped
 from core.timeutil import Clock, fmt_local, zone
 from core.types import JOB_MESSAGE_PREFIX, Incoming
 
 log = logging.getLogger(__name__)
 
-BUTTONS = ("done", "snooze10", "snooze60")
-SNOOZE = {"snooze10": timedelta(minutes=10), "snooze60": timedelta(hours=1)}
 OPEN = ("pending", "in_progress")
 
 _CLAIM_SQL = """
@@ -163,20 +162,20 @@ def zone_name(row: Any, default_tz: str | None) -> str:
 
 def next_due(row: Any, after: datetime, start: datetime, default_tz: str | None = None) -> datetime | None:
     """A recurring task's next occurrence strictly after `after` (None for a one-shot task)."""
-    rec = rec_mod.from_json(row["recurrence"])
+    rec = recurrence.from_json(row["recurrence"])
     if rec is None:
         return None
-    times = rec_mod.next_times(rec, zone(zone_name(row, default_tz)), after, start, count=1)
+    times = recurrence.next_times(rec, zone(zone_name(row, default_tz)), after, start, count=1)
     return times[0] if times else None
 
 
 def latest_missed(row: Any, now: datetime, default_tz: str | None = None) -> datetime:
     """For a recurring task behind schedule, its latest occurrence not after `now` (bounded work)."""
-    rec = rec_mod.from_json(row["recurrence"])
+    rec = recurrence.from_json(row["recurrence"])
     scheduled: datetime = row["scheduled_at"]
     if rec is None:
         return scheduled
-    latest = rec_mod.latest_time(rec, zone(zone_name(row, default_tz)), scheduled, now)
+    latest = recurrence.latest_time(rec, zone(zone_name(row, default_tz)), scheduled, now)
     return latest if latest is not None and latest > scheduled else scheduled
 
 
@@ -488,10 +487,10 @@ async def replan_zones(
     """Move open cron tasks set in another zone to their next time in their owner's current zone."""
     moved = 0
     for r in await pool.fetch(_MOVED_ZONE_SQL, now, default_tz, user_id, limit):
-        rec = rec_mod.from_json(r["recurrence"])
+        rec = recurrence.from_json(r["recurrence"])
         if rec is None:
             continue
-        times = rec_mod.next_times(rec, zone(r["tz"]), now, None, count=1)
+        times = recurrence.next_times(rec, zone(r["tz"]), now, None, count=1)
         if times:
             await pool.execute(
                 "UPDATE tasks SET due_at = $2, timezone = $3, updated_at = now() WHERE id = $1 AND due_at = $4",
@@ -499,132 +498,3 @@ async def replan_zones(
             )  # fmt: skip
             moved += 1
     return moved
-
-
-async def press(
-    pool: Pool, clock: Clock, *, platform: str, presser_id: str, task_id: int, action: str, default_tz: str = "UTC"
-) -> tuple[bool, str]:
-    """A reminder button: only the task's owner may press; Done ends a series, Snooze moves it."""
-    row = await pool.fetchrow(
-        "SELECT t.id, t.title, t.status, t.recurrence, u.timezone FROM tasks t JOIN users u ON u.id = t.user_id"
-        " WHERE t.id = $1 AND u.platform = $2 AND u.platform_user_id = $3",
-        task_id, platform, presser_id,
-    )  # fmt: skip
-    if row is None:
-        return False, "Only the person this reminder is for can use these buttons."
-    if action == "done":
-        await pool.execute("UPDATE tasks SET status = 'done', updated_at = now() WHERE id = $1", task_id)
-        return True, f"✅ Done: {row['title']}"
-    if action in SNOOZE:
-        until = clock() + SNOOZE[action]
-        await pool.execute(
-            "UPDATE tasks SET due_at = $2, status = 'pending', updated_at = now() WHERE id = $1", task_id, until
-        )
-        tz = zone(row["timezone"], default_tz)
-        return True, f"😴 Snoozed: {row['title']} — until {until.astimezone(tz):%H:%M}"
-    return False, "Unknown button."
-
-
-class ReminderScheduler:
-    """APScheduler wiring: a date job per upcoming due time or retry (about a second precise) and a sweep.
-
-    Date jobs only wake the engine: a job that fires while a tick runs asks for one more tick instead of
-    queueing, so thousands of due times in a minute cost a handful of claim queries, not thousands."""
-
-    def __init__(
-        self, engine: ReminderEngine, *, sweep_s: float = 30.0, horizon: timedelta | None = None,
-        max_planned: int = 20000,
-    ) -> None:  # fmt: skip
-        """Wrap an engine; nothing runs until start()."""
-        from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
-        self.engine = engine
-        self.sweep_s = sweep_s
-        self.horizon = horizon or timedelta(seconds=sweep_s * 2)
-        self.max_planned = max_planned
-        self.scheduler = AsyncIOScheduler(timezone="UTC")
-        self._planned: set[datetime] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._running = False
-        self._again = False
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._stopped = False
-
-    async def start(self) -> None:
-        """Catch up on anything missed (downtime), then run the sweep and plan date jobs."""
-        self.scheduler.start()
-        self.scheduler.add_job(self.sweep, "interval", seconds=self.sweep_s, id="sweep", max_instances=1,
-                               coalesce=True)  # fmt: skip
-        await self.sweep()
-
-    async def stop(self) -> None:
-        """Stop firing jobs and wait for a running tick to finish (none starts afterwards)."""
-        self._stopped = True
-        self.scheduler.shutdown(wait=False)
-        for task in list(self._tasks):
-            task.cancel()
-        await self._idle.wait()
-        await self.engine.close()
-
-    async def sweep(self) -> None:
-        """The interval job: skip stale occurrences, deliver what is due, plan the next date jobs."""
-        if self._stopped:
-            return
-        try:
-            await self.engine.skip_stale()
-        except Exception:
-            log.exception("skipping stale reminders failed")
-        await self.wake()
-        await self.plan()
-
-    async def wake(self) -> None:
-        """Deliver what is due now; if already delivering, make the running loop tick once more."""
-        if self._running:
-            self._again = True
-            return
-        self._running = True
-        self._idle.clear()
-        try:
-            while not self._stopped:
-                self._again = False
-                retries = self.engine.retries
-                try:
-                    await self.engine.tick(include_stale=False)
-                except Exception:
-                    log.exception("reminder tick failed")
-                if self.engine.retries != retries:
-                    await self.plan()  # date jobs for the next attempts
-                if not self._again:
-                    break
-        finally:
-            self._running = False
-            self._idle.set()
-
-    async def plan(self) -> None:
-        """A date job for each distinct due time within the horizon that has none yet."""
-        from apscheduler.triggers.date import DateTrigger
-
-        if self._stopped:
-            return
-        try:
-            times = await self.engine.upcoming_times(self.horizon, self.max_planned)
-        except Exception:
-            log.exception("planning reminders failed")
-            return
-        now = self.engine.clock()
-        self._planned = {t for t in self._planned if t > now}
-        for when in times:
-            if when in self._planned:
-                continue
-            self._planned.add(when)
-            self.scheduler.add_job(self.wake, DateTrigger(run_date=when), id=f"due:{when.isoformat()}",
-                                   replace_existing=True, misfire_grace_time=None)  # fmt: skip
-
-    def tasks_changed(self) -> None:
-        """A task was created or moved: plan its date job now, not at the next sweep."""
-        if self._stopped:
-            return
-        task = asyncio.get_running_loop().create_task(self.plan())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)

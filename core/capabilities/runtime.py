@@ -21,9 +21,10 @@ from zoneinfo import ZoneInfo
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from core.db import Pool, untrusted_sql_connection
+from core.storage.db import Pool, untrusted_sql_connection
 from core.timeutil import Clock, zone
-from core.tools import ToolError, UserRef
+from core.tools.framework import ToolError
+from core.types import UserRef
 
 T = TypeVar("T")
 

@@ -8,10 +8,10 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core import store
 from core.activity import make_step, step_line
-from core.llm import LLM, MALFORMED, LLMReply, LLMTimeout, LLMUnavailable
-from core.tools import Tool, ToolContext, ToolRegistry, calls_for_prompt, envelope_for_prompt, timed_run
+from core.agent.llm import LLM, MALFORMED, LLMReply, LLMTimeout, LLMUnavailable
+from core.storage import conversations
+from core.tools.framework import Tool, ToolContext, ToolRegistry, calls_for_prompt, envelope_for_prompt, timed_run
 from core.types import Assistant, AssistantDelta, Error, Event, Step, ToolCall, ToolResult
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ async def run_agent(
             break
         except LLMUnavailable as e:
             if not steps:
-                await store.finish_turn(ctx.pool, turn_id, "failed", 0)
+                await conversations.finish_turn(ctx.pool, turn_id, "failed", 0)
                 hint = REFUSED_HINT if e.refused else "please try again in a moment."
                 yield Error("llm_unavailable", f"{e} Your message is saved; {hint}", turn_id)
                 return
@@ -113,20 +113,20 @@ async def run_agent(
             text = (reply.content or "").strip()
             if reply.finish_reason == "length":
                 text += LENGTH_NOTE
-            await store.finish_turn_with_answer(ctx.pool, ctx.chat, turn_id, text, "done", len(steps))
+            await conversations.finish_turn_with_answer(ctx.pool, ctx.chat, turn_id, text, "done", len(steps))
             yield Assistant(text, turn_id, tuple(steps), time.monotonic() - started)
             return
         calls = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in reply.tool_calls
         ]
-        await store.add_assistant(ctx.pool, ctx.chat, turn_id, reply.content, calls)
+        await conversations.add_assistant(ctx.pool, ctx.chat, turn_id, reply.content, calls)
         messages.append({"role": "assistant", "content": reply.content, "tool_calls": calls_for_prompt(calls)})
         for c in reply.tool_calls:
             yield ToolCall(c.id, c.name, c.arguments)
             budget = max(0.1, min(limits.step_timeout, deadline - time.monotonic()))
             envelope, took = await timed_run(registry, c.name, c.arguments, ctx, budget)
-            await store.add_tool_result(ctx.pool, ctx.chat, turn_id, c.id, c.name, envelope, int(took * 1000))
+            await conversations.add_tool_result(ctx.pool, ctx.chat, turn_id, c.id, c.name, envelope, int(took * 1000))
             if registry.revision != revision:  # e.g. write_capability added a tool: offer it from the next step
                 schemas, revision = [t.schema for t in registry.offered(ctx.is_admin)], registry.revision
             messages.append({"role": "tool", "tool_call_id": c.id, "content": envelope_for_prompt(envelope)})
@@ -137,7 +137,7 @@ async def run_agent(
         cut_short = f"the step limit ({limits.max_steps} steps)"
     assert cut_short is not None
     text = await _wrap_up(llm, messages, schemas, limits, deadline, steps, cut_short)
-    await store.finish_turn_with_answer(ctx.pool, ctx.chat, turn_id, text, "cut_short", len(steps))
+    await conversations.finish_turn_with_answer(ctx.pool, ctx.chat, turn_id, text, "cut_short", len(steps))
     yield Assistant(text, turn_id, tuple(steps), time.monotonic() - started, cut_short=cut_short)
 
 

@@ -8,7 +8,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from core.timeutil import describe_now, fmt_local
-from core.tools import ChatRef, Tool, UserRef
+from core.tools.framework import Tool
+from core.types import ChatRef, UserRef
 
 DUE_SOON_LINES = 10
 

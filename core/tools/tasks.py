@@ -9,11 +9,11 @@ from zoneinfo import ZoneInfo
 import asyncpg
 from pydantic import BaseModel, Field
 
-from core import recurrence as rec_mod
-from core.db import Pool
-from core.recurrence import Recurrence
+from core.reminders import recurrence
+from core.reminders.recurrence import Recurrence
+from core.storage.db import Pool
 from core.timeutil import fmt_local, parse_local
-from core.tools import Tool, ToolContext, ToolError
+from core.tools.framework import Tool, ToolContext, ToolError
 
 OPEN_STATUSES = ("pending", "in_progress")
 LIST_LIMIT = 50
@@ -55,9 +55,9 @@ def task_view(row: asyncpg.Record, tz: ZoneInfo, now: datetime) -> dict[str, Any
         view["due"] = fmt_local(row["due_at"], tz, now)
         if row["due_at"] < now and row["status"] in OPEN_STATUSES:
             view["overdue"] = True
-    rec = rec_mod.from_json(row["recurrence"])
+    rec = recurrence.from_json(row["recurrence"])
     if rec is not None:
-        view["repeats"] = rec_mod.describe(rec)
+        view["repeats"] = recurrence.describe(rec)
     if row["kind"] == "agent":
         view["job"] = row["agent_prompt"]
     return view
@@ -93,7 +93,7 @@ def _schedule(p: ManageTasksParams, ctx: ToolContext) -> tuple[datetime | None, 
         return due, [due] if due else []
     if p.recurrence.kind == "interval" and due is None:
         due = now + timedelta(minutes=p.recurrence.every_minutes or 0)
-    upcoming = rec_mod.next_times(p.recurrence, ctx.tz, now, due)
+    upcoming = recurrence.next_times(p.recurrence, ctx.tz, now, due)
     if p.recurrence.kind == "cron" and due is None:
         due = upcoming[0] if upcoming else None
     elif due is not None and (not upcoming or upcoming[0] != due):

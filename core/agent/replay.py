@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from core.tools import ANSWER_PROMPT_CHARS, TOOL_RESULT_PROMPT_CHARS, calls_for_prompt
+from core.tools.framework import ANSWER_PROMPT_CHARS, TOOL_RESULT_PROMPT_CHARS, calls_for_prompt
 
 
 class Row(Protocol):

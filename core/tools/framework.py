@@ -16,8 +16,9 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as JsonSchemaError
 from pydantic import BaseModel, ValidationError
 
-from core.db import Pool
+from core.storage.db import Pool
 from core.timeutil import Clock, zone
+from core.types import ChatRef, UserRef
 
 log = logging.getLogger(__name__)
 
@@ -25,29 +26,6 @@ TOOL_RESULT_PROMPT_CHARS = 4000  # a tool result longer than this is cut for the
 TOOL_ARGUMENTS_PROMPT_CHARS = 8000  # so are a tool call's arguments (code for write_capability fits)
 TOOL_NAME_CHARS = 64  # the API's limit for a function name; a longer (made-up) name is cut in the prompt
 ANSWER_PROMPT_CHARS = 16000  # an earlier answer of the model longer than this is cut when replayed
-
-
-@dataclass(frozen=True)
-class UserRef:
-    """The speaking user, as known from the platform (never from the model)."""
-
-    id: int
-    platform: str
-    platform_user_id: str
-    display_name: str
-    timezone: str
-
-
-@dataclass(frozen=True)
-class ChatRef:
-    """The conversation the turn belongs to."""
-
-    id: int
-    platform: str
-    platform_chat_id: str
-    thread_id: str
-    kind: str
-    history_floor: int = 0
 
 
 @dataclass

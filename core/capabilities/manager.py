@@ -18,8 +18,8 @@ from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, Field
 
-from core import capability_store as store
-from core.capability_runtime import (
+from core.capabilities import store
+from core.capabilities.runtime import (
     CapabilityContext,
     Problem,
     ThreadRunner,
@@ -32,9 +32,9 @@ from core.capability_runtime import (
     schema_problem,
     syntax_problem,
 )
-from core.db import Pool
+from core.storage.db import Pool
 from core.timeutil import Clock
-from core.tools import Tool, ToolContext, ToolError, ToolRegistry
+from core.tools.framework import Tool, ToolContext, ToolError, ToolRegistry
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import discord
 import pytest
 import yarl
 
-from adapters.discord import CUT_SHORT, FAILED, GONE, NOT_YOURS, TEXT_ONLY, DiscordAdapter
+from adapters.discord.adapter import CUT_SHORT, FAILED, GONE, NOT_YOURS, TEXT_ONLY, DiscordAdapter
 from core.commands import StatusBoard
 from core.core import Core
 from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adapters.discord_render import render_reply, split_markdown, steps_text, with_steps, without_steps
+from adapters.discord.render import render_reply, split_markdown, steps_text, with_steps, without_steps
 from core.types import Step
 
 

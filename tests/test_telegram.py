@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from telegram.error import NetworkError, RetryAfter
 
-from adapters.telegram import EMPTY_REPLY, FAILED, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter
+from adapters.telegram.adapter import EMPTY_REPLY, FAILED, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter
 from core.commands import StatusBoard
 from core.reminders.engine import DeliveryRefused, ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError

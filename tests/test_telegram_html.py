@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from adapters.telegram_html import (
+from adapters.telegram.html import (
     MESSAGE_LIMIT,
     activity_html,
     markdown_to_html,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.telegram_html import (
+from adapters.telegram.html import (
     MESSAGE_LIMIT,
     markdown_to_html,
     render_reply,

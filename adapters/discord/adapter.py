@@ -15,7 +15,7 @@ import discord
 from discord import app_commands
 from discord.abc import Messageable
 
-from adapters.discord_http import (
+from adapters.discord.http import (
     EndpointHTTP,
     Endpoints,
     GatewayUnreachable,
@@ -23,7 +23,7 @@ from adapters.discord_http import (
     scope_webhooks,
     use_endpoints,
 )
-from adapters.discord_render import MESSAGE_LIMIT, render_reply, split_markdown, steps_text, with_steps, without_steps
+from adapters.discord.render import MESSAGE_LIMIT, render_reply, split_markdown, steps_text, with_steps, without_steps
 from core.activity import summary_line
 from core.commands import HELP, Commands, StatusBoard
 from core.core import Core

@@ -35,8 +35,8 @@ from telegram.ext import (
     filters,
 )
 
-from adapters.telegram_html import esc, markdown_to_html, plain_text, render_reply, split_html, split_plain
-from adapters.telegram_request import AiohttpRequest, PatientRateLimiter, redact_token, redact_tokens_in_logs
+from adapters.telegram.html import esc, markdown_to_html, plain_text, render_reply, split_html, split_plain
+from adapters.telegram.request import AiohttpRequest, PatientRateLimiter, redact_token, redact_tokens_in_logs
 from core.commands import HELP, Commands, StatusBoard
 from core.core import Core
 from core.reminders.buttons import press

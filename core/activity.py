@@ -6,16 +6,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from core.limits import ACTIVITY_LINES, OUTCOME_CHARS, truncate
 from core.types import Step
-
-OUTCOME_CHARS = 90  # one activity line's outcome is cut to this many characters
-ACTIVITY_LINES = 12  # at most this many tool lines are shown; the rest are counted
 
 
 def _short(text: str, limit: int = OUTCOME_CHARS) -> str:
     """One line, cut with an ellipsis."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return truncate(text, limit, one_line=True)
 
 
 def outcome_of(envelope: dict[str, Any]) -> tuple[bool, str, str | None]:

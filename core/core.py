@@ -14,9 +14,10 @@ from typing import Any
 
 from core.agent.llm import LLM
 from core.agent.loop import Limits, run_agent
-from core.agent.prompt import DUE_SOON_LINES, system_prompt
+from core.agent.prompt import system_prompt
 from core.agent.replay import build_replay
 from core.capabilities import manager
+from core.limits import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, MAX_INCOMING_CHARS, REFUSAL_EVERY_S
 from core.settings import Settings
 from core.storage import conversations
 from core.storage.db import Pool
@@ -28,11 +29,6 @@ from core.tools.timezone import SET_TIMEZONE
 from core.types import JOB_MESSAGE_PREFIX, RESTARTING, Assistant, Error, Event, Incoming
 
 log = logging.getLogger(__name__)
-
-MAX_INCOMING_CHARS = 16000  # longer messages are refused politely without calling the LLM
-DUE_SOON = timedelta(hours=48)
-REFUSAL_EVERY_S = 3600.0  # a refused user is told at most once per chat per hour
-ABANDONED_MARGIN = timedelta(minutes=5)  # a turn running this much longer than AGENT_TOTAL_TIMEOUT is dead
 
 
 def default_registry() -> ToolRegistry:

@@ -17,9 +17,10 @@ import asyncpg
 import pytest
 
 from core.capabilities import store
-from core.capabilities.manager import EXIT_RESTART, MAX_RESULT_CHARS
+from core.capabilities.manager import EXIT_RESTART
 from core.capabilities.runtime import ThreadRunner
 from core.core import Core
+from core.limits import CAPABILITY_RESULT_CHARS
 from core.storage.db import Pool
 from core.tools.framework import ToolError
 from core.types import Assistant
@@ -200,7 +201,10 @@ async def test_long_output_is_cut_for_storage_and_prompt(make_core: MakeCore, fa
     prompt_copy = next(m for m in reversed(fake_llm.requests[-1]["messages"]) if m["role"] == "tool")["content"]
     assert len(prompt_copy) < 4100 and prompt_copy.endswith("more characters]")
     stored = await pool.fetchval("SELECT content FROM messages WHERE tool_name = 'big'")
-    assert MAX_RESULT_CHARS < len(stored) < MAX_RESULT_CHARS + 200 and "[truncated, 80000 more characters]" in stored
+    assert (
+        CAPABILITY_RESULT_CHARS < len(stored) < CAPABILITY_RESULT_CHARS + 200
+        and "[truncated, 80000 more characters]" in stored
+    )
 
 
 RUNAWAY_ASYNC = """

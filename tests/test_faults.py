@@ -13,9 +13,9 @@ import asyncpg
 import pytest
 
 from core.activity import step_line
+from core.limits import TOOL_ARGUMENTS_PROMPT_CHARS
 from core.storage import conversations
 from core.storage.db import Pool, is_dropped
-from core.tools.framework import TOOL_ARGUMENTS_PROMPT_CHARS
 from core.types import Error, ToolCall
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply

@@ -12,8 +12,9 @@ import asyncpg
 import pytest
 
 from core.agent.llm import LLM
-from core.capabilities.runtime import QUERY_MAX_ROWS, CapabilityQueryError, ThreadRunner, run_query
+from core.capabilities.runtime import CapabilityQueryError, ThreadRunner, run_query
 from core.core import Core
+from core.limits import QUERY_MAX_ROWS
 from core.storage.db import Pool, create_pool
 from core.tools.framework import ToolError
 from core.types import UserRef

@@ -14,8 +14,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from core.limits import CONNECT_TIMEOUT_S
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
-from core.storage.db import CONNECT_TIMEOUT_S, check_database
+from core.storage.db import check_database
 from tests.conftest import with_database
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.test_console import ROOT, bot_cli

@@ -15,11 +15,11 @@ from openai import AsyncStream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageFunctionToolCall
 
 from core.agent.providers import PROVIDERS
+from core.limits import REASON_CHARS, truncate
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
 
-REASON_CHARS = 200  # the server's reason for a refused request, cut to one line of this length
 MALFORMED = "malformed"  # LLMReply.finish_reason of a reply that could not be parsed
 
 
@@ -73,8 +73,7 @@ def _reason(e: openai.APIStatusError) -> str:
     text: object = body.get("message") if isinstance(body, dict) else body
     if not isinstance(text, str) or not text.strip():
         return ""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= REASON_CHARS else flat[: REASON_CHARS - 1] + "…"
+    return truncate(text, REASON_CHARS, one_line=True)
 
 
 def _parse_whole(resp: Any) -> LLMReply:

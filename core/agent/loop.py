@@ -10,6 +10,7 @@ from typing import Any
 
 from core.activity import make_step, step_line
 from core.agent.llm import LLM, MALFORMED, LLMReply, LLMTimeout, LLMUnavailable
+from core.limits import WRAP_UP_MIN_S
 from core.storage import conversations
 from core.tools.framework import Tool, ToolContext, ToolRegistry, calls_for_prompt, envelope_for_prompt, timed_run
 from core.types import Assistant, AssistantDelta, Error, Event, Step, ToolCall, ToolResult
@@ -26,7 +27,6 @@ WRAP_UP_NOTE = (
 )
 REFUSED_HINT = "if the conversation is too long for the model, /reset starts a fresh one."
 LENGTH_NOTE = "\n\n_(cut short: the model hit its length limit)_"
-WRAP_UP_MIN_S = 2.0  # a wrap-up call needs at least this much of the time budget left
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,10 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from core.limits import DUE_SOON_LINES
 from core.timeutil import describe_now, fmt_local
 from core.tools.framework import Tool
 from core.types import ChatRef, UserRef
-
-DUE_SOON_LINES = 10
 
 _BASE = (
     "You are a concise, reliable personal assistant chatting on {platform}. "

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from core.tools.framework import ANSWER_PROMPT_CHARS, TOOL_RESULT_PROMPT_CHARS, calls_for_prompt
+from core.limits import ANSWER_PROMPT_CHARS, TOOL_RESULT_PROMPT_CHARS, truncate
+from core.tools.framework import calls_for_prompt
 
 
 class Row(Protocol):
@@ -19,11 +20,6 @@ def _user_content(row: Row, group: bool) -> str:
     """A user message, attributed to its author by name in group chats."""
     text = row["content"] or ""
     return f"{row['author_name']}: {text}" if group and row["author_name"] else text
-
-
-def _cut(text: str, limit: int = TOOL_RESULT_PROMPT_CHARS) -> str:
-    """A stored text (tool result, earlier answer) cut for the prompt."""
-    return text if len(text) <= limit else text[:limit] + f"… [truncated, {len(text) - limit} more characters]"
 
 
 def build_replay(rows: Sequence[Row], *, group: bool) -> list[dict[str, Any]]:
@@ -47,15 +43,14 @@ def build_replay(rows: Sequence[Row], *, group: bool) -> list[dict[str, Any]]:
                     results[rows[j]["tool_call_id"]] = rows[j]
                 j += 1
             if set(results) == wanted:  # a turn cut by a crash leaves calls without results: skip them
-                content = _cut(row["content"], ANSWER_PROMPT_CHARS) if row["content"] else row["content"]
+                content = truncate(row["content"], ANSWER_PROMPT_CHARS) if row["content"] else row["content"]
                 out.append({"role": "assistant", "content": content, "tool_calls": calls_for_prompt(calls)})
-                out.extend(
-                    {"role": "tool", "tool_call_id": c["id"], "content": _cut(results[c["id"]]["content"] or "")}
-                    for c in calls
-                )
+                for c in calls:
+                    result = truncate(results[c["id"]]["content"] or "", TOOL_RESULT_PROMPT_CHARS)
+                    out.append({"role": "tool", "tool_call_id": c["id"], "content": result})
             i = j
         elif role == "assistant":
-            out.append({"role": "assistant", "content": _cut(row["content"] or "", ANSWER_PROMPT_CHARS)})
+            out.append({"role": "assistant", "content": truncate(row["content"] or "", ANSWER_PROMPT_CHARS)})
             i += 1
         else:  # a tool result without its call (cannot happen after the checks above): drop it
             i += 1

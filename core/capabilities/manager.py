@@ -32,6 +32,7 @@ from core.capabilities.runtime import (
     schema_problem,
     syntax_problem,
 )
+from core.limits import CAPABILITY_RESULT_CHARS, truncate
 from core.storage.db import Pool
 from core.timeutil import Clock
 from core.tools.framework import Tool, ToolContext, ToolError, ToolRegistry
@@ -40,7 +41,6 @@ log = logging.getLogger(__name__)
 
 MATERIALISED_DIR = Path(__file__).resolve().parent.parent / "capabilities" / "_materialised"
 NAME_PATTERN = r"^[a-z][a-z0-9_]{1,47}$"
-MAX_RESULT_CHARS = 20000  # a capability's result is cut to this (the prompt gets at most the tool result limit)
 EXIT_RESTART = 42  # restart(mode="full") exits with this code; bot/loop.sh and Procfile platforms start again
 
 CODE_HELP = (
@@ -353,8 +353,6 @@ def _fail(problem: Problem) -> NoReturn:
 
 
 def _limited(result: Any) -> Any:
-    """The result, or its text (JSON unless a string) cut to MAX_RESULT_CHARS with a marker when too long."""
+    """The result, or its text (JSON unless a string) cut to CAPABILITY_RESULT_CHARS with a marker when too long."""
     text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
-    if len(text) <= MAX_RESULT_CHARS:
-        return result
-    return text[:MAX_RESULT_CHARS] + f"… [truncated, {len(text) - MAX_RESULT_CHARS} more characters]"
+    return result if len(text) <= CAPABILITY_RESULT_CHARS else truncate(text, CAPABILITY_RESULT_CHARS)

@@ -21,6 +21,13 @@ from zoneinfo import ZoneInfo
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from core.limits import (
+    CAPABILITY_LIVE_CALLS,
+    CAPABILITY_LIVE_CALLS_PER_USER,
+    QUERY_MAX_ARGS,
+    QUERY_MAX_ROWS,
+    QUERY_TIMEOUT_MS,
+)
 from core.storage.db import Pool, untrusted_sql_connection
 from core.timeutil import Clock, zone
 from core.tools.framework import ToolError
@@ -28,11 +35,6 @@ from core.types import UserRef
 
 T = TypeVar("T")
 
-MAX_LIVE_THREADS = 16  # capability calls (and imports) still running at once, runaways included
-MAX_LIVE_PER_USER = 4  # of those, one user's calls (so one runaway capability cannot take them all)
-QUERY_TIMEOUT_MS = 5000  # statement timeout of a capability's database query
-QUERY_MAX_ROWS = 1000
-QUERY_MAX_ARGS = 10
 READER_FUNCTION = "capability_rows_as_reader(text,text[],integer)"
 
 Problem = dict[str, Any]  # {"error": "syntax_error|import_error|missing_function|invalid_schema", "message": …}
@@ -53,7 +55,7 @@ class ThreadRunner:
     and at most `per_user` of one owner's.
     """
 
-    def __init__(self, limit: int = MAX_LIVE_THREADS, per_user: int = MAX_LIVE_PER_USER) -> None:
+    def __init__(self, limit: int = CAPABILITY_LIVE_CALLS, per_user: int = CAPABILITY_LIVE_CALLS_PER_USER) -> None:
         """No jobs yet."""
         self.limit = limit
         self.per_user = per_user

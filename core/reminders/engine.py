@@ -12,6 +12,15 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Protocol
 
+from core.limits import (
+    REMINDER_AGENT_RUNS,
+    REMINDER_BATCH,
+    REMINDER_LATE_AFTER,
+    REMINDER_LEASE,
+    REMINDER_RETRY_FIRST,
+    REMINDER_RETRY_MAX,
+    REMINDER_SENDS,
+)
 from core.reminders import recurrence
 from core.reminders.buttons import BUTTONS
 from core.storage.db import Pool, retry_dropped
@@ -199,15 +208,15 @@ class ReminderEngine:
     outboxes: Mapping[str, Outbox]
     clock: Clock
     agent: AgentRunner | None = None
-    lease: timedelta = timedelta(minutes=2)
+    lease: timedelta = REMINDER_LEASE
     grace: timedelta = timedelta(hours=24)
-    late_after: timedelta = timedelta(seconds=60)
-    batch: int = 500
-    retry_first: timedelta = timedelta(seconds=5)
-    retry_max: timedelta = timedelta(minutes=5)
+    late_after: timedelta = REMINDER_LATE_AFTER
+    batch: int = REMINDER_BATCH
+    retry_first: timedelta = REMINDER_RETRY_FIRST
+    retry_max: timedelta = REMINDER_RETRY_MAX
     sleep: Sleep = asyncio.sleep  # waits between lease renewals
-    concurrency: int = 64
-    agent_concurrency: int = 8
+    concurrency: int = REMINDER_SENDS
+    agent_concurrency: int = REMINDER_AGENT_RUNS
     default_tz: str | None = None  # DEFAULT_TIMEZONE; None: the zone the task was set in
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}")
     failed_deliveries: int = 0

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from datetime import datetime, timedelta
 
+from core.limits import REMINDER_MAX_PLANNED, REMINDER_SWEEP_S
 from core.reminders.engine import ReminderEngine
 
 log = logging.getLogger(__name__)
@@ -18,8 +19,8 @@ class ReminderScheduler:
     queueing, so thousands of due times in a minute cost a handful of claim queries, not thousands."""
 
     def __init__(
-        self, engine: ReminderEngine, *, sweep_s: float = 30.0, horizon: timedelta | None = None,
-        max_planned: int = 20000,
+        self, engine: ReminderEngine, *, sweep_s: float = REMINDER_SWEEP_S, horizon: timedelta | None = None,
+        max_planned: int = REMINDER_MAX_PLANNED,
     ) -> None:  # fmt: skip
         """Wrap an engine; nothing runs until start()."""
         from apscheduler.schedulers.asyncio import AsyncIOScheduler

@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
+from core.limits import CONNECT_TIMEOUT_S, DROP_RETRY_DELAYS
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,6 @@ def is_dropped(e: BaseException) -> bool:
     return isinstance(e, asyncpg.InternalClientError | asyncpg.InterfaceError) and any(
         m in str(e) for m in _DROPPED_MESSAGES
     )
-
-
-DROP_RETRY_DELAYS = (0.0, 0.25, 1.0)  # seconds before each retry of a call whose connection was dropped
 
 
 async def retry_dropped(
@@ -134,7 +132,6 @@ async def create_pool(dsn: str, *, min_size: int = 10, max_size: int = 20) -> Po
     return pool
 
 
-CONNECT_TIMEOUT_S = 10.0  # start-up gives up on a database that does not answer within this many seconds
 DEFAULT_PORT = 5432
 
 

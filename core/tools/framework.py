@@ -16,16 +16,12 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as JsonSchemaError
 from pydantic import BaseModel, ValidationError
 
+from core.limits import TOOL_ARGUMENTS_PROMPT_CHARS, TOOL_NAME_CHARS, TOOL_RESULT_PROMPT_CHARS, truncate
 from core.storage.db import Pool
 from core.timeutil import Clock, zone
 from core.types import ChatRef, UserRef
 
 log = logging.getLogger(__name__)
-
-TOOL_RESULT_PROMPT_CHARS = 4000  # a tool result longer than this is cut for the prompt (the DB keeps it all)
-TOOL_ARGUMENTS_PROMPT_CHARS = 8000  # so are a tool call's arguments (code for write_capability fits)
-TOOL_NAME_CHARS = 64  # the API's limit for a function name; a longer (made-up) name is cut in the prompt
-ANSWER_PROMPT_CHARS = 16000  # an earlier answer of the model longer than this is cut when replayed
 
 
 @dataclass
@@ -54,10 +50,11 @@ class ToolContext:
 class ToolError(Exception):
     """A failure the model should read and can often fix (becomes a `tool_error` envelope)."""
 
-    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
-        """The message, and optional structured details the model can act on."""
+    def __init__(self, message: str, details: dict[str, Any] | None = None, *, code: str = "tool_error") -> None:
+        """The message, optional structured details the model can act on, and the envelope's error code."""
         super().__init__(message)
         self.details = details
+        self.code = code
 
 
 Handler = Callable[[Any, ToolContext], Awaitable[Any]]
@@ -152,10 +149,7 @@ def _schema_message(problems: list[JsonSchemaError]) -> str:
 
 def envelope_for_prompt(envelope: dict[str, Any], limit: int = TOOL_RESULT_PROMPT_CHARS) -> str:
     """The envelope as JSON for the model, cut to `limit` characters with a marker."""
-    text = json.dumps(envelope, ensure_ascii=False, default=str)
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"… [truncated, {len(text) - limit} more characters]"
+    return truncate(json.dumps(envelope, ensure_ascii=False, default=str), limit)
 
 
 def arguments_for_prompt(arguments: str, limit: int = TOOL_ARGUMENTS_PROMPT_CHARS) -> str:
@@ -233,7 +227,7 @@ class ToolRegistry:
         except TimeoutError:
             return err("timeout", f"{name} did not finish within {timeout:.3g} s")
         except ToolError as e:
-            return err("tool_error", str(e), e.details)
+            return err(e.code, str(e), e.details)
         except Exception as e:
             log.exception("tool %s failed", name)
             return err("tool_error", f"{type(e).__name__}: {e}")

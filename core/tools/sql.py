@@ -7,12 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from core.limits import SQL_MAX_CHARS, SQL_MAX_ROWS, SQL_STATEMENT_TIMEOUT_MS
 from core.storage.db import untrusted_sql_connection
 from core.tools.framework import Tool, ToolContext, ToolError
-
-STATEMENT_TIMEOUT_MS = 5000
-MAX_ROWS = 50
-MAX_CHARS = 6000
 
 
 class ExecuteSqlParams(BaseModel):
@@ -25,7 +22,7 @@ async def execute_sql(p: ExecuteSqlParams, ctx: ToolContext) -> dict[str, Any]:
     """Run one statement under a timeout; rows as JSON (capped) for queries, a row count otherwise."""
     import asyncpg
 
-    timeout_ms = max(100, min(STATEMENT_TIMEOUT_MS, int(ctx.step_timeout * 1000) - 200))
+    timeout_ms = max(100, min(SQL_STATEMENT_TIMEOUT_MS, int(ctx.step_timeout * 1000) - 200))
     async with ctx.pool.acquire() as conn, conn.transaction():
         untrusted_sql_connection(conn, discard=True)
         await conn.execute(f"SET LOCAL statement_timeout = {timeout_ms}")
@@ -33,11 +30,11 @@ async def execute_sql(p: ExecuteSqlParams, ctx: ToolContext) -> dict[str, Any]:
             stmt = await conn.prepare(p.query)
             if stmt.get_attributes():
                 rows = await stmt.fetch()
-                out = [dict(r) for r in rows[:MAX_ROWS]]
+                out = [dict(r) for r in rows[:SQL_MAX_ROWS]]
                 text = json.dumps(out, ensure_ascii=False, default=str)
-                truncated = len(rows) > MAX_ROWS or len(text) > MAX_CHARS
+                truncated = len(rows) > SQL_MAX_ROWS or len(text) > SQL_MAX_CHARS
                 return {
-                    "rows": json.loads(text[:MAX_CHARS]) if len(text) <= MAX_CHARS else text[:MAX_CHARS],
+                    "rows": json.loads(text[:SQL_MAX_CHARS]) if len(text) <= SQL_MAX_CHARS else text[:SQL_MAX_CHARS],
                     "row_count": len(rows),
                     "truncated": truncated,
                     "summary": f"{len(rows)} row{'s' if len(rows) != 1 else ''}"

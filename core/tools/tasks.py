@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 import asyncpg
 from pydantic import BaseModel, Field
 
+from core.limits import TASK_LIST_ROWS
 from core.reminders import recurrence
 from core.reminders.recurrence import Recurrence
 from core.storage.db import Pool
@@ -16,7 +17,6 @@ from core.timeutil import fmt_local, parse_local
 from core.tools.framework import Tool, ToolContext, ToolError
 
 OPEN_STATUSES = ("pending", "in_progress")
-LIST_LIMIT = 50
 _COLUMNS = (
     "id, title, details, status, due_at, recurrence, timezone, chat_id, kind, agent_prompt, created_at, updated_at"
 )
@@ -111,7 +111,7 @@ async def _get(pool: Pool, ctx: ToolContext, task_id: int | None) -> asyncpg.Rec
     return row
 
 
-async def open_tasks(pool: Pool, user_id: int, limit: int = LIST_LIMIT) -> list[asyncpg.Record]:
+async def open_tasks(pool: Pool, user_id: int, limit: int = TASK_LIST_ROWS) -> list[asyncpg.Record]:
     """The user's open tasks, soonest first (undated last)."""
     return await pool.fetch(
         f"SELECT {_COLUMNS} FROM tasks WHERE user_id = $1 AND status = ANY($2::text[])"
@@ -152,7 +152,7 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
                 " ORDER BY due_at NULLS LAST, id LIMIT $3",
                 ctx.user.id,
                 p.status,
-                LIST_LIMIT,
+                TASK_LIST_ROWS,
             )
         else:
             rows = await open_tasks(pool, ctx.user.id)

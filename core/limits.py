@@ -1,0 +1,85 @@
+"""Every fixed limit of the bot in one place (sizes, cuts, caps, timeouts), and the one helper that cuts text.
+
+A leaf: imports nothing from the project. Settings an operator sets (core/settings.py) are configuration, not
+limits. Times end in _S (seconds) or _MS, or are timedeltas.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+# Platforms: message sizes and how often their previews refresh.
+TELEGRAM_MESSAGE_LIMIT = 4096  # Telegram's limit, in UTF-16 code units of the text after tags
+TELEGRAM_ACTIVITY_CHARS = 1500  # the activity block is capped so the answer keeps most of the last part
+TELEGRAM_DRAFT_CHARS = 4000  # a streamed draft shows at most the last this many characters
+TELEGRAM_TYPING_EVERY_S = 4.0  # Telegram shows "typing…" for about 5 s
+TELEGRAM_TYPING_AFTER_S = 0.3  # an answer faster than this needs no "typing…" (saves a Bot API call per quick turn)
+TELEGRAM_DRAFT_EVERY_S = 0.6  # at most this often a streamed draft is updated
+TELEGRAM_PREVIEW_TIMEOUT_S = 2.0  # a typing action or draft that takes longer is not worth waiting for
+TELEGRAM_POLL_TIMEOUT_S = 30  # long polling: getUpdates waits up to this long for an update
+TELEGRAM_REQUEST_TIMEOUT_S = 5.0  # read and connect timeout of a Bot API call (a poll gets its own wait on top)
+TELEGRAM_POLL_READ_MARGIN_S = 10.0  # a poll's read timeout is its long-poll wait plus this
+TELEGRAM_CONNECTIONS = 64  # the Bot API connection pool
+DISCORD_MESSAGE_LIMIT = 2000  # Discord's content limit per message
+DISCORD_LONG_LINE = DISCORD_MESSAGE_LIMIT - 100  # longer lines are cut into pieces (room for a fence reopened)
+DISCORD_TYPING_EVERY_S = 8.0  # Discord shows "typing…" for about 10 s
+DISCORD_READY_TIMEOUT_S = 60.0  # start-up gives up on a gateway that does not say READY within this
+DISCORD_CUT_NOTE_S = 3.0  # at most this long to tell a user their answer was cut by a shutdown
+
+# Incoming messages and the access policy.
+MAX_INCOMING_CHARS = 16000  # longer messages are refused politely without calling the LLM
+REFUSAL_EVERY_S = 3600.0  # a refused user is told at most once per chat per hour
+
+# What the prompt gets (the database keeps everything whole).
+TOOL_RESULT_PROMPT_CHARS = 4000  # a tool result longer than this is cut for the prompt
+TOOL_ARGUMENTS_PROMPT_CHARS = 8000  # so are a tool call's arguments (code for write_capability fits)
+TOOL_NAME_CHARS = 64  # the API's limit for a function name; a longer (made-up) name is cut in the prompt
+ANSWER_PROMPT_CHARS = 16000  # an earlier answer of the model longer than this is cut when replayed
+DUE_SOON = timedelta(hours=48)  # reminders due within this are listed in the system prompt
+DUE_SOON_LINES = 10  # at most this many of them
+
+# The agent loop and the LLM.
+WRAP_UP_MIN_S = 2.0  # a wrap-up call needs at least this much of the time budget left
+ABANDONED_MARGIN = timedelta(minutes=5)  # a turn running this much longer than AGENT_TOTAL_TIMEOUT is dead
+REASON_CHARS = 200  # the server's reason for a refused request, cut to one line of this length
+
+# The activity part of a reply.
+OUTCOME_CHARS = 90  # one activity line's outcome is cut to this many characters
+ACTIVITY_LINES = 12  # at most this many tool lines are shown; the rest are counted
+
+# Built-in tools.
+SQL_STATEMENT_TIMEOUT_MS = 5000  # execute_sql's statement timeout (less when the step has less time left)
+SQL_MAX_ROWS = 50  # execute_sql returns at most this many rows
+SQL_MAX_CHARS = 6000  # and at most this many characters of them as JSON
+TASK_LIST_ROWS = 50  # manage_tasks list and the open tasks shown at most
+
+# Capabilities.
+CAPABILITY_RESULT_CHARS = 20000  # a capability's result is cut to this (the prompt gets at most the tool result limit)
+CAPABILITY_LIVE_CALLS = 16  # capability calls (and imports) still running at once, runaways included
+CAPABILITY_LIVE_CALLS_PER_USER = 4  # of those, one user's (so one runaway capability cannot take them all)
+QUERY_TIMEOUT_MS = 5000  # statement timeout of a capability's database query
+QUERY_MAX_ROWS = 1000  # rows a capability's query returns at most
+QUERY_MAX_ARGS = 10  # arguments a capability's query takes at most
+
+# Reminders.
+REMINDER_LEASE = timedelta(minutes=2)  # a claimed occurrence is this process's until then (renewed while sending)
+REMINDER_LATE_AFTER = timedelta(seconds=60)  # a reminder sent later than this after its due time is counted late
+REMINDER_BATCH = 500  # due occurrences claimed per query
+REMINDER_RETRY_FIRST = timedelta(seconds=5)  # the first retry of a failed send waits this long
+REMINDER_RETRY_MAX = timedelta(minutes=5)  # the growing wait between retries stops growing here
+REMINDER_SENDS = 64  # reminders being sent at once
+REMINDER_AGENT_RUNS = 8  # of those, ones that run the agent at once
+REMINDER_SWEEP_S = 30.0  # the scheduler looks for due reminders at least this often
+REMINDER_MAX_PLANNED = 20000  # date jobs planned ahead at most
+
+# The database.
+CONNECT_TIMEOUT_S = 10.0  # start-up gives up on a database that does not answer within this many seconds
+DROP_RETRY_DELAYS = (0.0, 0.25, 1.0)  # seconds before each retry of a call whose connection was dropped
+
+
+def truncate(text: str, limit: int, *, one_line: bool = False) -> str:
+    """`text` cut after `limit` characters with "… [truncated, N more characters]"; `one_line`: flat, "…" at `limit`."""
+    if one_line:
+        flat = " ".join(text.split())
+        return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return text if len(text) <= limit else text[:limit] + f"… [truncated, {len(text) - limit} more characters]"

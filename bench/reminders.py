@@ -715,21 +715,13 @@ async def part_outage(db: Any, args: argparse.Namespace) -> int:
 
 async def bench(args: argparse.Namespace) -> int:
     """Run the selected parts."""
-    import asyncpg
-
-    from bench.common import bench_database, load_average, postmaster_pid
+    from bench.common import bench_database, load_average, server_info
 
     status = 0
     async with bench_database() as db:
-        conn = await asyncpg.connect(db.dsn)
-        try:
-            version = await conn.fetchval("SHOW server_version")
-            sync_commit = await conn.fetchval("SHOW synchronous_commit")
-            postmaster = postmaster_pid(int(await conn.fetchval("SELECT pg_backend_pid()")))
-        finally:
-            await conn.close()
+        server = await server_info(db.dsn)
         d = {f.name: f.default for f in dataclasses.fields(ReminderEngine)}
-        print(f"PostgreSQL {version}: {db.description}; synchronous_commit {sync_commit}")
+        print(f"PostgreSQL {server.version}: {db.description}; synchronous_commit {server.sync_commit}")
         print(
             f"engine defaults: batch {d['batch']}, send concurrency {d['concurrency']}, lease {d['lease']}, "
             f"grace {d['grace']}; scheduler sweep {args.sweep:g} s, date-job horizon {2 * args.sweep:g} s; "
@@ -740,7 +732,7 @@ async def bench(args: argparse.Namespace) -> int:
         print(f"Python {sys.version.split()[0]}; host: {load_average()}")
         print()
         if not args.skip_burst:
-            status |= await part_burst(db, args, postmaster)
+            status |= await part_burst(db, args, server.postmaster)
         if not args.skip_startup:
             status |= await part_startup(db, args)
         if not args.skip_outage:

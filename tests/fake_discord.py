@@ -94,6 +94,23 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+def _member_fields(roles: list[str], joined_at: str) -> dict[str, Any]:
+    """A guild member object without its "user"."""
+    return {
+        "roles": roles,
+        "joined_at": joined_at,
+        "premium_since": None,
+        "deaf": False,
+        "mute": False,
+        "pending": False,
+        "nick": None,
+        "avatar": None,
+        "banner": None,
+        "flags": 0,
+        "communication_disabled_until": None,
+    }
+
+
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     """A JSON response whose Content-Type is exactly application/json (discord.py compares it verbatim)."""
     return web.Response(body=json.dumps(body).encode(), status=status, content_type="application/json", headers=headers)
@@ -250,6 +267,8 @@ class FakeDiscord(LoopbackServer):
     logs its reconnect attempts as errors.
     """
 
+    handler_cancellation = True
+
     def __init__(
         self,
         token: str = "fake-discord-token",
@@ -380,43 +399,24 @@ class FakeDiscord(LoopbackServer):
         self._sockets: set[web.WebSocketResponse] = set()
         self._send_lock = asyncio.Lock()
         self._wakeup = asyncio.Event()
-        self._port: int | None = None
-        self._runner: web.AppRunner | None = None
-        self._app = web.Application()
+        super().__init__()
         self._app.router.add_route("*", "/{tail:.*}", self._handle)
         self._routes: list[tuple[str, re.Pattern[str], RouteHandler, bool]] = []
         self._install_routes()
 
     # lifecycle
 
-    async def start(self) -> None:
-        """Bind 127.0.0.1 on an ephemeral port."""
-        runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=0.5, handler_cancellation=True)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        self._port = int(runner.addresses[0][1])
-
     async def stop(self) -> None:
         """Close every gateway connection and shut the server down."""
         self._conn = None
         for ws in list(self._sockets):
             await ws.close(code=1001, message=b"Going away")
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        await super().stop()
 
     @property
     def base_url(self) -> str:
         """http://127.0.0.1:PORT."""
-        if self._port is None:
-            raise RuntimeError("FakeDiscord is not started")
-        return f"http://127.0.0.1:{self._port}"
+        return self.origin
 
     @property
     def api_base(self) -> str:
@@ -784,38 +784,13 @@ class FakeDiscord(LoopbackServer):
 
     def _add_member(self, user: dict[str, Any], *, roles: list[str], joined_at: str) -> None:
         """Add a guild member."""
-        self.members[user["id"]] = {
-            "user": user,
-            "roles": roles,
-            "joined_at": joined_at,
-            "premium_since": None,
-            "deaf": False,
-            "mute": False,
-            "pending": False,
-            "nick": None,
-            "avatar": None,
-            "banner": None,
-            "flags": 0,
-            "communication_disabled_until": None,
-        }
+        self.members[user["id"]] = {"user": user, **_member_fields(roles, joined_at)}
 
     def _member_of(self, user: dict[str, Any]) -> dict[str, Any]:
         """The member object (without "user") of a user in the guild; a fresh one for non-members."""
         member = self.members.get(str(user["id"]))
         if member is None:
-            return {
-                "roles": [],
-                "joined_at": _now(),
-                "premium_since": None,
-                "deaf": False,
-                "mute": False,
-                "pending": False,
-                "nick": None,
-                "avatar": None,
-                "banner": None,
-                "flags": 0,
-                "communication_disabled_until": None,
-            }
+            return _member_fields([], _now())
         return {k: copy.deepcopy(v) for k, v in member.items() if k != "user"}
 
     def _add_guild_text_channel(self, channel_id: str, name: str, position: int) -> None:
@@ -1152,6 +1127,17 @@ class FakeDiscord(LoopbackServer):
         walk(components, path)
 
     # internals: building messages from bot requests
+
+    def _edit(self, message: dict[str, Any], call: _Call) -> dict[str, Any]:
+        """Apply an edit's JSON body to a stored message in place (checked, mentions recomputed); the body."""
+        body = call.body if isinstance(call.body, dict) else {}
+        updated = self._apply_body(message, body, call.uploads, editing=True)
+        self._check_message(updated, bool(updated["attachments"]))
+        updated["edited_timestamp"] = _now()
+        updated["mentions"] = self._mentions(updated, updated.get("allowed_mentions"), None)
+        message.clear()
+        message.update(updated)
+        return body
 
     def _apply_body(
         self, message: dict[str, Any], body: dict[str, Any], uploads: list[_Upload], *, editing: bool
@@ -1771,13 +1757,7 @@ class FakeDiscord(LoopbackServer):
         message = self._channel_message(call)
         if message["author"]["id"] != self.bot_user["id"]:
             raise _ApiError(403, 50005, "Cannot edit a message authored by another user")
-        body = call.body if isinstance(call.body, dict) else {}
-        updated = self._apply_body(message, body, call.uploads, editing=True)
-        self._check_message(updated, bool(updated["attachments"]))
-        updated["edited_timestamp"] = _now()
-        updated["mentions"] = self._mentions(updated, updated.get("allowed_mentions"), None)
-        message.clear()
-        message.update(updated)
+        body = self._edit(message, call)
         self.edits.append({**copy.deepcopy(body), "message_id": message["id"]})
         await self._dispatch("MESSAGE_UPDATE", message)
         return self._wire(message)
@@ -2117,13 +2097,7 @@ class FakeDiscord(LoopbackServer):
         """PATCH /webhooks/{app}/{token}/messages/{id|@original}."""
         it = self._interaction_for(call)
         message = self._webhook_message(it, call.params["message_id"])
-        body = call.body if isinstance(call.body, dict) else {}
-        updated = self._apply_body(message, body, call.uploads, editing=True)
-        self._check_message(updated, bool(updated["attachments"]))
-        updated["edited_timestamp"] = _now()
-        updated["mentions"] = self._mentions(updated, updated.get("allowed_mentions"), None)
-        message.clear()
-        message.update(updated)
+        body = self._edit(message, call)
         it.edits.append({**copy.deepcopy(body), "message_id": message["id"]})
         if isinstance(body.get("content"), str):
             it._texts.append(body["content"])

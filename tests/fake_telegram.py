@@ -547,6 +547,8 @@ Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 class FakeTelegram(LoopbackServer):
     """A fake Telegram Bot API server on 127.0.0.1 for the real PTB (use base_url with ApplicationBuilder)."""
 
+    handler_cancellation = True  # a long poll PTB gave up on (stopping) ends with its connection
+
     def __init__(self, token: str = TOKEN, bot_id: int = 123, bot_username: str = "test_bot") -> None:
         """Create the (not yet started) server for one bot."""
         self.token = token
@@ -575,9 +577,7 @@ class FakeTelegram(LoopbackServer):
         self._poll_generation = 0
         self._wakeup = asyncio.Event()
         self._closing = False
-        self._port: int | None = None
-        self._runner: web.AppRunner | None = None
-        self._app = web.Application()
+        super().__init__()
         self._app.router.add_route("*", "/{tail:.*}", self._handle)
         self._methods: dict[str, Handler] = {
             "getme": self._get_me,
@@ -603,32 +603,18 @@ class FakeTelegram(LoopbackServer):
     async def start(self) -> None:
         """Bind 127.0.0.1 on an ephemeral port."""
         self._closing = False
-        # handler_cancellation: a long poll the client gave up on (PTB stopping) ends with its connection
-        runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=0.5, handler_cancellation=True)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        self._port = int(runner.addresses[0][1])
+        await super().start()
 
     async def stop(self) -> None:
         """Answer every waiting getUpdates at once (empty) and shut the server down."""
         self._closing = True
         self._notify()
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        await super().stop()
 
     @property
     def base_url(self) -> str:
         """Base URL for ApplicationBuilder().base_url(...), e.g. http://127.0.0.1:PORT/bot."""
-        if self._port is None:
-            raise RuntimeError("FakeTelegram is not started")
-        return f"http://127.0.0.1:{self._port}/bot"
+        return f"{self.origin}/bot"
 
     # scripting
 

@@ -1,21 +1,60 @@
-"""The async-context shape shared by the fake servers in tests/."""
+"""The start/stop shared by the fake servers in tests/: an aiohttp app on 127.0.0.1."""
 
 from __future__ import annotations
 
 from types import TracebackType
 from typing import Self
 
+from aiohttp import web
+
 
 class LoopbackServer:
-    """A fake server on 127.0.0.1: `async with Fake() as fake` starts it and stops it again."""
+    """A fake server on 127.0.0.1: `async with Fake() as fake` starts it and stops it again.
+
+    Subclasses route requests on `self._app`; `start()` binds an ephemeral port, `stop()` shuts the server down.
+    """
+
+    # handler_cancellation: a request the client gave up on (e.g. a long poll) ends with its connection
+    handler_cancellation = False
+
+    def __init__(self) -> None:
+        """An app with no routes yet, not listening."""
+        self._app = web.Application()
+        self._port: int | None = None
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
 
     async def start(self) -> None:
-        """Start listening (subclasses)."""
-        raise NotImplementedError
+        """Bind 127.0.0.1 on an ephemeral port."""
+        await self._listen(0)
 
     async def stop(self) -> None:
-        """Stop listening (subclasses)."""
-        raise NotImplementedError
+        """Shut the server down."""
+        runner, self._runner, self._site = self._runner, None, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def _listen(self, port: int) -> None:
+        """Bind 127.0.0.1:port (0: an ephemeral one) and remember the port."""
+        runner = web.AppRunner(
+            self._app, access_log=None, shutdown_timeout=0.5, handler_cancellation=self.handler_cancellation
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", port)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner, self._site = runner, site
+        self._port = int(runner.addresses[0][1])
+
+    @property
+    def origin(self) -> str:
+        """http://127.0.0.1:PORT, once started."""
+        if self._port is None:
+            raise RuntimeError(f"{type(self).__name__} is not started")
+        return f"http://127.0.0.1:{self._port}"
 
     async def __aenter__(self) -> Self:
         """Start the server."""

@@ -84,6 +84,18 @@ def _collect(client: discord.Client, waiter: Changes) -> list[discord.Message]:
     return seen
 
 
+@contextlib.asynccontextmanager
+async def listening(
+    fake: FakeDiscord, client: discord.Client | None = None
+) -> AsyncIterator[tuple[discord.Client, Changes, list[discord.Message]]]:
+    """A running client (a plain one unless given) whose messages are recorded in `seen`; `w` wakes on each."""
+    client = client or _client()
+    w = Changes()
+    seen = _collect(client, w)
+    async with running(fake, client):
+        yield client, w, seen
+
+
 async def test_login_connect_and_ready(fake: FakeDiscord) -> None:
     """The client logs in, identifies and sees the guild, its channels, the thread and itself."""
     client = _client()
@@ -115,10 +127,7 @@ async def test_bad_token_is_refused(fake: FakeDiscord) -> None:
 
 async def test_guild_message_reaches_on_message(fake: FakeDiscord) -> None:
     """A posted guild message (mentioning the bot) arrives with author, mentions and guild."""
-    client = _client()
-    w = Changes()
-    seen = _collect(client, w)
-    async with running(fake, client):
+    async with listening(fake) as (client, w, seen):
         ann = fake.user(42_000_000_000_000_001, "ann")
         posted = await fake.post_message(ann, "hello there", mention_bot=True)
         await w.until(lambda: len(seen) == 1)
@@ -137,10 +146,7 @@ async def test_guild_message_reaches_on_message(fake: FakeDiscord) -> None:
 
 async def test_message_content_needs_the_intent(fake: FakeDiscord) -> None:
     """Without the message content intent, guild messages arrive empty unless they mention the bot."""
-    client = _client(intents=_intents(message_content=False))
-    w = Changes()
-    seen = _collect(client, w)
-    async with running(fake, client):
+    async with listening(fake, _client(intents=_intents(message_content=False))) as (_, w, seen):
         ann = fake.user(42_000_000_000_000_001, "ann")
         await fake.post_message(ann, "secret")
         await fake.post_message(ann, "for you", mention_bot=True)
@@ -151,10 +157,7 @@ async def test_message_content_needs_the_intent(fake: FakeDiscord) -> None:
 
 async def test_dm_reaches_on_message(fake: FakeDiscord) -> None:
     """A DM arrives in a DMChannel without a guild; the bot answers in the same channel."""
-    client = _client()
-    w = Changes()
-    seen = _collect(client, w)
-    async with running(fake, client):
+    async with listening(fake) as (_, w, seen):
         bob = fake.user(42_000_000_000_000_002, "bob")
         posted = await fake.post_message(bob, "psst", dm=True)
         assert "guild_id" not in posted and posted["channel_id"] == fake.dm_channel_id(bob["id"])
@@ -169,10 +172,7 @@ async def test_dm_reaches_on_message(fake: FakeDiscord) -> None:
 
 async def test_send_with_view_reply_edit_and_own_echo(fake: FakeDiscord) -> None:
     """A message with a button is recorded with its components, echoes back, can be replied to and edited."""
-    client = _client()
-    w = Changes()
-    seen = _collect(client, w)
-    async with running(fake, client):
+    async with listening(fake) as (client, w, seen):
         channel = client.get_channel(int(fake.channel_id))
         assert isinstance(channel, discord.TextChannel)
         view = discord.ui.View(timeout=None)
@@ -227,10 +227,7 @@ async def test_validation_errors(fake: FakeDiscord) -> None:
 
 async def test_files_both_ways(fake: FakeDiscord) -> None:
     """User attachments can be downloaded; the bot's files go multipart and are recorded."""
-    client = _client()
-    w = Changes()
-    seen = _collect(client, w)
-    async with running(fake, client):
+    async with listening(fake) as (_, w, seen):
         ann = fake.user(42_000_000_000_000_001, "ann")
         attachment = {"filename": "note.txt", "data": b"hello file", "content_type": "text/plain"}
         await fake.post_message(ann, "see attached", attachments=[attachment])
@@ -293,9 +290,7 @@ async def test_slash_command_sync_and_ephemeral_answer(fake: FakeDiscord) -> Non
 async def test_deferred_answer_followup_and_edit(fake: FakeDiscord) -> None:
     """A thinking deferral is completed by the followup, then the original is edited."""
     client, tree, _ = _tree_client()
-    w = Changes()
-    seen = _collect(client, w)
-    async with running(fake, client):
+    async with listening(fake, client) as (_, w, seen):
         await tree.sync()
         it = await fake.slash("slow", None, fake.user(42_000_000_000_000_001, "ann"))
         await it.wait_done()
@@ -496,10 +491,7 @@ async def test_events_before_the_first_identify_are_delivered(fake: FakeDiscord)
     """A message posted before the client connects arrives right after READY."""
     ann = fake.user(42_000_000_000_000_001, "ann")
     await fake.post_message(ann, "early")
-    client = _client()
-    w = Changes()
-    seen = _collect(client, w)
-    async with running(fake, client):
+    async with listening(fake) as (_, w, seen):
         await w.until(lambda: len(seen) == 1)
         assert seen[0].content == "early" and seen[0].guild is not None
 

@@ -20,7 +20,9 @@ from core.settings import Settings, load_settings
 from core.storage.db import Pool, create_pool
 from core.storage.embedded import start_embedded
 from core.storage.migrations import migrate
+from tests.fake_discord import FakeDiscord
 from tests.fake_openai import FakeOpenAI
+from tests.fake_telegram import FakeTelegram
 
 TEMPLATE_DB = "bot_test_template"
 _counter = itertools.count()
@@ -104,6 +106,20 @@ async def pool(db_dsn: str) -> AsyncIterator[Pool]:
 async def fake_llm() -> AsyncIterator[FakeOpenAI]:
     """The fake OpenAI-compatible server, started for one test."""
     async with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    """The fake Telegram Bot API server, started for one test."""
+    async with FakeTelegram() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def dc() -> AsyncIterator[FakeDiscord]:
+    """The fake Discord (REST + gateway), started for one test."""
+    async with FakeDiscord() as fake:
         yield fake
 
 

@@ -94,6 +94,14 @@ async def create(core: Core, fake: FakeOpenAI, args: dict[str, Any], *, user: st
     answer(await run(core, incoming("task", user=user, **kw)))
 
 
+async def due_now(make_core: MakeCore, fake: FakeOpenAI, clock: FakeClock, title: str) -> Core:
+    """A core whose model created a one-shot task due at 10:01, with the clock moved to that minute."""
+    core = make_core()
+    await create(core, fake, {"title": title, "due_at": "2026-11-21T10:01"})
+    clock.advance(minutes=1)
+    return core
+
+
 async def test_one_shot_on_time_once_in_local_time(
     make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
 ) -> None:
@@ -312,9 +320,7 @@ async def test_group_reminder_goes_to_the_group(
 async def test_transient_failures_retry_with_growing_backoff_until_delivered(
     make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
 ) -> None:
-    core = make_core()
-    await create(core, fake_llm, {"title": "Retry", "due_at": "2026-11-21T10:01"})
-    clock.advance(minutes=1)
+    await due_now(make_core, fake_llm, clock, "Retry")
     out = Outbox(fail_first=8)
     eng = engine(pool, clock, out)
     waits = []
@@ -337,9 +343,7 @@ async def test_transient_failures_retry_with_growing_backoff_until_delivered(
 async def test_no_adapter_yet_is_retried_and_survives_a_restart(
     make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
 ) -> None:
-    core = make_core()
-    await create(core, fake_llm, {"title": "Early", "due_at": "2026-11-21T10:01"})
-    clock.advance(minutes=1)
+    core = await due_now(make_core, fake_llm, clock, "Early")
     assert await engine(pool, clock, None).tick() == 0  # the Telegram adapter is not running yet
     row = await occurrence(pool)
     assert row["status"] == "claimed" and "no telegram adapter is running" in row["error"]
@@ -356,9 +360,7 @@ async def test_no_adapter_yet_is_retried_and_survives_a_restart(
 async def test_a_retry_of_a_task_done_or_snoozed_meanwhile_is_neither_sent_nor_listed(
     make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
 ) -> None:
-    core = make_core()
-    await create(core, fake_llm, {"title": "Call Bob", "due_at": "2026-11-21T10:01"})
-    clock.advance(minutes=1)
+    core = await due_now(make_core, fake_llm, clock, "Call Bob")
     out = Outbox(fail_first=1)
     eng = engine(pool, clock, out)
     assert await eng.tick() == 0  # the first attempt failed: retrying
@@ -437,9 +439,7 @@ async def test_grace_window_ends_retries_visibly(
 async def test_retry_times_get_date_jobs(
     make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
 ) -> None:
-    core = make_core()
-    await create(core, fake_llm, {"title": "Blip", "due_at": "2026-11-21T10:01"})
-    clock.advance(minutes=1)
+    await due_now(make_core, fake_llm, clock, "Blip")
     sched = ReminderScheduler(engine(pool, clock, Outbox(fail_first=1)), sweep_s=3600)
     await sched.wake()
     retry_at = datetime(2026, 11, 21, 10, 1, 5, tzinfo=UTC)

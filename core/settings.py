@@ -87,6 +87,8 @@ class Settings(BaseSettings):
     HISTORY_MESSAGES: int = Field(default=40, ge=2, le=1000)
     REMINDER_GRACE_HOURS: float = Field(default=24.0, gt=0)
     CAPABILITY_TIMEOUT: float = Field(default=30.0, gt=0)
+    MEMORY_BLOCK_WORDS: int = Field(default=500, ge=10)  # word limit of one core memory block
+    EMBEDDING_MODEL: str | None = None  # embeddings for archival search (same provider); unset: text search only
     SHUTDOWN_GRACE_SECONDS: float = Field(default=25.0, ge=0)  # drain time for running answers on stop/restart
     LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = None  # DEBUG also shows start-up tracebacks
 

@@ -19,6 +19,20 @@ from tests.loopback import LoopbackServer
 __all__ = ["FakeOpenAI", "Reply", "Responder"]
 
 MODEL_ID = "fake-model"
+EMBEDDING_DIMENSIONS = 16
+
+
+def hashed_embedding(text: str) -> list[float]:
+    """A deterministic unit vector from the text's words (same words → same vector; no semantics)."""
+    import hashlib
+
+    vec = [0.0] * EMBEDDING_DIMENSIONS
+    for word in text.lower().split():
+        vec[hashlib.sha256(word.encode()).digest()[0] % EMBEDDING_DIMENSIONS] += 1.0
+    norm = sum(v * v for v in vec) ** 0.5 or 1.0
+    return [v / norm for v in vec]
+
+
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 _ERROR_TYPES = {
     400: ("invalid_request_error", None),
@@ -179,6 +193,10 @@ class FakeOpenAI(LoopbackServer):
         self._app = web.Application()
         self._app.router.add_post("/v1/chat/completions", self._chat)
         self._app.router.add_get("/v1/models", self._models)
+        self._app.router.add_post("/v1/embeddings", self._embeddings)
+        self.embedding_inputs: list[str] = []
+        self.embed: Callable[[str], list[float]] = hashed_embedding  # a test may map texts to chosen vectors
+        self.embeddings_fail = False  # answer /embeddings with a 500
 
     # lifecycle
 
@@ -252,6 +270,23 @@ class FakeOpenAI(LoopbackServer):
         return result
 
     # handlers
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        """Handle POST /v1/embeddings: one vector per input from `self.embed` (or a 500 when told to fail)."""
+        if self.embeddings_fail:
+            return web.json_response(_error_body(500, "embeddings are down"), status=500)
+        body = await request.json()
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        self.embedding_inputs += inputs
+        vectors: list[Any] = [self.embed(t) for t in inputs]
+        if body.get("encoding_format") == "base64":  # the SDK's default: little-endian float32
+            import base64
+            import struct
+
+            vectors = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+        usage = {"prompt_tokens": sum(_tokens(t) for t in inputs), "total_tokens": sum(_tokens(t) for t in inputs)}
+        return web.json_response({"object": "list", "data": data, "model": body["model"], "usage": usage})
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         """List the single fake model."""

@@ -1,0 +1,79 @@
+"""Optional embeddings for archival memory (EMBEDDING_MODEL, same OpenAI-compatible provider, pgvector)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import asyncpg
+import openai
+
+from core.storage.db import Pool
+
+log = logging.getLogger(__name__)
+
+EMBED_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class Embedder:
+    """An embedding model: its name (stored with each vector) and the call that embeds one text."""
+
+    model: str
+    embed: Callable[[str], Awaitable[list[float]]]
+
+
+def openai_embedder(client: openai.AsyncOpenAI, model: str, timeout: float = EMBED_TIMEOUT_S) -> Embedder:
+    """Embeddings through the same client as the chat model (its base URL, key and retries)."""
+
+    async def embed(text: str) -> list[float]:
+        resp = await client.embeddings.create(model=model, input=text, encoding_format="float", timeout=timeout)
+        return list(resp.data[0].embedding)
+
+    return Embedder(model, embed)
+
+
+def vector_literal(values: Sequence[float]) -> str:
+    """pgvector's text form, `[0.1,0.2]` (cast with `::text::vector`; asyncpg has no codec for it)."""
+    return "[" + ",".join(repr(float(v)) for v in values) + "]"
+
+
+async def prepare_embeddings(pool: Pool) -> bool:
+    """At start-up with EMBEDDING_MODEL: pgvector and the embedding columns; False (logged) when unavailable."""
+    try:
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            await conn.execute(
+                "ALTER TABLE archival_memory ADD COLUMN IF NOT EXISTS embedding vector,"
+                " ADD COLUMN IF NOT EXISTS embedding_model text"
+            )
+    except (asyncpg.PostgresError, OSError) as e:
+        log.warning("EMBEDDING_MODEL is set but pgvector is unavailable (%s); archival search uses text only", e)
+        return False
+    return True
+
+
+async def store_embedding(pool: Pool, embedder: Embedder, entry_id: int, content: str) -> bool:
+    """Embed an entry and store the vector; a failure is logged and leaves the entry without one."""
+    try:
+        vector = await embedder.embed(content)
+        await pool.execute(
+            "UPDATE archival_memory SET embedding = $2::text::vector, embedding_model = $3 WHERE id = $1",
+            entry_id,
+            vector_literal(vector),
+            embedder.model,
+        )
+    except (openai.OpenAIError, asyncpg.PostgresError, OSError, ValueError, IndexError) as e:
+        log.warning("archival entry #%s stored without an embedding: %s", entry_id, type(e).__name__)
+        return False
+    return True
+
+
+async def embed_query(embedder: Embedder, query: str) -> str | None:
+    """The query's vector literal, or None (logged) when the embedding call fails: text search still runs."""
+    try:
+        return vector_literal(await embedder.embed(query))
+    except (openai.OpenAIError, OSError, ValueError, IndexError) as e:
+        log.warning("archival search without embeddings this time: %s", type(e).__name__)
+        return None

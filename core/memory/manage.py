@@ -1,0 +1,64 @@
+"""What `/memory` needs: a person's memory shown with line numbers, one line deleted, everything wiped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.memory import blocks as b
+from core.storage.db import Pool
+
+_OVERVIEW_SQL = (
+    f"SELECT {b.BLOCKS_JSON_SQL} AS blocks, (SELECT count(*) FROM archival_memory WHERE user_id = $1) AS archival"
+)
+
+
+@dataclass(frozen=True)
+class Overview:
+    """A person's memory: their blocks (human and persona always) and how many archival entries they have."""
+
+    blocks: list[b.Block]
+    archival: int
+
+    def text(self, limit: int) -> str:
+        """The blocks with numbered lines, then the archival count (no LLM involved)."""
+        out: list[str] = []
+        for block in self.blocks:
+            out += [block.header(limit), *block.numbered()]
+        out.append(f"Archival memory: {self.archival} {'entry' if self.archival == 1 else 'entries'}")
+        return "\n".join(out)
+
+
+async def memory_overview(pool: Pool, user_id: int) -> Overview:
+    """A person's blocks and archival count, in one round trip."""
+    row = await pool.fetchrow(_OVERVIEW_SQL, user_id)
+    assert row is not None
+    return Overview(b.blocks_from_rows(row["blocks"]), int(row["archival"]))
+
+
+async def delete_memory_line(pool: Pool, user_id: int, block: str, line_number: int) -> str:
+    """Delete one line (1-based) of a block; raises ToolError (one readable line) for a wrong block or line."""
+    async with pool.acquire() as conn, conn.transaction():
+        found = b.pick(await b.load_blocks(conn, user_id, lock=True), block)
+        i = b.line_index(found, line_number)
+        await b.store(conn, user_id, b.Block(found.name, found.lines[:i] + found.lines[i + 1 :]))
+    return found.lines[i]
+
+
+@dataclass(frozen=True)
+class Wiped:
+    """How much a wipe removed."""
+
+    lines: int
+    archival: int
+
+
+async def wipe_memory(pool: Pool, user_id: int) -> Wiped:
+    """Remove every block and archival entry of a person (conversation history is /reset's business)."""
+    row = await pool.fetchrow(
+        "WITH bl AS (DELETE FROM memory_blocks WHERE user_id = $1 RETURNING cardinality(lines) AS n),"
+        " ar AS (DELETE FROM archival_memory WHERE user_id = $1 RETURNING 1)"
+        " SELECT (SELECT coalesce(sum(n), 0) FROM bl) AS lines, (SELECT count(*) FROM ar) AS archival",
+        user_id,
+    )
+    assert row is not None
+    return Wiped(int(row["lines"]), int(row["archival"]))

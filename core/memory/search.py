@@ -1,0 +1,185 @@
+"""Archival memory and conversation search: full-text (`simple`) and trigram ranked together, paged by five."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import asyncpg
+
+from core.memory.embeddings import Embedder, embed_query, store_embedding
+from core.storage.db import Pool
+from core.tools.framework import ToolError
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = 5
+ENTRY_SHOW_CHARS = 1000  # a longer entry or message is shown cut, with a marker saying how much more there is
+VECTOR_CANDIDATES = 20  # nearest entries by embedding that may join the ranking
+VECTOR_MIN_SIMILARITY = 0.45  # cosine similarity below this does not count as a match
+
+# Any word of the query matches (OR), so ranking decides; `simple` keeps every language's words as they are.
+_QUERY_CTE = "q AS (SELECT replace(plainto_tsquery('simple', $2)::text, ' & ', ' | ')::tsquery AS tsq)"
+
+_ARCHIVAL_TEXT_HITS = """
+    SELECT a.id, ts_rank(a.words, q.tsq) + word_similarity($2, a.content) AS score
+    FROM archival_memory a, q
+    WHERE a.user_id = $1 AND (a.words @@ q.tsq OR $2 <% a.content)"""
+
+_ARCHIVAL_VECTOR_HITS = f"""
+    UNION ALL
+    SELECT v.id, v.similarity FROM (
+        SELECT id, 1 - (embedding <=> $4::text::vector) AS similarity FROM archival_memory
+        WHERE user_id = $1 AND embedding_model = $5
+        ORDER BY embedding <=> $4::text::vector LIMIT {VECTOR_CANDIDATES}) v
+    WHERE v.similarity >= {VECTOR_MIN_SIMILARITY}"""
+
+_ARCHIVAL_PAGE = """
+WITH {q}, hits AS ({hits}
+), ranked AS (SELECT id, sum(score) AS score FROM hits GROUP BY id)
+SELECT a.id, a.content, a.created_at, count(*) OVER () AS total
+FROM ranked r JOIN archival_memory a ON a.id = r.id
+ORDER BY r.score DESC, a.created_at DESC, a.id DESC LIMIT {size} OFFSET $3
+"""
+
+_ARCHIVAL_TEXT_SQL = _ARCHIVAL_PAGE.format(q=_QUERY_CTE, hits=_ARCHIVAL_TEXT_HITS, size=PAGE_SIZE)
+_ARCHIVAL_VECTOR_SQL = _ARCHIVAL_PAGE.format(
+    q=_QUERY_CTE, hits=_ARCHIVAL_TEXT_HITS + _ARCHIVAL_VECTOR_HITS, size=PAGE_SIZE
+)
+
+# The chats the user spoke in: their private chats whole (their messages and the bot's answers), their own
+# messages in groups. Scheduled agent jobs are turns of their owner in the private chat, so they count too.
+_CONVERSATION_PAGE = f"""
+WITH {_QUERY_CTE}, hits AS (
+    SELECT m.id, m.role, m.content, m.created_at,
+           ts_rank(to_tsvector('simple', m.content), q.tsq) + word_similarity($2, m.content) AS score
+    FROM messages m JOIN chats c ON c.id = m.chat_id, q
+    WHERE m.chat_id = ANY(ARRAY(SELECT DISTINCT t.chat_id FROM turns t WHERE t.user_id = $1))
+      AND m.role IN ('user', 'assistant') AND m.content IS NOT NULL
+      AND (c.kind = 'private' OR (m.role = 'user' AND m.user_id = $1))
+      AND (to_tsvector('simple', m.content) @@ q.tsq OR $2 <% m.content)
+)
+SELECT id, role, content, created_at, count(*) OVER () AS total FROM hits
+ORDER BY score DESC, created_at DESC, id DESC LIMIT {PAGE_SIZE} OFFSET $3
+"""
+
+_INSERT_SQL = """
+WITH ins AS (
+    INSERT INTO archival_memory (user_id, content, sha256, created_at)
+    VALUES ($1, $2, sha256(convert_to($2, 'UTF8')), $3)
+    ON CONFLICT (user_id, sha256) DO NOTHING RETURNING id
+)
+SELECT id, true AS fresh FROM ins
+UNION ALL
+SELECT id, false FROM archival_memory WHERE user_id = $1 AND sha256 = sha256(convert_to($2, 'UTF8'))
+"""
+
+
+@dataclass(frozen=True)
+class Inserted:
+    """An archival insert's outcome: the entry's id and whether it is new."""
+
+    id: int
+    fresh: bool
+
+
+async def insert_archival(
+    pool: Pool, user_id: int, content: str, now: datetime, embedder: Embedder | None = None
+) -> Inserted:
+    """Store an entry once per user (sha256 of its text); with an embedder, its vector too (best effort)."""
+    text = content.strip()
+    if not text:
+        raise ToolError("content is empty", code="invalid_args")
+    row = await pool.fetchrow(_INSERT_SQL, user_id, text, now)
+    if row is None:  # a concurrent insert of the same text committed between our snapshot and our insert
+        row = await pool.fetchrow(_INSERT_SQL, user_id, text, now)
+    assert row is not None
+    if row["fresh"] and embedder is not None:
+        await store_embedding(pool, embedder, row["id"], text)
+    return Inserted(row["id"], row["fresh"])
+
+
+def _shown(text: str) -> str:
+    """An entry for a result, on one line, cut with a marker when very long."""
+    flat = " ".join(text.split())
+    if len(flat) <= ENTRY_SHOW_CHARS:
+        return flat
+    return f"{flat[:ENTRY_SHOW_CHARS]}… [+{len(flat) - ENTRY_SHOW_CHARS} characters]"
+
+
+def page_offset(page: int) -> int:
+    """Rows to skip for a 1-based page."""
+    return (page - 1) * PAGE_SIZE
+
+
+def format_page(
+    title: str, query: str, page: int, rows: Sequence[asyncpg.Record], line: Callable[[asyncpg.Record], str]
+) -> str:
+    """`Title for "q" (Page 1 of 3, 12 total):`, numbered entries, and `(Use page=2 for more)` when there is more."""
+    if not rows:
+        return f'{title} for "{query}": no matches'
+    total = int(rows[0]["total"])
+    pages = -(-total // PAGE_SIZE)
+    out = [f'{title} for "{query}" (Page {page} of {pages}, {total} total):']
+    out += [f"[{page_offset(page) + i}] {line(r)}" for i, r in enumerate(rows, 1)]
+    if page < pages:
+        out.append(f"(Use page={page + 1} for more)")
+    return "\n".join(out)
+
+
+def _past_last_page(page: int, total: int) -> ToolError:
+    """The error for a page after the last one."""
+    pages = -(-total // PAGE_SIZE)
+    return ToolError(f"page {page} is past the last page ({pages}) of {total} results", code="invalid_args")
+
+
+def _day(ts: datetime, tz: ZoneInfo) -> str:
+    """`2026-11-20` in the user's zone."""
+    return ts.astimezone(tz).strftime("%Y-%m-%d")
+
+
+async def search_archival(
+    pool: Pool, user_id: int, query: str, page: int, tz: ZoneInfo, embedder: Embedder | None = None
+) -> str:
+    """One page of the user's archival entries that match `query`, best first, newest first on ties."""
+    sql = _ARCHIVAL_TEXT_SQL
+    args: list[object] = [user_id, query, page_offset(page)]
+    vector = await embed_query(embedder, query) if embedder is not None else None
+    rows: list[asyncpg.Record] | None = None
+    if embedder is not None and vector is not None:
+        with_vectors = _ARCHIVAL_PAGE.format(
+            q=_QUERY_CTE, hits=_ARCHIVAL_TEXT_HITS + _ARCHIVAL_VECTOR_HITS, size=PAGE_SIZE
+        )
+        try:
+            rows = await pool.fetch(with_vectors, *args, vector, embedder.model)
+            sql, args = with_vectors, [*args, vector, embedder.model]
+        except asyncpg.PostgresError as e:  # pgvector or the column went missing: text search still answers
+            log.warning("archival search without embeddings: %s", type(e).__name__)
+    if rows is None:
+        rows = await pool.fetch(sql, *args)
+    if not rows and page > 1:
+        first = await pool.fetch(sql, *args[:2], 0, *args[3:])
+        if first:
+            raise _past_last_page(page, int(first[0]["total"]))
+    return format_page(
+        "Archival Memory Search", query, page, rows, lambda r: f"({_day(r['created_at'], tz)}) {_shown(r['content'])}"
+    )
+
+
+async def search_conversation(pool: Pool, user_id: int, query: str, page: int, tz: ZoneInfo) -> str:
+    """One page of the user's earlier messages and the bot's replies to them that match `query`."""
+    rows = await pool.fetch(_CONVERSATION_PAGE, user_id, query, page_offset(page))
+    if not rows and page > 1:
+        first = await pool.fetch(_CONVERSATION_PAGE, user_id, query, 0)
+        if first:
+            raise _past_last_page(page, int(first[0]["total"]))
+
+    def line(r: asyncpg.Record) -> str:
+        when = r["created_at"].astimezone(tz).strftime("%Y-%m-%d %H:%M")
+        who = "user" if r["role"] == "user" else "assistant"
+        return f"({when}) {who}: {_shown(r['content'])}"
+
+    return format_page("Conversation Search", query, page, rows, line)

@@ -1,0 +1,130 @@
+"""The eight memory tools; each acts only on the speaking user's memory (ctx.user, never a parameter)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.memory import blocks as b
+from core.memory.embeddings import Embedder
+from core.memory.search import insert_archival, search_archival, search_conversation
+from core.tools.framework import Handler, Tool, ToolContext, ToolError
+
+CONTENT_CHARS = 4000  # an archival entry; a core memory line is bounded by the block's word limit
+QUERY_CHARS = 500
+_S, _N = {"type": "string"}, {"type": "integer"}  # bounds are checked in the handlers (smaller prompt)
+
+
+def _schema(**props: dict[str, Any]) -> dict[str, Any]:
+    """A terse object schema: every listed property is required except `page`."""
+    required = [k for k in props if k != "page"]
+    return {"type": "object", "properties": props, "required": required} if required else {"type": "object"}
+
+
+def _tool(name: str, description: str, params: dict[str, Any], handler: Handler) -> Tool:
+    """A tool whose unknown arguments (a forged user_id, say) are refused; checked here to keep schemas small."""
+    known = set(params.get("properties", {}))
+
+    async def strict(p: dict[str, Any], ctx: ToolContext) -> Any:
+        extra = sorted(set(p) - known)
+        if extra:
+            raise ToolError(f"unknown arguments: {', '.join(extra)}", code="invalid_args")
+        return await handler(p, ctx)
+
+    return Tool(name, description, params, strict)
+
+
+def _text(args: dict[str, Any], key: str, limit: int) -> str:
+    """A string argument within `limit` characters."""
+    value: str = args[key]
+    if len(value) > limit:
+        raise ToolError(f"{key} is {len(value)} characters; at most {limit}", code="invalid_args")
+    return value
+
+
+def _page(args: dict[str, Any]) -> int:
+    """The 1-based page argument (default 1)."""
+    page: int = args.get("page", 1)
+    if page < 1:
+        raise ToolError(f"page {page} does not exist; pages start at 1", code="invalid_args")
+    return page
+
+
+def _quote(line: str) -> str:
+    """A line as quoted in results."""
+    return f'"{line}"'
+
+
+def memory_tools(block_words: int, embedder: Embedder | None = None) -> tuple[Tool, ...]:
+    """The memory tools for a word limit per block (MEMORY_BLOCK_WORDS) and optional embeddings."""
+    limit = block_words
+
+    async def read(p: dict[str, Any], ctx: ToolContext) -> str:
+        block = b.pick(await b.load_blocks(ctx.pool, ctx.user.id), p["block"])
+        head = f"[{block.name}] Core Memory ({b.plural(len(block.lines), 'line')}, {block.words}/{limit} words):"
+        return b.with_warning("\n".join([head, *block.numbered()]), block, limit)
+
+    async def append(p: dict[str, Any], ctx: ToolContext) -> str:
+        line = b.clean_line(p["content"])
+        async with ctx.pool.acquire() as conn, conn.transaction():
+            block = b.pick(await b.load_blocks(conn, ctx.user.id, lock=True), p["block"], may_create=True)
+            if line in block.lines:
+                at = block.lines.index(line) + 1
+                return f"Line already exists in [{block.name}] at line {at}: {_quote(line)} (no change)"
+            after = b.check_room(block, [*block.lines, line], limit, "append to")
+            await b.store(conn, ctx.user.id, after)
+        done = f"Appended to [{block.name}] at line {len(after.lines)}: {_quote(line)} ({after.words}/{limit} words)"
+        return b.with_warning(done, after, limit)
+
+    async def replace(p: dict[str, Any], ctx: ToolContext) -> str:
+        line, number = b.clean_line(p["new_content"]), p["line_number"]
+        async with ctx.pool.acquire() as conn, conn.transaction():
+            block = b.pick(await b.load_blocks(conn, ctx.user.id, lock=True), p["block"])
+            i = b.line_index(block, number)
+            old = block.lines[i]
+            after = b.check_room(block, [*block.lines[:i], line, *block.lines[i + 1 :]], limit, "replace in")
+            await b.store(conn, ctx.user.id, after)
+        done = f"Replaced line {number} in [{block.name}]: {_quote(old)} → {_quote(line)} ({after.words}/{limit} words)"
+        return b.with_warning(done, after, limit)
+
+    async def delete(p: dict[str, Any], ctx: ToolContext) -> str:
+        async with ctx.pool.acquire() as conn, conn.transaction():
+            block = b.pick(await b.load_blocks(conn, ctx.user.id, lock=True), p["block"])
+            i = b.line_index(block, p["line_number"])
+            await b.store(conn, ctx.user.id, b.Block(block.name, block.lines[:i] + block.lines[i + 1 :]))
+        return f"Deleted line {p['line_number']} from [{block.name}]; lines below moved up"
+
+    async def list_blocks(p: dict[str, Any], ctx: ToolContext) -> str:
+        return "\n".join(blk.header(limit) for blk in await b.load_blocks(ctx.pool, ctx.user.id))
+
+    async def insert(p: dict[str, Any], ctx: ToolContext) -> str:
+        content = _text(p, "content", CONTENT_CHARS)
+        entry = await insert_archival(ctx.pool, ctx.user.id, content, ctx.now(), embedder)
+        if entry.fresh:
+            return f"Stored in archival memory (#{entry.id})"
+        return f"Already in archival memory (#{entry.id}, no change)"
+
+    async def archival_search(p: dict[str, Any], ctx: ToolContext) -> str:
+        query, page = _text(p, "query", QUERY_CHARS), _page(p)
+        return await search_archival(ctx.pool, ctx.user.id, query, page, ctx.tz, embedder)
+
+    async def conversation(p: dict[str, Any], ctx: ToolContext) -> str:
+        query, page = _text(p, "query", QUERY_CHARS), _page(p)
+        return await search_conversation(ctx.pool, ctx.user.id, query, page, ctx.tz)
+
+    block, line = {"block": _S}, {"line_number": _N}
+    search = _schema(query=_S, page=_N)
+    return (
+        _tool("core_memory_read", "Read a block.", _schema(**block), read),
+        _tool(
+            "core_memory_append",
+            "Add a line to a memory block: human (facts on the user), persona (how to act) or a new name.",
+            _schema(**block, content=_S),
+            append,
+        ),
+        _tool("core_memory_replace", "Replace a line.", _schema(**block, **line, new_content=_S), replace),
+        _tool("core_memory_delete", "Delete a line.", _schema(**block, **line), delete),
+        _tool("core_memory_list_blocks", "List blocks.", _schema(), list_blocks),
+        _tool("archival_memory_insert", "Save a detail to archival memory.", _schema(content=_S), insert),
+        _tool("archival_memory_search", "Search archival memory.", search, archival_search),
+        _tool("conversation_search", "Search past conversations.", search, conversation),
+    )

@@ -25,6 +25,8 @@ DISCORD_LONG_LINE = DISCORD_MESSAGE_LIMIT - 100  # longer lines are cut into pie
 DISCORD_TYPING_EVERY_S = 8.0  # Discord shows "typing…" for about 10 s
 DISCORD_READY_TIMEOUT_S = 60.0  # start-up gives up on a gateway that does not say READY within this
 DISCORD_CUT_NOTE_S = 3.0  # at most this long to tell a user their answer was cut by a shutdown
+DISCORD_RETRY_FIRST_S = 2.0  # first pause before a new client replaces a gateway connection that died
+DISCORD_RETRY_MAX_S = 300.0  # the pause doubles up to this
 
 # Incoming messages and the access policy.
 MAX_INCOMING_CHARS = 16000  # longer messages are refused politely without calling the LLM

@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from adapters.telegram.html import (
-    MESSAGE_LIMIT,
     activity_html,
     markdown_to_html,
     plain_text,
@@ -17,6 +16,7 @@ from adapters.telegram.html import (
     utf16_len,
     visible_len,
 )
+from core.limits import TELEGRAM_MESSAGE_LIMIT
 from core.types import Step
 from tests.fake_telegram import parse_html
 
@@ -28,7 +28,7 @@ def accepted(part: str) -> tuple[str, list[Entity]]:
     text, entities = parse_html(part)
     shown = text.strip(" \t\r\n")
     assert shown, f"empty message: {part!r}"
-    assert utf16_len(shown) <= MESSAGE_LIMIT, f"{utf16_len(shown)} UTF-16 units"
+    assert utf16_len(shown) <= TELEGRAM_MESSAGE_LIMIT, f"{utf16_len(shown)} UTF-16 units"
     return text, entities
 
 
@@ -166,7 +166,7 @@ def test_activity_block_goes_on_the_last_part_only() -> None:
     assert len(parts) >= 2
     assert all("blockquote expandable" not in p for p in parts[:-1])
     assert parts[-1].endswith(activity_html(steps, 1.5))
-    assert all(visible_len(p) <= MESSAGE_LIMIT for p in parts)
+    assert all(visible_len(p) <= TELEGRAM_MESSAGE_LIMIT for p in parts)
     for p in parts:
         accepted(p)
 

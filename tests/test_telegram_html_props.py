@@ -10,13 +10,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters.telegram.html import (
-    MESSAGE_LIMIT,
     markdown_to_html,
     render_reply,
     split_html,
     split_plain,
     utf16_len,
 )
+from core.limits import TELEGRAM_MESSAGE_LIMIT
 from core.types import Step
 from tests.fake_telegram import parse_html
 
@@ -190,7 +190,7 @@ def accepted(part: str, limit: int) -> str:
 def test_rendered_answer_is_accepted_and_keeps_all_text(md: Md) -> None:
     parts = render_reply(md.source, [], 0.0)
     assert len(parts) >= 1
-    shown = "".join(accepted(p, MESSAGE_LIMIT) for p in parts)
+    shown = "".join(accepted(p, TELEGRAM_MESSAGE_LIMIT) for p in parts)
     assert no_space(shown) == no_space(md.visible)
 
 
@@ -206,7 +206,7 @@ _SOUP = st.lists(
 @given(_SOUP, st.integers(min_value=12, max_value=400))
 def test_any_text_at_all_renders_to_accepted_parts(text: str, limit: int) -> None:
     for parts, bound in (
-        (render_reply(text, [], 0.0), MESSAGE_LIMIT),
+        (render_reply(text, [], 0.0), TELEGRAM_MESSAGE_LIMIT),
         (split_html(markdown_to_html(text), limit), limit),
     ):
         assert len(parts) >= 1
@@ -229,7 +229,7 @@ def test_long_answers_with_activity_fit_telegram(one: Md, repeat: int) -> None:
     long = join([one, Md("alpha", "alpha")] * repeat)
     steps = [Step(name="remember", arguments={}, ok=True, outcome="saved 😀 <x> & y", duration_s=0.2)] * 3
     parts = render_reply(long.source, steps, 2.0)
-    shown = [accepted(p, MESSAGE_LIMIT) for p in parts]
+    shown = [accepted(p, TELEGRAM_MESSAGE_LIMIT) for p in parts]
     assert all("blockquote expandable" not in p for p in parts[:-1])
     assert "blockquote expandable" in parts[-1]
     assert no_space("".join(shown)).startswith(no_space(long.visible))

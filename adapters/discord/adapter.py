@@ -23,10 +23,16 @@ from adapters.discord.http import (
     scope_webhooks,
     use_endpoints,
 )
-from adapters.discord.render import MESSAGE_LIMIT, render_reply, split_markdown, steps_text, with_steps, without_steps
+from adapters.discord.render import render_reply, split_markdown, steps_text, with_steps, without_steps
 from core.activity import summary_line
 from core.commands import HELP, Commands, StatusBoard
 from core.core import Core
+from core.limits import DISCORD_CUT_NOTE_S as CUT_NOTE_S
+from core.limits import DISCORD_MESSAGE_LIMIT as MESSAGE_LIMIT
+from core.limits import DISCORD_READY_TIMEOUT_S as READY_TIMEOUT_S
+from core.limits import DISCORD_RETRY_FIRST_S as RETRY_FIRST_S
+from core.limits import DISCORD_RETRY_MAX_S as RETRY_MAX_S
+from core.limits import DISCORD_TYPING_EVERY_S as TYPING_EVERY_S
 from core.reminders.buttons import press
 from core.reminders.engine import DeliveryRefused, ReminderMessage
 from core.settings import EXIT_UNREACHABLE, Settings, StartupError
@@ -35,8 +41,6 @@ from core.types import RESTARTING, Assistant, Error, Incoming
 
 log = logging.getLogger(__name__)
 
-TYPING_EVERY_S = 8.0  # Discord shows "typing…" for about 10 s
-READY_TIMEOUT_S = 60.0
 TEXT_ONLY = "I can only read text for now — please type your message (text next to an attachment works too)."
 FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
 GONE = "I no longer have the steps of that answer (it was deleted)."
@@ -44,8 +48,6 @@ NOT_YOURS = "Only the person who asked can see the steps of this answer."
 BUTTON_LABELS = {"done": "✅ Done", "snooze10": "😴 10 min", "snooze60": "😴 1 h"}
 CUT_SHORT = "Sorry — I was restarting and had to stop working on that. Please ask again in a minute."
 NO_MENTIONS = discord.AllowedMentions.none()  # every send pings nobody (not even the author it replies to) …
-CUT_NOTE_S = 3.0  # at most this long to tell a user their answer was cut by a shutdown
-RETRY_FIRST_S, RETRY_MAX_S = 2.0, 300.0  # pauses before a new client replaces a gateway connection that died
 # permanent refusals of a reminder send (Discord JSON error codes) → the reason shown in /tasks
 REFUSALS = {
     10003: "the channel no longer exists",

@@ -8,10 +8,9 @@ from collections.abc import Sequence
 from discord.utils import escape_markdown, escape_mentions
 
 from core.activity import activity_lines, summary_line
+from core.limits import DISCORD_LONG_LINE, DISCORD_MESSAGE_LIMIT
 from core.types import Step
 
-MESSAGE_LIMIT = 2000  # Discord's content limit per message
-LONG_LINE = MESSAGE_LIMIT - 100  # longer lines are cut into pieces (room for a fence reopened around them)
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})(.*)$")
 
 
@@ -19,16 +18,16 @@ def _pieces(text: str) -> list[str]:
     """The text's lines, with lines too long for one message cut (at a space when there is one)."""
     out: list[str] = []
     for line in text.split("\n"):
-        while len(line) > LONG_LINE:
-            cut = line.rfind(" ", LONG_LINE // 2, LONG_LINE)
-            cut = cut + 1 if cut > 0 else LONG_LINE
+        while len(line) > DISCORD_LONG_LINE:
+            cut = line.rfind(" ", DISCORD_LONG_LINE // 2, DISCORD_LONG_LINE)
+            cut = cut + 1 if cut > 0 else DISCORD_LONG_LINE
             out.append(line[:cut])
             line = line[cut:]
         out.append(line)
     return out
 
 
-def split_markdown(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
+def split_markdown(text: str, limit: int = DISCORD_MESSAGE_LIMIT) -> list[str]:
     """Split Markdown into parts of at most `limit` characters; a code fence cut by a split is closed at the
     end of its part and reopened (with its language) at the start of the next."""
     parts: list[str] = []
@@ -68,7 +67,7 @@ def summary(steps: Sequence[Step], elapsed_s: float) -> str:
     return "-# " + summary_line(steps, elapsed_s)
 
 
-def render_reply(text: str, steps: Sequence[Step], elapsed_s: float, limit: int = MESSAGE_LIMIT) -> list[str]:
+def render_reply(text: str, steps: Sequence[Step], elapsed_s: float, limit: int = DISCORD_MESSAGE_LIMIT) -> list[str]:
     """The answer as message parts; with steps, the last part ends with the summary line."""
     parts = split_markdown(text.strip() or "(no answer)", limit)
     if not steps:
@@ -92,7 +91,7 @@ def steps_text(steps: Sequence[Step], limit: int) -> str:
     return "\n".join(lines)
 
 
-def with_steps(content: str, steps: Sequence[Step], limit: int = MESSAGE_LIMIT) -> str:
+def with_steps(content: str, steps: Sequence[Step], limit: int = DISCORD_MESSAGE_LIMIT) -> str:
     """A reply's last part with the steps shown under its summary line (the DM toggle's "shown" state)."""
     base = without_steps(content)
     return f"{base}\n{steps_text(steps, limit - len(base) - 1)}"

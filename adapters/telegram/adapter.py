@@ -39,6 +39,13 @@ from adapters.telegram.html import esc, markdown_to_html, plain_text, render_rep
 from adapters.telegram.request import AiohttpRequest, PatientRateLimiter, redact_token, redact_tokens_in_logs
 from core.commands import HELP, Commands, StatusBoard
 from core.core import Core
+from core.limits import TELEGRAM_DRAFT_CHARS as DRAFT_CHARS
+from core.limits import TELEGRAM_DRAFT_EVERY_S as DRAFT_EVERY_S
+from core.limits import TELEGRAM_POLL_READ_MARGIN_S as POLL_MARGIN_S
+from core.limits import TELEGRAM_POLL_TIMEOUT_S as POLL_TIMEOUT_S
+from core.limits import TELEGRAM_PREVIEW_TIMEOUT_S as PREVIEW_TIMEOUT_S
+from core.limits import TELEGRAM_TYPING_AFTER_S as TYPING_AFTER_S
+from core.limits import TELEGRAM_TYPING_EVERY_S as TYPING_EVERY_S
 from core.reminders.buttons import press
 from core.reminders.engine import DeliveryRefused, ReminderMessage
 from core.settings import EXIT_UNREACHABLE, Settings, StartupError
@@ -47,12 +54,6 @@ from core.types import Assistant, AssistantDelta, Error, Incoming
 
 log = logging.getLogger(__name__)
 
-TYPING_EVERY_S = 4.0  # Telegram shows "typing…" for about 5 s
-TYPING_AFTER_S = 0.3  # an answer faster than this needs no "typing…" (saves a Bot API call per quick turn)
-DRAFT_EVERY_S = 0.6  # at most this often a streamed draft is updated
-DRAFT_CHARS = 4000
-PREVIEW_TIMEOUT_S = 2.0  # a typing action or draft that takes longer is not worth waiting for
-POLL_TIMEOUT_S = 30
 TEXT_ONLY = "I can only read text for now — please type your message (a caption on a photo works too)."
 FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
 EMPTY_REPLY = "(The answer was empty.)"
@@ -109,7 +110,7 @@ class TelegramAdapter:
             .rate_limiter(self.rate_limiter)
             .concurrent_updates(True)
             .request(AiohttpRequest())
-            .get_updates_request(AiohttpRequest(read_timeout=poll_timeout + 10.0, on_success=self._polled))
+            .get_updates_request(AiohttpRequest(read_timeout=poll_timeout + POLL_MARGIN_S, on_success=self._polled))
         )
         if settings.TELEGRAM_API_BASE_URL:
             builder = builder.base_url(settings.TELEGRAM_API_BASE_URL)

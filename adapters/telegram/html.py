@@ -17,10 +17,9 @@ from markdown_it.rules_inline import StateInline
 from markdown_it.tree import SyntaxTreeNode
 
 from core.activity import activity_lines, summary_line
+from core.limits import TELEGRAM_ACTIVITY_CHARS, TELEGRAM_MESSAGE_LIMIT
 from core.types import Step
 
-MESSAGE_LIMIT = 4096  # Telegram's limit, in UTF-16 code units of the text after tags
-ACTIVITY_CHARS = 1500  # the activity block is capped so the answer keeps most of the last part
 NO_ANSWER = "(The answer was empty.)"  # same words as the adapter's own fallback
 RULE = "──────────"
 LINK_SCHEMES = ("http://", "https://", "tg://", "mailto:")  # hrefs Telegram takes in a text link
@@ -222,7 +221,7 @@ def activity_html(steps: Sequence[Step], elapsed_s: float) -> str:
     body = [summary_line(steps, elapsed_s)]
     used = len(body[0])
     for line in lines:
-        if used + len(line) > ACTIVITY_CHARS:
+        if used + len(line) > TELEGRAM_ACTIVITY_CHARS:
             body.append("…")
             break
         body.append(line)
@@ -320,7 +319,7 @@ def _close(stack: tuple[str, ...]) -> str:
     return "".join(f"</{_tag_name(s)}>" for s in reversed(stack))
 
 
-def split_html(markup: str, limit: int = MESSAGE_LIMIT) -> list[str]:
+def split_html(markup: str, limit: int = TELEGRAM_MESSAGE_LIMIT) -> list[str]:
     """Split HTML into parts of at most `limit` visible UTF-16 units, never inside a tag or entity;
     tags open at a cut are closed and reopened (a code block keeps its language); newlines are preferred.
     Parts without visible text are dropped, but there is always at least one part."""
@@ -378,7 +377,7 @@ def _drop_empty_tags(part: str) -> str:
     return part
 
 
-def render_reply(text: str, steps: Sequence[Step], elapsed_s: float, limit: int = MESSAGE_LIMIT) -> list[str]:
+def render_reply(text: str, steps: Sequence[Step], elapsed_s: float, limit: int = TELEGRAM_MESSAGE_LIMIT) -> list[str]:
     """The whole reply as HTML parts: the answer first, the activity block on the last part."""
     body = markdown_to_html(text)
     if not plain_text(body).strip():  # e.g. only an empty code block: still say something
@@ -399,7 +398,7 @@ def plain_text(markup: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", markup))
 
 
-def split_plain(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
+def split_plain(text: str, limit: int = TELEGRAM_MESSAGE_LIMIT) -> list[str]:
     """Plain text in parts of at most `limit` UTF-16 units, cut at a newline (else a space) when one is near;
     no part is blank, so text with nothing visible gives [] and the caller says what it sends instead."""
     parts: list[str] = []

@@ -18,6 +18,8 @@ from telegram.error import NetworkError, RetryAfter, TimedOut
 from telegram.ext import AIORateLimiter
 from telegram.request import BaseRequest, RequestData
 
+from core.limits import TELEGRAM_CONNECTIONS, TELEGRAM_REQUEST_TIMEOUT_S
+
 log = logging.getLogger(__name__)
 
 BEST_EFFORT = frozenset({"sendChatAction", "sendMessageDraft"})  # previews: sent at once or not at all
@@ -58,9 +60,9 @@ class AiohttpRequest(BaseRequest):
     def __init__(
         self,
         *,
-        read_timeout: float | None = 5.0,
-        connect_timeout: float | None = 5.0,
-        pool_size: int = 64,
+        read_timeout: float | None = TELEGRAM_REQUEST_TIMEOUT_S,
+        connect_timeout: float | None = TELEGRAM_REQUEST_TIMEOUT_S,
+        pool_size: int = TELEGRAM_CONNECTIONS,
         on_success: Callable[[], None] | None = None,
     ) -> None:
         """Configure timeouts and the connection pool; `on_success` runs after each 200 answer."""

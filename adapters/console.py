@@ -8,11 +8,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
-from core.activity import activity_lines, summary_line
-from core.agent.providers import HOW_TO_CONFIGURE
-from core.core import Core
-from core.reminders.engine import ReminderMessage
-from core.types import Assistant, Error, Incoming
+from core import HOW_TO_CONFIGURE, Assistant, Core, Error, Incoming, ReminderMessage, activity_lines, summary_line
 
 PROMPT = "you › "
 Write = Callable[[str], None]

@@ -12,12 +12,10 @@ from datetime import timedelta
 from adapters import console
 from adapters.discord import DiscordAdapter
 from adapters.telegram import TelegramAdapter
+from core import Core, Outbox, Settings
 from core.agent.llm import LLM
-from core.commands import StatusBoard
-from core.core import Core
-from core.reminders.engine import Outbox, ReminderEngine
+from core.reminders.engine import ReminderEngine
 from core.reminders.scheduler import ReminderScheduler
-from core.settings import Settings
 from core.storage.db import Pool, check_database, create_pool
 from core.storage.embedded import EmbeddedPostgres, start_embedded
 from core.storage.migrations import migrate
@@ -68,17 +66,11 @@ async def run_bot(settings: Settings, *, ask_text: str | None = None, ask_contin
 
 
 @asynccontextmanager
-async def reminders(
-    settings: Settings, core: Core, outboxes: dict[str, Outbox], board: StatusBoard
-) -> AsyncIterator[None]:
+async def reminders(settings: Settings, core: Core, outboxes: dict[str, Outbox]) -> AsyncIterator[None]:
     """The reminder scheduler for the running adapters (catches up on missed ones at start)."""
-
-    def count_failure() -> None:
-        board.failed_deliveries += 1
-
     engine = ReminderEngine(
         core.pool, outboxes, system_clock, agent=core.answer_text,
-        grace=timedelta(hours=settings.REMINDER_GRACE_HOURS), on_failure=count_failure,
+        grace=timedelta(hours=settings.REMINDER_GRACE_HOURS), on_failure=core.report_failed_delivery,
         default_tz=settings.DEFAULT_TIMEZONE,
     )  # fmt: skip
     scheduler = ReminderScheduler(engine)
@@ -97,7 +89,7 @@ async def run_console(settings: Settings, core: Core) -> int:
     def write(text: str) -> None:
         print(text, end="", flush=True)
 
-    async with reminders(settings, core, {"console": console.ConsoleOutbox(write)}, StatusBoard()):
+    async with reminders(settings, core, {"console": console.ConsoleOutbox(write)}):
         await console.chat_loop(core, until_exit(core, console.stdin_lines()), write)
     return core.exit_code or 0
 
@@ -112,12 +104,11 @@ async def until_exit(core: Core, lines: AsyncIterator[str]) -> AsyncIterator[str
 
 async def run_platforms(settings: Settings, core: Core) -> int:
     """Start every configured platform adapter and the reminders, and run until interrupted."""
-    board = StatusBoard()
     adapters: list[TelegramAdapter | DiscordAdapter] = []
     if settings.TELEGRAM_BOT_TOKEN is not None:
-        adapters.append(TelegramAdapter(core, settings, board))
+        adapters.append(TelegramAdapter(core, settings))
     if settings.DISCORD_BOT_TOKEN is not None:
-        adapters.append(DiscordAdapter(core, settings, board))
+        adapters.append(DiscordAdapter(core, settings))
     if not adapters:
         return 2
     stop = asyncio.Event()
@@ -139,7 +130,7 @@ async def run_platforms(settings: Settings, core: Core) -> int:
             started.append(adapter)
             log.info("%s adapter started", adapter.platform)
         outboxes: dict[str, Outbox] = {a.platform: a for a in started}
-        async with reminders(settings, core, outboxes, board):
+        async with reminders(settings, core, outboxes):
             await stop.wait()
         # SIGTERM/SIGINT or a full restart: let other chats' running answers finish (bounded) before adapters stop
         await core.drain(settings.SHUTDOWN_GRACE_SECONDS)

@@ -1,0 +1,38 @@
+"""The assistant's core; this is its front door: what adapters and bot/ may use."""
+
+from core.activity import activity_lines, summary_line
+from core.agent.providers import HOW_TO_CONFIGURE
+from core.commands import HELP, CommandName, StatusBoard
+from core.core import Core
+from core.reminders.buttons import BUTTONS
+from core.reminders.engine import DeliveryRefused, Outbox, ReminderMessage
+from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, Settings, StartupError
+from core.storage.conversations import TurnSteps
+from core.types import RESTARTING, Assistant, AssistantDelta, ChatKind, Error, Event, Incoming, Step
+
+__all__ = [
+    "BUTTONS",
+    "EXIT_CONFIG",
+    "EXIT_UNREACHABLE",
+    "HELP",
+    "HOW_TO_CONFIGURE",
+    "RESTARTING",
+    "Assistant",
+    "AssistantDelta",
+    "ChatKind",
+    "CommandName",
+    "Core",
+    "DeliveryRefused",
+    "Error",
+    "Event",
+    "Incoming",
+    "Outbox",
+    "ReminderMessage",
+    "Settings",
+    "StartupError",
+    "StatusBoard",
+    "Step",
+    "TurnSteps",
+    "activity_lines",
+    "summary_line",
+]

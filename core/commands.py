@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
+from typing import Literal, Protocol
 from zoneinfo import ZoneInfo
 
-from core.core import Core
+from core.agent.llm import LLM
 from core.reminders import recurrence
 from core.reminders.engine import SUPERSEDED, replan_zones
+from core.settings import Settings
 from core.storage import conversations
-from core.timeutil import fmt_local, system_clock, valid_zone, zone
+from core.storage.db import Pool
+from core.timeutil import Clock, fmt_local, system_clock, valid_zone, zone
 from core.tools.tasks import open_tasks
 from core.types import Incoming
 
@@ -26,6 +30,20 @@ HELP = (
     "/status — how the bot is doing\n"
     "/help — this help"
 )
+CommandName = Literal["help", "tasks", "timezone", "status", "reset"]
+RESET_DONE = "Fresh start — I've put our earlier conversation aside."
+STEPS_GONE = "I no longer have the steps of that answer (it was deleted)."
+STEPS_NOT_YOURS = "Only the person who asked can see the steps of this answer."
+
+
+class CoreParts(Protocol):
+    """What the command answers read from the core (it builds them; they never import it)."""
+
+    settings: Settings
+    pool: Pool
+    llm: LLM
+    clock: Clock
+    task_listeners: list[Callable[[], None]]
 
 
 def app_version() -> str:
@@ -62,7 +80,7 @@ def _uptime(seconds: float) -> str:
 class Commands:
     """The command answers; they need the database, never the LLM."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: CoreParts) -> None:
         """Bind to the core whose data they show."""
         self.core = core
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +17,12 @@ from core.agent.loop import Limits, run_agent
 from core.agent.prompt import system_prompt
 from core.agent.replay import build_replay
 from core.capabilities import manager
+from core.commands import HELP, RESET_DONE, STEPS_GONE, STEPS_NOT_YOURS, CommandName, Commands, StatusBoard
 from core.limits import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, MAX_INCOMING_CHARS, REFUSAL_EVERY_S
+from core.reminders.buttons import press
 from core.settings import Settings
 from core.storage import conversations
+from core.storage.conversations import TurnSteps
 from core.storage.db import Pool
 from core.timeutil import Clock, system_clock, zone
 from core.tools.framework import ToolContext, ToolRegistry
@@ -78,6 +81,68 @@ class Core:
         self.draining = False  # set by drain(): new turns are turned away while running ones finish
         self._turn_tasks: set[asyncio.Task[Any]] = set()  # tasks that run (or wait for) a turn
         self._hurry = asyncio.Event()  # set by hurry(): drain() stops waiting
+        self.status_board = StatusBoard()  # adapters report into it; /status shows it
+        self._commands = Commands(self)
+
+    # ---- the front door adapters call (besides handle, reset, is_allowed, refusal) -----------------
+
+    async def command(
+        self, inc: Incoming, name: CommandName, arg: str = "", *, must_answer: bool = False
+    ) -> str | Error | None:
+        """Answer /help, /tasks, /timezone, /status or /reset without the LLM: its Markdown text, or for a user who
+        may not use the bot the refusal (None when already given in this chat within the hour, unless
+        `must_answer`: a slash command or button always gets one)."""
+        if not self.is_allowed(inc):
+            return Error("not_allowed", self.refusal_text(inc)) if must_answer else self.refusal(inc)
+        if name == "tasks":
+            return await self._commands.tasks(inc)
+        if name == "timezone":
+            return await self._commands.timezone(inc, arg)
+        if name == "status":
+            return await self._commands.status(self.status_board)
+        if name == "reset":
+            await self.reset(inc)
+            return RESET_DONE
+        return HELP
+
+    async def press_reminder(self, inc: Incoming, task_id: int, action: str) -> tuple[bool, str]:
+        """A Done / Snooze button pressed by `inc`'s user: (whether it took effect, the text to show)."""
+        if not self.is_allowed(inc):
+            return False, self.refusal_text(inc)
+        return await press(
+            self.pool, self.clock, platform=inc.platform, presser_id=inc.user_id, task_id=task_id, action=action,
+            default_tz=self.settings.DEFAULT_TIMEZONE,
+        )  # fmt: skip
+
+    async def turn_steps(self, inc: Incoming, turn_id: int) -> TurnSteps | Error:
+        """A turn's steps for its "Show steps" button: only the user who asked (or an admin) may see them."""
+        if not self.is_allowed(inc):
+            return Error("not_allowed", self.refusal_text(inc))
+        found = await conversations.turn_steps(self.pool, turn_id)
+        if found is None or found.platform != inc.platform:
+            return Error("gone", STEPS_GONE)
+        if inc.user_id != found.user_id and not self.is_admin(inc):
+            return Error("not_yours", STEPS_NOT_YOURS)
+        return found
+
+    def report_state(self, adapter: str, state: str | None) -> None:
+        """An adapter's state for /status (None: stopped, no longer listed)."""
+        if state is None:
+            self.status_board.adapters.pop(adapter, None)
+        else:
+            self.status_board.adapters[adapter] = state
+
+    def report_poll(self, adapter: str) -> None:
+        """An adapter polled its platform successfully (shown in /status)."""
+        self.status_board.last_poll[adapter] = system_clock()
+
+    def report_failed_delivery(self) -> None:
+        """A reminder could not be delivered (counted in /status since this start)."""
+        self.status_board.failed_deliveries += 1
+
+    def now(self) -> datetime:
+        """The core's clock (UTC)."""
+        return self.clock()
 
     def is_admin(self, inc: Incoming) -> bool:
         """Admins come from ADMINS; the local terminal user is always one."""

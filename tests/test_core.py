@@ -160,3 +160,65 @@ async def test_reset_stops_replay_but_keeps_messages(make_core: MakeCore, fake_l
     await run(core, incoming("second"))
     assert [m["content"] for m in fake_llm.requests[-1]["messages"][1:]] == ["second"]
     assert await pool.fetchval("SELECT count(*) FROM messages") == 4
+
+
+async def test_commands_apply_the_access_policy_inside_the_core(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    core = make_core(ADMINS="telegram:1", ALLOWED_USERS="telegram:2")
+    tasks = await core.command(incoming("/tasks", user="2"), "tasks")
+    assert isinstance(tasks, str) and "no open tasks" in tasks
+    refused = await core.command(incoming("/tasks", user="666"), "tasks")
+    assert isinstance(refused, Error) and refused.code == "not_allowed" and "telegram:666" in refused.message
+    assert await core.command(incoming("/status", user="666"), "status") is None  # told once per chat per hour
+    again = await core.command(incoming("/help", user="666"), "help", must_answer=True)  # a slash command: always
+    assert isinstance(again, Error) and "telegram:666" in again.message
+    assert await core.command(incoming("/timezone", user="666"), "timezone", "Asia/Tokyo", must_answer=True) == again
+    assert await pool.fetchval("SELECT count(*) FROM users") == 1  # the stranger left no trace
+    assert fake_llm.requests == []
+
+
+async def test_reminder_button_and_steps_only_for_their_owner_or_an_admin(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    core = make_core(ADMINS="telegram:1", ALLOWED_USERS="telegram:2,telegram:3,discord:2")
+    fake_llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Call mum", "due_at": "2030-01-01T10:00"})]),
+        Reply(text="Will do."),
+    )
+    assert answer(await run(core, incoming("remind me", user="2"))).text == "Will do."
+    task_id = await pool.fetchval("SELECT id FROM tasks")
+    turn_id = await pool.fetchval("SELECT id FROM turns")
+
+    ok, text = await core.press_reminder(incoming("", user="666"), task_id, "done")  # may not use the bot
+    assert not ok and "telegram:666" in text
+    ok, text = await core.press_reminder(incoming("", user="3"), task_id, "done")  # allowed, not the owner
+    assert not ok and text.startswith("Only the person")
+    assert await pool.fetchval("SELECT status FROM tasks") == "pending"
+    ok, text = await core.press_reminder(incoming("", user="2"), task_id, "done")
+    assert ok and text == "✅ Done: Call mum"
+
+    steps = await core.turn_steps(incoming("", user="2"), turn_id)
+    assert not isinstance(steps, Error) and [s.name for s in steps.steps] == ["manage_tasks"]
+    admin = await core.turn_steps(incoming("", user="1"), turn_id)
+    assert not isinstance(admin, Error) and admin.turn_id == turn_id
+    other = await core.turn_steps(incoming("", user="3"), turn_id)
+    assert isinstance(other, Error) and other.code == "not_yours"
+    stranger = await core.turn_steps(incoming("", user="666"), turn_id)
+    assert isinstance(stranger, Error) and stranger.code == "not_allowed"
+    elsewhere = await core.turn_steps(incoming("", user="2", platform="discord"), turn_id)
+    assert isinstance(elsewhere, Error) and elsewhere.code == "gone"
+    assert isinstance(await core.turn_steps(incoming("", user="2"), turn_id + 100), Error)
+
+
+async def test_adapters_report_their_state_into_status(make_core: MakeCore) -> None:
+    core = make_core(ADMINS="telegram:1")
+    core.report_state("telegram", "@bot")
+    core.report_poll("telegram")
+    core.report_failed_delivery()
+    status = await core.command(incoming("/status", user="1"), "status")
+    assert isinstance(status, str)
+    assert "adapters: telegram (@bot)" in status and "last successful telegram poll: 0 s ago" in status
+    assert "(1 since this start)" in status
+    core.report_state("telegram", None)
+    assert "adapters: none" in str(await core.command(incoming("/status", user="1"), "status"))

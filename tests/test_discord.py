@@ -13,25 +13,18 @@ import discord
 import pytest
 import yarl
 
-from adapters.discord.adapter import CUT_SHORT, FAILED, GONE, NOT_YOURS, TEXT_ONLY, DiscordAdapter
-from core.commands import StatusBoard
+from adapters.discord.adapter import CUT_SHORT, FAILED, TEXT_ONLY, DiscordAdapter
+from core.commands import STEPS_GONE, STEPS_NOT_YOURS
 from core.core import Core
 from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 from core.storage.db import Pool
-from core.types import RESTARTING
+from core.types import RESTARTING, Incoming
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_discord import FakeDiscord
 from tests.fake_openai import FakeOpenAI, Reply
 
 ALICE, BOB, STRANGER = 2001, 2002, 3003  # Alice is an admin, Bob is allowed, the stranger is not
-
-
-@pytest.fixture
-async def dc() -> AsyncIterator[FakeDiscord]:
-    """The fake Discord (REST + gateway)."""
-    async with FakeDiscord() as fake:
-        yield fake
 
 
 class Bot:
@@ -40,14 +33,14 @@ class Bot:
     def __init__(self, dc: FakeDiscord, llm: FakeOpenAI, core: Core, pool: Pool) -> None:
         """Keep the pieces together."""
         self.dc, self.llm, self.core, self.pool = dc, llm, core, pool
-        self.adapter = DiscordAdapter(core, core.settings, StatusBoard(), guild_ready_timeout=0.05)
+        self.adapter = DiscordAdapter(core, core.settings, guild_ready_timeout=0.05)
         self.alice = dc.user(ALICE, "Alice")
         self.bob = dc.user(BOB, "Bob")
 
     async def restart(self) -> None:
         """Stop the client and start a brand-new one (as after a process restart)."""
         await self.adapter.stop()
-        self.adapter = DiscordAdapter(self.core, self.core.settings, StatusBoard(), guild_ready_timeout=0.05)
+        self.adapter = DiscordAdapter(self.core, self.core.settings, guild_ready_timeout=0.05)
         await self.adapter.start()
 
     async def say(self, text: str, *, author: dict[str, Any] | None = None, **kw: Any) -> list[dict[str, Any]]:
@@ -177,11 +170,14 @@ async def test_show_steps_after_restart_only_to_the_presser(bot: Bot) -> None:
     assert "🔧 1 step" in text and "manage\\_tasks create" in text and "Call mum" in text
     other = await bot.dc.click(sent, custom_id, bot.bob)
     await other.wait_done()
-    assert other.ephemeral and other.texts() == [NOT_YOURS]
+    assert other.ephemeral and other.texts() == [STEPS_NOT_YOURS]
+    stranger = await bot.dc.click(sent, custom_id, bot.dc.user(STRANGER, "Stranger"))
+    await stranger.wait_done()
+    assert stranger.ephemeral and f"discord:{STRANGER}" in stranger.texts()[0]
     await bot.pool.execute("DELETE FROM turns")  # the turn no longer exists: the button says so
     gone = await bot.dc.click(sent, custom_id, bot.alice)
     await gone.wait_done()
-    assert gone.ephemeral and gone.texts() == [GONE]
+    assert gone.ephemeral and gone.texts() == [STEPS_GONE]
 
 
 async def test_show_steps_in_a_dm_toggles_in_place(bot: Bot) -> None:
@@ -289,7 +285,7 @@ async def test_gateway_reconnect_and_resume_keep_answering(bot: Bot) -> None:
     [sent] = await bot.say("are you there?", mention_bot=True)
     assert sent["content"] == "still here"
     assert bot.dc.identify_count == 1 and bot.dc.resume_count == 1
-    assert bot.adapter.board.adapters["discord"].endswith("in 1 server(s)")  # /status: connected again
+    assert bot.core.status_board.adapters["discord"].endswith("in 1 server(s)")  # /status: connected again
 
 
 async def test_rate_limited_send_is_retried(bot: Bot) -> None:
@@ -468,8 +464,8 @@ async def test_a_gateway_that_dies_after_ready_is_replaced_and_status_says_so(
         ALLOWED_USERS="*",
     )  # fmt: skip
     pauses = Pauses()
-    board = StatusBoard()
-    adapter = DiscordAdapter(core, core.settings, board, guild_ready_timeout=0.05, sleep=pauses)
+    board = core.status_board
+    adapter = DiscordAdapter(core, core.settings, guild_ready_timeout=0.05, sleep=pauses)
     await adapter.start()
     try:
         assert board.adapters["discord"].endswith("in 1 server(s)")
@@ -481,7 +477,8 @@ async def test_a_gateway_that_dies_after_ready_is_replaced_and_status_says_so(
             await dc.dispatch("MESSAGE_CREATE", {"id": "1"})  # a parser error escapes connect() and ends its task
             why = "KeyError"
         await asyncio.wait_for(pauses.paused.wait(), 5)
-        status = await adapter.commands.status(board)
+        status = await core.command(Incoming(platform="discord", user_id=str(BOB), chat_id="1", text=""), "status")
+        assert isinstance(status, str)
         assert f"discord (disconnected since 2026-11-21 10:00 UTC: {why}" in status, status
         assert first_client.is_closed() and pauses.delays == [2.0]
         pauses.go.set()
@@ -577,7 +574,7 @@ async def test_start_with_a_rejected_token_is_one_line_naming_the_variable(
 ) -> None:
     secret = "MTA4-not-the-right-token.Gx1234.abcdefghijklmnopqrstuvwxyz"
     core = make_core(DISCORD_BOT_TOKEN=secret, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url)
-    adapter = DiscordAdapter(core, core.settings, StatusBoard(), guild_ready_timeout=0.05)
+    adapter = DiscordAdapter(core, core.settings, guild_ready_timeout=0.05)
     with pytest.raises(StartupError) as failed:
         await adapter.start()
     line = str(failed.value)
@@ -595,7 +592,7 @@ async def test_start_with_discord_unreachable_is_one_line_naming_the_host(
     api = f"http://127.0.0.1:{port}/api/v10" if down == "api" else dc.api_base
     gateway = f"ws://127.0.0.1:{port}/" if down == "gateway" else dc.gateway_url
     core = make_core(DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=api, DISCORD_GATEWAY_URL=gateway)
-    adapter = DiscordAdapter(core, core.settings, StatusBoard(), guild_ready_timeout=0.05)
+    adapter = DiscordAdapter(core, core.settings, guild_ready_timeout=0.05)
     with pytest.raises(StartupError) as failed:
         await asyncio.wait_for(adapter.start(), 10)  # at once: no minute of retries before READY_TIMEOUT_S
     line = str(failed.value)

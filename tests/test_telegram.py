@@ -13,7 +13,6 @@ import pytest
 from telegram.error import NetworkError, RetryAfter
 
 from adapters.telegram.adapter import EMPTY_REPLY, FAILED, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter
-from core.commands import StatusBoard
 from core.reminders.engine import DeliveryRefused, ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 from core.storage.db import Pool
@@ -30,13 +29,6 @@ from tests.fake_telegram import (
     parse_html,
     utf16_len,
 )
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    """The fake Bot API server."""
-    async with FakeTelegram() as fake:
-        yield fake
 
 
 class Bot:
@@ -64,7 +56,7 @@ async def bot(tg: FakeTelegram, fake_llm: FakeOpenAI, make_core: MakeCore, pool:
         ALLOWED_USERS="telegram:1002",
         DEFAULT_TIMEZONE="Europe/Berlin",
     )
-    adapter = TelegramAdapter(core, core.settings, StatusBoard(), poll_timeout=1)
+    adapter = TelegramAdapter(core, core.settings, poll_timeout=1)
     await adapter.start()
     try:
         yield Bot(tg, fake_llm, adapter, pool)
@@ -285,6 +277,16 @@ async def test_not_allowed_user_refused_with_id(bot: Bot) -> None:
     assert bot.llm.requests == []
 
 
+async def test_not_allowed_user_gets_the_refusal_for_commands_once(bot: Bot) -> None:
+    [sent] = await bot.say("/tasks", user_id=4242, chat_id=4242)
+    assert "telegram:4242" in sent["text"] and "open tasks" not in sent["text"]
+    bot.tg.push_update(bot.tg.message_update("/status", user_id=4242, chat_id=4242))  # refused once per hour
+    bot.llm.script(Reply(text="hi Bob"))
+    [reply] = await bot.say("hi", user_id=1002, chat_id=1002)
+    assert reply["text"] == "hi Bob"
+    assert all("Status" not in s["text"] for s in bot.tg.sent)
+
+
 async def test_same_update_delivered_twice_answered_once(bot: Bot) -> None:
     bot.llm.script(Reply(text="only once"))
     update = bot.tg.message_update("hi", message_id=555)
@@ -456,6 +458,11 @@ async def test_reminder_arrives_with_buttons_only_owner_can_press(bot: Bot, cloc
     await bot.tg.wait_for(lambda: len(bot.tg.callback_answers) == 1)
     assert "Only the person" in bot.tg.callback_answers[0]["text"]
     assert await bot.pool.fetchval("SELECT status FROM tasks") == "pending"
+    # a user who may not use the bot: the refusal with their id (always: a button press needs an answer)
+    bot.tg.push_update(bot.tg.callback_update("rem:done:1", message=reminder, user_id=4242, first_name="Eve"))
+    await bot.tg.wait_for(lambda: len(bot.tg.callback_answers) == 2)
+    assert "telegram:4242" in bot.tg.callback_answers[1]["text"]
+    assert await bot.pool.fetchval("SELECT status FROM tasks") == "pending"
     # the owner snoozes: the database moves and the message is edited
     bot.tg.push_update(bot.tg.callback_update("rem:snooze10:1", message=reminder))
     await bot.tg.wait_for(lambda: bot.tg.sent[before].get("edit_count", 0) == 1)
@@ -530,7 +537,7 @@ async def test_reminder_send_server_error_is_transient(bot: Bot, status: int, de
 async def start_fails(make_core: MakeCore, token: str, base_url: str, exit_code: int = EXIT_CONFIG) -> str:
     """Start an adapter that must fail with `exit_code`; return the StartupError's text."""
     core = make_core(TELEGRAM_BOT_TOKEN=token, TELEGRAM_API_BASE_URL=base_url, ADMINS="telegram:1001")
-    adapter = TelegramAdapter(core, core.settings, StatusBoard(), poll_timeout=1)
+    adapter = TelegramAdapter(core, core.settings, poll_timeout=1)
     with pytest.raises(StartupError) as info:
         await adapter.start()
     error = info.value
@@ -577,7 +584,7 @@ async def test_token_never_logged_while_running(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     core = make_core(TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url, ADMINS="telegram:1001")
-    adapter = TelegramAdapter(core, core.settings, StatusBoard(), poll_timeout=1)
+    adapter = TelegramAdapter(core, core.settings, poll_timeout=1)
     adapter.rate_limiter.sleep = Sleeps()
     await adapter.start()
     try:

@@ -24,27 +24,31 @@ from adapters.discord.http import (
     use_endpoints,
 )
 from adapters.discord.render import render_reply, split_markdown, steps_text, with_steps, without_steps
-from core.activity import summary_line
-from core.commands import HELP, Commands, StatusBoard
-from core.core import Core
+from core import (
+    EXIT_UNREACHABLE,
+    RESTARTING,
+    Assistant,
+    CommandName,
+    Core,
+    DeliveryRefused,
+    Error,
+    Incoming,
+    ReminderMessage,
+    Settings,
+    StartupError,
+    summary_line,
+)
 from core.limits import DISCORD_CUT_NOTE_S as CUT_NOTE_S
 from core.limits import DISCORD_MESSAGE_LIMIT as MESSAGE_LIMIT
 from core.limits import DISCORD_READY_TIMEOUT_S as READY_TIMEOUT_S
 from core.limits import DISCORD_RETRY_FIRST_S as RETRY_FIRST_S
 from core.limits import DISCORD_RETRY_MAX_S as RETRY_MAX_S
 from core.limits import DISCORD_TYPING_EVERY_S as TYPING_EVERY_S
-from core.reminders.buttons import press
-from core.reminders.engine import DeliveryRefused, ReminderMessage
-from core.settings import EXIT_UNREACHABLE, Settings, StartupError
-from core.storage.conversations import turn_steps
-from core.types import RESTARTING, Assistant, Error, Incoming
 
 log = logging.getLogger(__name__)
 
 TEXT_ONLY = "I can only read text for now — please type your message (text next to an attachment works too)."
 FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
-GONE = "I no longer have the steps of that answer (it was deleted)."
-NOT_YOURS = "Only the person who asked can see the steps of this answer."
 BUTTON_LABELS = {"done": "✅ Done", "snooze10": "😴 10 min", "snooze60": "😴 1 h"}
 CUT_SHORT = "Sorry — I was restarting and had to stop working on that. Please ask again in a minute."
 NO_MENTIONS = discord.AllowedMentions.none()  # every send pings nobody (not even the author it replies to) …
@@ -190,14 +194,12 @@ class DiscordAdapter:
     platform = "discord"
 
     def __init__(
-        self, core: Core, settings: Settings, board: StatusBoard, *, guild_ready_timeout: float = 2.0,
+        self, core: Core, settings: Settings, *, guild_ready_timeout: float = 2.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:  # fmt: skip
         """Prepare the client (not connected yet); `sleep` waits between reconnection attempts."""
         assert settings.DISCORD_BOT_TOKEN is not None
         self.core = core
-        self.commands = Commands(core)
-        self.board = board
         self.token = settings.DISCORD_BOT_TOKEN.get_secret_value()
         self.endpoints = Endpoints(settings.DISCORD_API_BASE_URL, settings.DISCORD_GATEWAY_URL)
         self.channels = settings.discord_channels
@@ -316,7 +318,7 @@ class DiscordAdapter:
         self._stopping = True
         await self._drain()
         await self._close_connection()
-        self.board.adapters.pop("discord", None)
+        self.core.report_state("discord", None)
 
     async def _drain(self) -> None:
         """Wait for the running answers up to the grace time, then cancel the rest (they say so briefly)."""
@@ -352,7 +354,7 @@ class DiscordAdapter:
     def ready(self, client: _Client) -> None:
         """Record the connection for /status and wake start()."""
         _fail_fast(client, False)
-        self.board.adapters["discord"] = f"{client.user} in {len(client.guilds)} server(s)"
+        self.core.report_state("discord", f"{client.user} in {len(client.guilds)} server(s)")
         self._down_since, self._retry_s = None, RETRY_FIRST_S
         self._ready.set()
 
@@ -361,8 +363,8 @@ class DiscordAdapter:
         if self._stopping or not self._ready.is_set():
             return
         if self._down_since is None:
-            self._down_since = self.core.clock().strftime("%Y-%m-%d %H:%M UTC")
-        self.board.adapters["discord"] = f"disconnected since {self._down_since}: {why}"
+            self._down_since = self.core.now().strftime("%Y-%m-%d %H:%M UTC")
+        self.core.report_state("discord", f"disconnected since {self._down_since}: {why}")
 
     # ---- work in progress ------------------------------------------------------------------------
 
@@ -390,33 +392,24 @@ class DiscordAdapter:
 
         @tree.command(name="tasks", description="Your open tasks")
         async def tasks(interaction: discord.Interaction) -> None:
-            await self._answer_command(interaction, lambda inc: self.commands.tasks(inc), private=True)
+            await self._answer_command(interaction, "tasks", private=True)
 
         @tree.command(name="timezone", description="Show or set your time zone")
         @app_commands.describe(zone="An IANA time zone such as Europe/Berlin (leave empty to see yours)")
         async def timezone(interaction: discord.Interaction, zone: str | None = None) -> None:
-            await self._answer_command(interaction, lambda inc: self.commands.timezone(inc, zone or ""), private=True)
+            await self._answer_command(interaction, "timezone", zone or "", private=True)
 
         @tree.command(name="reset", description="Start a fresh conversation in this channel")
         async def reset(interaction: discord.Interaction) -> None:
-            await self._answer_command(interaction, self._reset, private=False)
+            await self._answer_command(interaction, "reset", private=False)
 
         @tree.command(name="status", description="How the bot is doing")
         async def status(interaction: discord.Interaction) -> None:
-            await self._answer_command(interaction, lambda inc: self.commands.status(self.board), private=True)
+            await self._answer_command(interaction, "status", private=True)
 
         @tree.command(name="help", description="What I can do")
         async def help_(interaction: discord.Interaction) -> None:
-            await self._answer_command(interaction, self._help, private=True)
-
-    async def _reset(self, inc: Incoming) -> str:
-        """/reset."""
-        await self.core.reset(inc)
-        return "Fresh start — I've put our earlier conversation aside."
-
-    async def _help(self, inc: Incoming) -> str:
-        """/help."""
-        return HELP
+            await self._answer_command(interaction, "help", private=True)
 
     async def sync_commands(self, client: _Client) -> None:
         """Upload the slash commands only when Discord's set differs from ours (not on every start/reconnect)."""
@@ -433,17 +426,17 @@ class DiscordAdapter:
             log.warning("could not sync Discord slash commands (they may be out of date): %s", e)
 
     async def _answer_command(
-        self, interaction: discord.Interaction, answer: Callable[[Incoming], Awaitable[str]], *, private: bool
+        self, interaction: discord.Interaction, name: CommandName, arg: str = "", *, private: bool
     ) -> None:
-        """A command answered without the LLM; personal answers are ephemeral in servers."""
+        """A command answered without the LLM; personal answers are ephemeral in servers (a refusal always is)."""
 
         async def run() -> None:
             inc = self._interaction_incoming(interaction, "")
-            if not self.core.is_allowed(inc):
+            answer = await self.core.command(inc, name, arg, must_answer=True)
+            if isinstance(answer, Error) or answer is None:
                 await self._refuse_interaction(interaction, inc)
                 return
-            text = await answer(inc)
-            parts = split_markdown(text)
+            parts = split_markdown(answer)
             await interaction.response.send_message(parts[0], ephemeral=private, allowed_mentions=NO_MENTIONS)
             for part in parts[1:]:
                 await interaction.followup.send(part, ephemeral=private, allowed_mentions=NO_MENTIONS)
@@ -633,14 +626,9 @@ class DiscordAdapter:
 
     async def show_steps(self, interaction: discord.Interaction, turn_id: int, shown: bool) -> None:
         """Load a turn's steps from PostgreSQL; ephemeral in servers, toggled in place in DMs."""
-        found = await turn_steps(self.core.pool, turn_id)
-        if found is None or found.platform != "discord":
-            await interaction.response.send_message(GONE, ephemeral=True, allowed_mentions=NO_MENTIONS)
-            return
-        presser = str(interaction.user.id)
-        inc = self._interaction_incoming(interaction, "")
-        if presser != found.user_id and not self.core.is_admin(inc):
-            await interaction.response.send_message(NOT_YOURS, ephemeral=True, allowed_mentions=NO_MENTIONS)
+        found = await self.core.turn_steps(self._interaction_incoming(interaction, ""), turn_id)
+        if isinstance(found, Error):  # gone, not theirs, or not allowed
+            await interaction.response.send_message(found.message, ephemeral=True, allowed_mentions=NO_MENTIONS)
             return
         message = interaction.message
         if interaction.guild_id is None and message is not None:
@@ -654,10 +642,7 @@ class DiscordAdapter:
 
     async def press_reminder(self, interaction: discord.Interaction, action: str, task_id: int) -> None:
         """Done / Snooze: only the owner; the reminder message shows the outcome and loses its buttons."""
-        ok, text = await press(
-            self.core.pool, self.core.clock, platform="discord", presser_id=str(interaction.user.id),
-            task_id=task_id, action=action, default_tz=self.core.settings.DEFAULT_TIMEZONE,
-        )  # fmt: skip
+        ok, text = await self.core.press_reminder(self._interaction_incoming(interaction, ""), task_id, action)
         if not ok or interaction.message is None:
             await interaction.response.send_message(text, ephemeral=True, allowed_mentions=NO_MENTIONS)
             return

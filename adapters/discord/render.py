@@ -7,9 +7,8 @@ from collections.abc import Sequence
 
 from discord.utils import escape_markdown, escape_mentions
 
-from core.activity import activity_lines, summary_line
+from core import Step, activity_lines, summary_line
 from core.limits import DISCORD_LONG_LINE, DISCORD_MESSAGE_LIMIT
-from core.types import Step
 
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})(.*)$")
 

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from telegram import (
     BotCommand,
+    CallbackQuery,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
     LinkPreviewOptions,
@@ -37,8 +38,19 @@ from telegram.ext import (
 
 from adapters.telegram.html import esc, markdown_to_html, plain_text, render_reply, split_html, split_plain
 from adapters.telegram.request import AiohttpRequest, PatientRateLimiter, redact_token, redact_tokens_in_logs
-from core.commands import HELP, Commands, StatusBoard
-from core.core import Core
+from core import (
+    EXIT_UNREACHABLE,
+    Assistant,
+    AssistantDelta,
+    CommandName,
+    Core,
+    DeliveryRefused,
+    Error,
+    Incoming,
+    ReminderMessage,
+    Settings,
+    StartupError,
+)
 from core.limits import TELEGRAM_DRAFT_CHARS as DRAFT_CHARS
 from core.limits import TELEGRAM_DRAFT_EVERY_S as DRAFT_EVERY_S
 from core.limits import TELEGRAM_POLL_READ_MARGIN_S as POLL_MARGIN_S
@@ -46,11 +58,6 @@ from core.limits import TELEGRAM_POLL_TIMEOUT_S as POLL_TIMEOUT_S
 from core.limits import TELEGRAM_PREVIEW_TIMEOUT_S as PREVIEW_TIMEOUT_S
 from core.limits import TELEGRAM_TYPING_AFTER_S as TYPING_AFTER_S
 from core.limits import TELEGRAM_TYPING_EVERY_S as TYPING_EVERY_S
-from core.reminders.buttons import press
-from core.reminders.engine import DeliveryRefused, ReminderMessage
-from core.settings import EXIT_UNREACHABLE, Settings, StartupError
-from core.timeutil import system_clock
-from core.types import Assistant, AssistantDelta, Error, Incoming
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +97,11 @@ class TelegramAdapter:
 
     platform = "telegram"
 
-    def __init__(
-        self, core: Core, settings: Settings, board: StatusBoard, *, poll_timeout: int = POLL_TIMEOUT_S
-    ) -> None:
+    def __init__(self, core: Core, settings: Settings, *, poll_timeout: int = POLL_TIMEOUT_S) -> None:
         """Build the PTB application (not started yet)."""
         assert settings.TELEGRAM_BOT_TOKEN is not None
         redact_tokens_in_logs()  # before PTB builds the bot and logs its URLs
         self.core = core
-        self.commands = Commands(core)
-        self.board = board
         self.poll_timeout = poll_timeout
         self.api_host = _host(settings.TELEGRAM_API_BASE_URL)
         self.token_ok = TOKEN_SHAPE.fullmatch(settings.TELEGRAM_BOT_TOKEN.get_secret_value()) is not None
@@ -180,7 +183,7 @@ class TelegramAdapter:
             error_callback=self._on_poll_error,
         )
         await self.app.start()
-        self.board.adapters["telegram"] = f"@{self.username}"
+        self.core.report_state("telegram", f"@{self.username}")
 
     async def stop(self) -> None:
         """Stop polling and the application, in reverse order; sends still waiting out a 429 give up."""
@@ -190,11 +193,11 @@ class TelegramAdapter:
         if self.app.running:
             await self.app.stop()
         await self.app.shutdown()
-        self.board.adapters.pop("telegram", None)
+        self.core.report_state("telegram", None)
 
     def _polled(self) -> None:
         """Remember the last successful poll for /status."""
-        self.board.last_poll["telegram"] = system_clock()
+        self.core.report_poll("telegram")
 
     def _on_poll_error(self, error: TelegramError) -> None:
         """Network trouble while polling is retried by PTB; it never stops the bot."""
@@ -253,35 +256,32 @@ class TelegramAdapter:
             return
         await self._send_parts(msg, [esc(TEXT_ONLY)])
 
-    async def _command_incoming(self, update: Update) -> tuple[Incoming, Message] | None:
-        """The Incoming of a command, or None after refusing a user who is not allowed."""
+    async def _command(self, update: Update, name: CommandName, arg: str = "", *, private: str | None = None) -> None:
+        """Ask the core for a command's answer and send it; `private` (the command as typed) sends it to the
+        user's private chat when asked in a group. A refusal is sent where the command was asked."""
         msg = update.message
         if msg is None or msg.from_user is None or msg.from_user.is_bot:
-            return None
+            return
         inc = self._incoming(msg, msg.text or "")
-        if not self.core.is_allowed(inc):
-            await self._refuse(inc, msg)
-            return None
-        return inc, msg
+        answer = await self.core.command(inc, name, arg)
+        if isinstance(answer, Error):
+            await self._send_parts(msg, [esc(answer.message)])
+        elif answer is not None and private is not None:
+            await self._answer_privately(inc, msg, answer, private)
+        elif answer is not None:
+            await self._send_parts(msg, split_html(markdown_to_html(answer)))
 
     async def _on_help(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/start and /help."""
-        got = await self._command_incoming(update)
-        if got:
-            await self._send_parts(got[1], split_html(markdown_to_html(HELP)))
+        await self._command(update, "help")
 
     async def _on_tasks(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/tasks: the user's open tasks, without the LLM (privately when asked in a group)."""
-        got = await self._command_incoming(update)
-        if got:
-            await self._answer_privately(got[0], got[1], await self.commands.tasks(got[0]), "/tasks")
+        await self._command(update, "tasks", private="/tasks")
 
     async def _on_timezone(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/timezone [Area/City]: show or set (the answer privately when asked in a group)."""
-        got = await self._command_incoming(update)
-        if got:
-            text = await self.commands.timezone(got[0], " ".join(context.args or []))
-            await self._answer_privately(got[0], got[1], text, "/timezone")
+        await self._command(update, "timezone", " ".join(context.args or []), private="/timezone")
 
     async def _answer_privately(self, inc: Incoming, msg: Message, markdown: str, command: str) -> None:
         """Personal data goes to the user's private chat; a group only sees a short note."""
@@ -303,16 +303,11 @@ class TelegramAdapter:
 
     async def _on_reset(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/reset: a fresh conversation (old messages stay stored)."""
-        got = await self._command_incoming(update)
-        if got:
-            await self.core.reset(got[0])
-            await self._send_parts(got[1], [esc("Fresh start — I've put our earlier conversation aside.")])
+        await self._command(update, "reset")
 
     async def _on_status(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """/status: version, uptime, model, adapters, last poll, pending reminders."""
-        got = await self._command_incoming(update)
-        if got:
-            await self._send_parts(got[1], split_html(markdown_to_html(await self.commands.status(self.board))))
+        await self._command(update, "status")
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         """The one error funnel: log with the traceback, tell the user briefly."""
@@ -346,16 +341,23 @@ class TelegramAdapter:
         sent = await self._deliver(int(msg.chat_id), [body], reply_markup=keyboard, message_thread_id=thread)
         return str(sent[-1].message_id)
 
+    def _presser(self, query: CallbackQuery) -> Incoming:
+        """The core's view of a button press: who pressed it, in which chat."""
+        chat = query.message.chat if query.message is not None else None
+        group = chat is not None and chat.type != ChatType.PRIVATE
+        return Incoming(
+            platform="telegram", user_id=str(query.from_user.id), chat_id=str(chat.id if chat else query.from_user.id),
+            chat_kind="group" if group else "private", chat_title=(chat.title or "") if chat else "", text="",
+            user_name=query.from_user.full_name,
+        )  # fmt: skip
+
     async def _on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Done / Snooze pressed: only the owner may; the message is edited to show what happened."""
         query = update.callback_query
         if query is None or query.data is None:
             return
         _, action, task_id = query.data.split(":", 2)
-        ok, text = await press(
-            self.core.pool, self.core.clock, platform="telegram", presser_id=str(query.from_user.id),
-            task_id=int(task_id), action=action, default_tz=self.core.settings.DEFAULT_TIMEZONE,
-        )  # fmt: skip
+        ok, text = await self.core.press_reminder(self._presser(query), int(task_id), action)
         await query.answer(text, show_alert=not ok)
         if ok and isinstance(query.message, Message):
             original = query.message.text or ""

@@ -16,9 +16,8 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_inline import StateInline
 from markdown_it.tree import SyntaxTreeNode
 
-from core.activity import activity_lines, summary_line
+from core import Step, activity_lines, summary_line
 from core.limits import TELEGRAM_ACTIVITY_CHARS, TELEGRAM_MESSAGE_LIMIT
-from core.types import Step
 
 NO_ANSWER = "(The answer was empty.)"  # same words as the adapter's own fallback
 RULE = "──────────"

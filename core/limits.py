@@ -54,6 +54,8 @@ SQL_STATEMENT_TIMEOUT_MS = 5000  # execute_sql's statement timeout (less when th
 SQL_MAX_ROWS = 50  # execute_sql returns at most this many rows
 SQL_MAX_CHARS = 6000  # and at most this many characters of them as JSON
 TASK_LIST_ROWS = 50  # manage_tasks list and the open tasks shown at most
+NEXT_OCCURRENCES = 3  # a recurring task shows this many of its next times
+VALIDATION_PROBLEMS_SHOWN = 6  # a tool call's invalid arguments: at most this many problems named to the model
 
 # Capabilities.
 CAPABILITY_RESULT_CHARS = 20000  # a capability's result is cut to this (the prompt gets at most the tool result limit)
@@ -73,9 +75,13 @@ REMINDER_SENDS = 64  # reminders being sent at once
 REMINDER_AGENT_RUNS = 8  # of those, ones that run the agent at once
 REMINDER_SWEEP_S = 30.0  # the scheduler looks for due reminders at least this often
 REMINDER_MAX_PLANNED = 20000  # date jobs planned ahead at most
+REMINDER_ERROR_CHARS = 500  # a failed send's error is stored cut to this
 
 # The database.
 CONNECT_TIMEOUT_S = 10.0  # start-up gives up on a database that does not answer within this many seconds
+POOL_MIN_SIZE = 10  # connections the pool keeps open
+POOL_MAX_SIZE = 20  # connections the pool opens at most
+DISCARD_CLOSE_TIMEOUT_S = 5.0  # closing a connection whose session cannot be reset waits at most this
 DROP_RETRY_DELAYS = (0.0, 0.25, 1.0)  # seconds before each retry of a call whose connection was dropped
 
 

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from core.limits import (
     REMINDER_AGENT_RUNS,
     REMINDER_BATCH,
+    REMINDER_ERROR_CHARS,
     REMINDER_LATE_AFTER,
     REMINDER_LEASE,
     REMINDER_RETRY_FIRST,
@@ -430,7 +431,7 @@ class ReminderEngine:
         log.info("reminder for task %s not sent (attempt %d), retrying at %s: %s",
                     row["task_id"], row["attempts"], at.isoformat(timespec="seconds"), error)  # fmt: skip
         await self._write("recording a reminder retry", _RETRY_SQL, row["task_id"], row["scheduled_at"], at,
-                          error[:500], self.instance)  # fmt: skip
+                          error[:REMINDER_ERROR_CHARS], self.instance)  # fmt: skip
 
     async def _end(self, row: Any, status: str, reason: str, *, count: bool = True) -> None:
         """End an occurrence as failed or skipped with its reason; a series moves on to its next time."""
@@ -440,7 +441,7 @@ class ReminderEngine:
                 self.on_failure()
             log.warning("reminder for task %s at %s failed: %s", row["task_id"], row["scheduled_at"], reason)
         await self._write("recording a failed reminder", _ENDED_SQL, row["task_id"], row["scheduled_at"], status,
-                          reason[:500], self._next(row))  # fmt: skip
+                          reason[:REMINDER_ERROR_CHARS], self._next(row))  # fmt: skip
 
     async def _write(self, what: str, sql: str, *args: Any) -> None:
         """One idempotent outcome write (retried once on a dropped connection); logged, never raised."""

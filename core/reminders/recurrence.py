@@ -10,6 +10,8 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from core.limits import NEXT_OCCURRENCES
+
 _DAY_NAMES = {"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
 
 
@@ -91,7 +93,7 @@ def fire_at_or_after(trig: CronTrigger | IntervalTrigger, when: datetime) -> dat
 
 
 def next_times(
-    rec: Recurrence, tz: ZoneInfo, after: datetime, start: datetime | None, count: int = 3
+    rec: Recurrence, tz: ZoneInfo, after: datetime, start: datetime | None, count: int = NEXT_OCCURRENCES
 ) -> list[datetime]:
     """The next `count` occurrences strictly after `after`, in UTC."""
     trig = trigger(rec, tz, start)

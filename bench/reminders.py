@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from core.limits import POOL_MAX_SIZE, POOL_MIN_SIZE
 from core.reminders.engine import ReminderEngine, ReminderMessage
 from core.reminders.scheduler import ReminderScheduler
 from core.storage.db import create_pool
@@ -725,7 +726,7 @@ async def bench(args: argparse.Namespace) -> int:
         print(
             f"engine defaults: batch {d['batch']}, send concurrency {d['concurrency']}, lease {d['lease']}, "
             f"grace {d['grace']}; scheduler sweep {args.sweep:g} s, date-job horizon {2 * args.sweep:g} s; "
-            f"create_pool defaults (min 10, max 20) per process"
+            f"create_pool defaults (min {POOL_MIN_SIZE}, max {POOL_MAX_SIZE}) per process"
         )
         if engine_options(args):
             print(f"part 1 engine overrides: {' '.join(engine_options(args))}")

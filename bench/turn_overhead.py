@@ -46,6 +46,7 @@ from bench.common import (
 )
 from core.agent.llm import LLM
 from core.core import Core
+from core.limits import POOL_MAX_SIZE, POOL_MIN_SIZE
 from core.storage import conversations
 from core.types import Assistant, ChatKind, Error, Incoming
 
@@ -56,7 +57,6 @@ HISTORY = 40  # HISTORY_MESSAGES
 PRIVATE_CHATS = 8  # users u0..u7, each in a private chat with the bot
 GROUP_CHATS = 2  # two groups of four of those users
 CONVERSATIONS = PRIVATE_CHATS + GROUP_CHATS
-POOL_MAX_DEFAULT = 20  # core.storage.db.create_pool's default max_size
 
 
 # ---------------------------------------------------------------- incoming messages
@@ -472,7 +472,7 @@ async def part_burst(db: BenchDatabase, args: argparse.Namespace, meter: CpuMete
                 1,
                 server,
                 meter,
-                f"[HEADLINE] round 1, cold: new users and chats, fresh pool (max {POOL_MAX_DEFAULT}) and HTTP client",
+                f"[HEADLINE] round 1, cold: new users and chats, fresh pool (max {POOL_MAX_SIZE}) and HTTP client",
             )
             print_burst(cold, delay)
             warm = await burst(
@@ -485,8 +485,8 @@ async def part_burst(db: BenchDatabase, args: argparse.Namespace, meter: CpuMete
                 "round 2, warm: the same chats again, pool and keep-alive connections reused",
             )
             print_burst(warm, delay)
-        big = min(max(n, POOL_MAX_DEFAULT), max_conn - 10)
-        if args.diagnose and big > POOL_MAX_DEFAULT:
+        big = min(max(n, POOL_MAX_SIZE), max_conn - 10)
+        if args.diagnose and big > POOL_MAX_SIZE:
             async with bench_core(db.dsn, server.base_url, pool_max=big) as core:
                 diag = await burst(
                     core,
@@ -543,7 +543,7 @@ async def bench(args: argparse.Namespace) -> int:
         print(f"PostgreSQL {server.version}: {db.description}")
         print(
             f"  max_connections {server.max_connections}, synchronous_commit {server.sync_commit}; the bot's pool: "
-            f"create_pool defaults (min 2, max {POOL_MAX_DEFAULT})"
+            f"create_pool defaults (min {POOL_MIN_SIZE}, max {POOL_MAX_SIZE})"
         )
         print(
             f"openai {openai.__version__} via LLM.from_settings: max_retries {retries}, default HTTP pool "

@@ -26,13 +26,45 @@ CREATE TABLE archival_memory (
     UNIQUE (user_id, sha256)
 );
 CREATE INDEX archival_memory_words ON archival_memory USING gin (user_id, words);
-CREATE INDEX archival_memory_trgm ON archival_memory USING gin (user_id, content gin_trgm_ops);
+
+-- Typos: a query word never seen before is widened to the user's known words that are similar (pg_trgm)
+-- before the full-text match, so trigram work is over short words, not whole texts. Each user's words come
+-- from their archival entries (on insert) and conversation messages (trigger); per user, so a search cannot
+-- tell whether anybody else ever wrote a word.
+CREATE TABLE memory_search_words (
+    user_id bigint NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    word    text NOT NULL,
+    PRIMARY KEY (user_id, word)
+);
+CREATE INDEX memory_search_words_trgm ON memory_search_words USING gin (user_id, word gin_trgm_ops);
+
+CREATE FUNCTION memory_learn_words(uid bigint, content text) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO memory_search_words (user_id, word)
+    SELECT uid, w FROM unnest(tsvector_to_array(to_tsvector('simple', content))) w
+    WHERE uid IS NOT NULL AND length(w) BETWEEN 3 AND 32 AND w ~ '[[:alpha:]]'
+    ORDER BY w  -- one order: concurrent learners cannot deadlock
+    ON CONFLICT DO NOTHING
+$$;
+
+-- A user's message is theirs; the bot's answer belongs to whoever's turn it is.
+CREATE FUNCTION messages_learn_words() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM memory_learn_words(coalesce(NEW.user_id, (SELECT t.user_id FROM turns t WHERE t.id = NEW.turn_id)),
+                               NEW.content);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER messages_learn_words AFTER INSERT ON messages FOR EACH ROW
+    WHEN (NEW.role IN ('user', 'assistant') AND NEW.content IS NOT NULL) EXECUTE FUNCTION messages_learn_words();
+SELECT count(memory_learn_words(coalesce(m.user_id, t.user_id), m.content))
+FROM messages m LEFT JOIN turns t ON t.id = m.turn_id
+WHERE m.role IN ('user', 'assistant') AND m.content IS NOT NULL;
 
 -- conversation_search: the chats a user spoke in (their private chats whole, their own lines in groups).
 CREATE INDEX turns_user_chat ON turns (user_id, chat_id);
 CREATE INDEX messages_search_words ON messages USING gin (chat_id, to_tsvector('simple', content))
-    WHERE role IN ('user', 'assistant') AND content IS NOT NULL;
-CREATE INDEX messages_search_trgm ON messages USING gin (chat_id, content gin_trgm_ops)
     WHERE role IN ('user', 'assistant') AND content IS NOT NULL;
 
 -- A user's blocks as JSON for the turn's context query: [{"name", "lines"}], human and persona first.

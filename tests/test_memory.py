@@ -355,8 +355,15 @@ async def test_memory_command_functions(people: Any, pool: Pool) -> None:
     assert await delete_memory_line(pool, alice.ctx.user.id, "human", 1) == "Name: Alice"
     with pytest.raises(Exception, match="valid lines: 1-1"):
         await delete_memory_line(pool, alice.ctx.user.id, "human", 2)
+    await alice.ok("archival_memory_insert", content="Sparkasse account")
+    await turn(pool, ALICE, "my umbrella is red")
     wiped = await wipe_memory(pool, alice.ctx.user.id)
-    assert (wiped.lines, wiped.archival) == (2, 2)
+    assert (wiped.lines, wiped.archival) == (2, 3)
+    words = {
+        r["word"]
+        for r in await pool.fetch("SELECT word FROM memory_search_words WHERE user_id = $1", alice.ctx.user.id)
+    }
+    assert "sparkasse" not in words and "umbrella" in words  # archival words gone, the conversation's stay
     assert (await memory_overview(pool, alice.ctx.user.id)).text(500).endswith("Archival memory: 0 entries")
     assert "1: Name: Bob" in (await memory_overview(pool, bob.ctx.user.id)).text(500)  # Bob's memory stays
 

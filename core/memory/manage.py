@@ -12,6 +12,13 @@ _OVERVIEW_SQL = (
 )
 
 
+_RELEARN_SQL = """
+SELECT count(memory_learn_words($1, m.content)) FROM messages m
+WHERE m.role IN ('user', 'assistant') AND m.content IS NOT NULL
+  AND (m.user_id = $1 OR m.turn_id IN (SELECT t.id FROM turns t WHERE t.user_id = $1))
+"""
+
+
 @dataclass(frozen=True)
 class Overview:
     """A person's memory: their blocks (human and persona always) and how many archival entries they have."""
@@ -53,12 +60,18 @@ class Wiped:
 
 
 async def wipe_memory(pool: Pool, user_id: int) -> Wiped:
-    """Remove every block and archival entry of a person (conversation history is /reset's business)."""
-    row = await pool.fetchrow(
-        "WITH bl AS (DELETE FROM memory_blocks WHERE user_id = $1 RETURNING cardinality(lines) AS n),"
-        " ar AS (DELETE FROM archival_memory WHERE user_id = $1 RETURNING 1)"
-        " SELECT (SELECT coalesce(sum(n), 0) FROM bl) AS lines, (SELECT count(*) FROM ar) AS archival",
-        user_id,
-    )
+    """Remove every block and archival entry of a person (conversation history is /reset's business).
+
+    The words their search learned go too, and are learned again from their conversation alone.
+    """
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(
+            "WITH bl AS (DELETE FROM memory_blocks WHERE user_id = $1 RETURNING cardinality(lines) AS n),"
+            " ar AS (DELETE FROM archival_memory WHERE user_id = $1 RETURNING 1),"
+            " sw AS (DELETE FROM memory_search_words WHERE user_id = $1)"
+            " SELECT (SELECT coalesce(sum(n), 0) FROM bl) AS lines, (SELECT count(*) FROM ar) AS archival",
+            user_id,
+        )
+        await conn.execute(_RELEARN_SQL, user_id)
     assert row is not None
     return Wiped(int(row["lines"]), int(row["archival"]))

@@ -21,13 +21,29 @@ ENTRY_SHOW_CHARS = 1000  # a longer entry or message is shown cut, with a marker
 VECTOR_CANDIDATES = 20  # nearest entries by embedding that may join the ranking
 VECTOR_MIN_SIMILARITY = 0.45  # cosine similarity below this does not count as a match
 
-# Any word of the query matches (OR), so ranking decides; `simple` keeps every language's words as they are.
-_QUERY_CTE = "q AS (SELECT replace(plainto_tsquery('simple', $2)::text, ' & ', ' | ')::tsquery AS tsq)"
+# The query's words (full-text `simple`: every language's words as they are), each also as a prefix (partial
+# words); a word the user never used (a typo?) is widened by up to three of their words that are similar
+# (pg_trgm). Any term matches (OR); `exact` holds the words as typed, to rank exact matches first.
+_QUERY_CTES = """
+qw AS (SELECT w FROM unnest(tsvector_to_array(to_tsvector('simple', $2))) w),
+terms AS (
+    SELECT quote_literal(w) || CASE WHEN length(w) >= 3 THEN ':*' ELSE '' END AS term FROM qw
+    UNION
+    SELECT quote_literal(n.word) FROM qw, LATERAL (
+        SELECT word FROM memory_search_words
+        WHERE user_id = $1 AND length(qw.w) >= 3 AND word % qw.w
+          AND NOT EXISTS (SELECT 1 FROM memory_search_words k WHERE k.user_id = $1 AND k.word = qw.w)
+        ORDER BY similarity(word, qw.w) DESC, word LIMIT 3) n
+),
+q AS MATERIALIZED (
+    SELECT to_tsquery('simple', (SELECT string_agg(term, ' | ') FROM terms)) AS tsq,
+           to_tsquery('simple', (SELECT string_agg(quote_literal(w), ' | ') FROM qw)) AS exact
+)"""
 
 _ARCHIVAL_TEXT_HITS = """
-    SELECT a.id, ts_rank(a.words, q.tsq) + word_similarity($2, a.content) AS score
+    SELECT a.id, ts_rank(a.words, q.tsq) + ts_rank(a.words, q.exact) AS score
     FROM archival_memory a, q
-    WHERE a.user_id = $1 AND (a.words @@ q.tsq OR $2 <% a.content)"""
+    WHERE a.user_id = $1 AND a.words @@ q.tsq"""
 
 _ARCHIVAL_VECTOR_HITS = f"""
     UNION ALL
@@ -45,34 +61,34 @@ FROM ranked r JOIN archival_memory a ON a.id = r.id
 ORDER BY r.score DESC, a.created_at DESC, a.id DESC LIMIT {size} OFFSET $3
 """
 
-_ARCHIVAL_TEXT_SQL = _ARCHIVAL_PAGE.format(q=_QUERY_CTE, hits=_ARCHIVAL_TEXT_HITS, size=PAGE_SIZE)
+_ARCHIVAL_TEXT_SQL = _ARCHIVAL_PAGE.format(q=_QUERY_CTES, hits=_ARCHIVAL_TEXT_HITS, size=PAGE_SIZE)
 _ARCHIVAL_VECTOR_SQL = _ARCHIVAL_PAGE.format(
-    q=_QUERY_CTE, hits=_ARCHIVAL_TEXT_HITS + _ARCHIVAL_VECTOR_HITS, size=PAGE_SIZE
+    q=_QUERY_CTES, hits=_ARCHIVAL_TEXT_HITS + _ARCHIVAL_VECTOR_HITS, size=PAGE_SIZE
 )
 
 # The chats the user spoke in: their private chats whole (their messages and the bot's answers), their own
 # messages in groups. Scheduled agent jobs are turns of their owner in the private chat, so they count too.
+# Newest first: "what did I say about X" means the latest mention (and ranking would re-parse every hit).
 _CONVERSATION_PAGE = f"""
-WITH {_QUERY_CTE}, hits AS (
-    SELECT m.id, m.role, m.content, m.created_at,
-           ts_rank(to_tsvector('simple', m.content), q.tsq) + word_similarity($2, m.content) AS score
+WITH {_QUERY_CTES}, hits AS (
+    SELECT m.id, m.role, m.content, m.created_at
     FROM messages m JOIN chats c ON c.id = m.chat_id, q
     WHERE m.chat_id = ANY(ARRAY(SELECT DISTINCT t.chat_id FROM turns t WHERE t.user_id = $1))
       AND m.role IN ('user', 'assistant') AND m.content IS NOT NULL
       AND (c.kind = 'private' OR (m.role = 'user' AND m.user_id = $1))
-      AND (to_tsvector('simple', m.content) @@ q.tsq OR $2 <% m.content)
+      AND to_tsvector('simple', m.content) @@ q.tsq
 )
 SELECT id, role, content, created_at, count(*) OVER () AS total FROM hits
-ORDER BY score DESC, created_at DESC, id DESC LIMIT {PAGE_SIZE} OFFSET $3
+ORDER BY created_at DESC, id DESC LIMIT {PAGE_SIZE} OFFSET $3
 """
 
 _INSERT_SQL = """
-WITH ins AS (
+WITH learn AS (SELECT memory_learn_words($1, $2)), ins AS (
     INSERT INTO archival_memory (user_id, content, sha256, created_at)
     VALUES ($1, $2, sha256(convert_to($2, 'UTF8')), $3)
     ON CONFLICT (user_id, sha256) DO NOTHING RETURNING id
 )
-SELECT id, true AS fresh FROM ins
+SELECT id, true AS fresh FROM ins, learn
 UNION ALL
 SELECT id, false FROM archival_memory WHERE user_id = $1 AND sha256 = sha256(convert_to($2, 'UTF8'))
 """
@@ -150,9 +166,7 @@ async def search_archival(
     vector = await embed_query(embedder, query) if embedder is not None else None
     rows: list[asyncpg.Record] | None = None
     if embedder is not None and vector is not None:
-        with_vectors = _ARCHIVAL_PAGE.format(
-            q=_QUERY_CTE, hits=_ARCHIVAL_TEXT_HITS + _ARCHIVAL_VECTOR_HITS, size=PAGE_SIZE
-        )
+        with_vectors = _ARCHIVAL_VECTOR_SQL
         try:
             rows = await pool.fetch(with_vectors, *args, vector, embedder.model)
             sql, args = with_vectors, [*args, vector, embedder.model]

@@ -3,7 +3,7 @@
     uv run --with telegramify-markdown python -m bench.markdown_corpus
 
 Renderers: the hand-written converter this project had before (read from git history), the markdown-it-py
-token renderer now in adapters/telegram/html.py, and telegramify-markdown (pulldown-cmark via pyromark; its
+token renderer now in adapters/telegram/render.py, and telegramify-markdown (pulldown-cmark via pyromark; its
 plain text + entities are written back as HTML so the same validator judges all three). Scores:
 - accepted: every part passes the fake Bot API's HTML parser (tests/fake_telegram.parse_html), is not empty
   after Telegram's trimming and is at most 4096 UTF-16 units;
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapters.telegram import html as telegram_html
+from adapters.telegram.render import render_reply
 from tests.fake_telegram import HtmlError, parse_html, utf16_len
 
 LEGACY_COMMIT = "9ccbe2b"  # the last commit with the hand-written converter
@@ -81,8 +81,8 @@ def legacy_renderer() -> Render | None:
 
 
 def new_renderer(md: str) -> list[str]:
-    """render_reply of adapters/telegram/html.py."""
-    return telegram_html.render_reply(md, [], 0.0)
+    """render_reply of adapters/telegram/render.py."""
+    return render_reply(md, [], 0.0)
 
 
 _TAGS = {"bold": "b", "italic": "i", "underline": "u", "strikethrough": "s", "spoiler": "tg-spoiler", "code": "code"}

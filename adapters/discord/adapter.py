@@ -38,12 +38,14 @@ from core import (
     StartupError,
     summary_line,
 )
-from core.limits import DISCORD_CUT_NOTE_S as CUT_NOTE_S
-from core.limits import DISCORD_MESSAGE_LIMIT as MESSAGE_LIMIT
-from core.limits import DISCORD_READY_TIMEOUT_S as READY_TIMEOUT_S
-from core.limits import DISCORD_RETRY_FIRST_S as RETRY_FIRST_S
-from core.limits import DISCORD_RETRY_MAX_S as RETRY_MAX_S
-from core.limits import DISCORD_TYPING_EVERY_S as TYPING_EVERY_S
+from core.limits import (
+    DISCORD_CUT_NOTE_S,
+    DISCORD_MESSAGE_LIMIT,
+    DISCORD_READY_TIMEOUT_S,
+    DISCORD_RETRY_FIRST_S,
+    DISCORD_RETRY_MAX_S,
+    DISCORD_TYPING_EVERY_S,
+)
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +215,7 @@ class DiscordAdapter:
         self._stopping = False  # stop() began: new messages are turned away, running answers finish
         self._work: set[asyncio.Task[Any]] = set()  # tasks answering a message or an interaction
         self._down_since: str | None = None
-        self._retry_s = RETRY_FIRST_S
+        self._retry_s = DISCORD_RETRY_FIRST_S
         self._pausing = False  # the gateway task waits before connecting a new client
 
     def _make_client(self) -> _Client:
@@ -245,7 +247,9 @@ class DiscordAdapter:
         self._runner = asyncio.create_task(self._run(), name="discord-gateway")
         waiter = asyncio.create_task(self._ready.wait())
         try:
-            done, _ = await asyncio.wait({self._runner, waiter}, timeout=READY_TIMEOUT_S, return_when="FIRST_COMPLETED")
+            done, _ = await asyncio.wait(
+                {self._runner, waiter}, timeout=DISCORD_READY_TIMEOUT_S, return_when="FIRST_COMPLETED"
+            )
         finally:
             waiter.cancel()
         if self._ready.is_set():
@@ -257,14 +261,15 @@ class DiscordAdapter:
                 f"Discord: the gateway connection at {gateway} ended before READY", exit_code=EXIT_UNREACHABLE
             )
         raise StartupError(
-            f"Discord: the gateway at {gateway} did not say READY within {READY_TIMEOUT_S:.0f} s",
+            f"Discord: the gateway at {gateway} did not say READY within {DISCORD_READY_TIMEOUT_S:.0f} s",
             exit_code=EXIT_UNREACHABLE,
         )
 
     async def _run(self) -> None:
         """The gateway connection for the adapter's lifetime. discord.py reconnects and resumes on its own; when
         a connection ends for good (a fatal close code, an error it does not handle), a new client replaces it
-        after a growing pause (RETRY_FIRST_S doubling to RETRY_MAX_S) and /status says since when it is down."""
+        after a growing pause (DISCORD_RETRY_FIRST_S doubling to DISCORD_RETRY_MAX_S) and /status says since
+        when it is down."""
         scope_webhooks(self.endpoints)  # interaction answers of the clients' event tasks (spawned from here)
         fresh = False
         while True:
@@ -284,7 +289,7 @@ class DiscordAdapter:
                 return
             with contextlib.suppress(Exception):
                 await self.client.close()
-            delay, self._retry_s = self._retry_s, min(self._retry_s * 2, RETRY_MAX_S)
+            delay, self._retry_s = self._retry_s, min(self._retry_s * 2, DISCORD_RETRY_MAX_S)
             self.disconnected(why)
             log.error("Discord connection lost (%s); connecting a new client in %.0f s", why, delay)
             self._pausing = True
@@ -334,7 +339,7 @@ class DiscordAdapter:
         )
         for task in late:
             task.cancel()
-        await asyncio.wait(late, timeout=CUT_NOTE_S + 1.0)
+        await asyncio.wait(late, timeout=DISCORD_CUT_NOTE_S + 1.0)
 
     async def _close_connection(self) -> None:
         """Close the client and end the gateway task (whatever state they are in)."""
@@ -355,7 +360,7 @@ class DiscordAdapter:
         """Record the connection for /status and wake start()."""
         _fail_fast(client, False)
         self.core.report_state("discord", f"{client.user} in {len(client.guilds)} server(s)")
-        self._down_since, self._retry_s = None, RETRY_FIRST_S
+        self._down_since, self._retry_s = None, DISCORD_RETRY_FIRST_S
         self._ready.set()
 
     def disconnected(self, why: str) -> None:
@@ -600,7 +605,7 @@ class DiscordAdapter:
         while True:
             with contextlib.suppress(discord.HTTPException):
                 await channel.typing()
-            await asyncio.sleep(TYPING_EVERY_S)
+            await asyncio.sleep(DISCORD_TYPING_EVERY_S)
 
     async def _refuse(self, inc: Incoming, message: discord.Message) -> None:
         """The polite refusal with the user's id (at most once per chat per hour)."""
@@ -637,7 +642,7 @@ class DiscordAdapter:
             await interaction.response.edit_message(content=content, view=view, allowed_mentions=NO_MENTIONS)
             return
         head = f"**Steps** — {summary_line(found.steps, found.elapsed_s)}\n"
-        text = head + steps_text(found.steps, MESSAGE_LIMIT - len(head))
+        text = head + steps_text(found.steps, DISCORD_MESSAGE_LIMIT - len(head))
         await interaction.response.send_message(text, ephemeral=True, allowed_mentions=NO_MENTIONS)
 
     async def press_reminder(self, interaction: discord.Interaction, action: str, task_id: int) -> None:
@@ -646,7 +651,7 @@ class DiscordAdapter:
         if not ok or interaction.message is None:
             await interaction.response.send_message(text, ephemeral=True, allowed_mentions=NO_MENTIONS)
             return
-        content = f"{interaction.message.content}\n\n{text}"[:MESSAGE_LIMIT]
+        content = f"{interaction.message.content}\n\n{text}"[:DISCORD_MESSAGE_LIMIT]
         await interaction.response.edit_message(content=content, view=None, allowed_mentions=NO_MENTIONS)
 
     # ---- reminders -----------------------------------------------------------------------------
@@ -713,9 +718,9 @@ class DiscordAdapter:
 
 
 async def _briefly(send: Awaitable[Any]) -> None:
-    """Best effort, bounded by CUT_NOTE_S: a note to a user whose answer a shutdown cut."""
+    """Best effort, bounded by DISCORD_CUT_NOTE_S: a note to a user whose answer a shutdown cut."""
     with contextlib.suppress(Exception):
-        async with asyncio.timeout(CUT_NOTE_S):
+        async with asyncio.timeout(DISCORD_CUT_NOTE_S):
             await send
 
 

@@ -36,7 +36,7 @@ from telegram.ext import (
     filters,
 )
 
-from adapters.telegram.html import esc, markdown_to_html, plain_text, render_reply, split_html, split_plain
+from adapters.telegram.render import esc, markdown_to_html, plain_text, render_reply, split_html, split_plain
 from adapters.telegram.request import AiohttpRequest, PatientRateLimiter, redact_token, redact_tokens_in_logs
 from core import (
     EXIT_UNREACHABLE,
@@ -51,13 +51,15 @@ from core import (
     Settings,
     StartupError,
 )
-from core.limits import TELEGRAM_DRAFT_CHARS as DRAFT_CHARS
-from core.limits import TELEGRAM_DRAFT_EVERY_S as DRAFT_EVERY_S
-from core.limits import TELEGRAM_POLL_READ_MARGIN_S as POLL_MARGIN_S
-from core.limits import TELEGRAM_POLL_TIMEOUT_S as POLL_TIMEOUT_S
-from core.limits import TELEGRAM_PREVIEW_TIMEOUT_S as PREVIEW_TIMEOUT_S
-from core.limits import TELEGRAM_TYPING_AFTER_S as TYPING_AFTER_S
-from core.limits import TELEGRAM_TYPING_EVERY_S as TYPING_EVERY_S
+from core.limits import (
+    TELEGRAM_DRAFT_CHARS,
+    TELEGRAM_DRAFT_EVERY_S,
+    TELEGRAM_POLL_READ_MARGIN_S,
+    TELEGRAM_POLL_TIMEOUT_S,
+    TELEGRAM_PREVIEW_TIMEOUT_S,
+    TELEGRAM_TYPING_AFTER_S,
+    TELEGRAM_TYPING_EVERY_S,
+)
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,7 @@ class TelegramAdapter:
 
     platform = "telegram"
 
-    def __init__(self, core: Core, settings: Settings, *, poll_timeout: int = POLL_TIMEOUT_S) -> None:
+    def __init__(self, core: Core, settings: Settings, *, poll_timeout: int = TELEGRAM_POLL_TIMEOUT_S) -> None:
         """Build the PTB application (not started yet)."""
         assert settings.TELEGRAM_BOT_TOKEN is not None
         redact_tokens_in_logs()  # before PTB builds the bot and logs its URLs
@@ -113,7 +115,9 @@ class TelegramAdapter:
             .rate_limiter(self.rate_limiter)
             .concurrent_updates(True)
             .request(AiohttpRequest())
-            .get_updates_request(AiohttpRequest(read_timeout=poll_timeout + POLL_MARGIN_S, on_success=self._polled))
+            .get_updates_request(
+                AiohttpRequest(read_timeout=poll_timeout + TELEGRAM_POLL_READ_MARGIN_S, on_success=self._polled)
+            )
         )
         if settings.TELEGRAM_API_BASE_URL:
             builder = builder.base_url(settings.TELEGRAM_API_BASE_URL)
@@ -386,15 +390,15 @@ class TelegramAdapter:
                 await typing
 
     async def _keep_typing(self, msg: Message) -> None:
-        """Show "typing…" once the turn takes longer than TYPING_AFTER_S and refresh it until cancelled."""
+        """Show "typing…" once the turn takes longer than TELEGRAM_TYPING_AFTER_S and refresh it until cancelled."""
         thread = msg.message_thread_id if msg.is_topic_message else None
-        await asyncio.sleep(TYPING_AFTER_S)
+        await asyncio.sleep(TELEGRAM_TYPING_AFTER_S)
         while True:
             with contextlib.suppress(TelegramError):  # best effort: dropped while rate limited, never retried
                 await self.app.bot.send_chat_action(
-                    msg.chat.id, ChatAction.TYPING, message_thread_id=thread, read_timeout=PREVIEW_TIMEOUT_S
+                    msg.chat.id, ChatAction.TYPING, message_thread_id=thread, read_timeout=TELEGRAM_PREVIEW_TIMEOUT_S
                 )
-            await asyncio.sleep(TYPING_EVERY_S)
+            await asyncio.sleep(TELEGRAM_TYPING_EVERY_S)
 
     async def _refuse(self, inc: Incoming, msg: Message) -> None:
         """The polite refusal with the user's id (rate-limited by the core)."""
@@ -487,19 +491,22 @@ class _Draft:
         """Start an empty draft for the reply to `msg`."""
         self.adapter, self.msg = adapter, msg
         self.text = ""
-        self.last = time.monotonic()  # a fast answer needs no draft: the first one goes out after DRAFT_EVERY_S
+        self.last = time.monotonic()  # a fast answer needs no draft: the first waits DRAFT_EVERY_S
         self.draft_id = msg.message_id or 1
 
     async def add(self, delta: str) -> None:
-        """Append streamed text; push it at most every DRAFT_EVERY_S."""
+        """Append streamed text; push it at most every TELEGRAM_DRAFT_EVERY_S."""
         self.text += delta
         now = time.monotonic()
-        if now - self.last < DRAFT_EVERY_S or not self.text.strip():
+        if now - self.last < TELEGRAM_DRAFT_EVERY_S or not self.text.strip():
             return
         self.last = now
         try:
             await self.adapter.app.bot.send_message_draft(
-                self.msg.chat.id, self.draft_id, self.text[-DRAFT_CHARS:], read_timeout=PREVIEW_TIMEOUT_S
+                self.msg.chat.id,
+                self.draft_id,
+                self.text[-TELEGRAM_DRAFT_CHARS:],
+                read_timeout=TELEGRAM_PREVIEW_TIMEOUT_S,
             )
         except TelegramError as e:  # a draft is only a preview: never let it disturb the answer
             log.debug("draft update failed: %s", e)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.telegram.html import (
+from adapters.telegram.render import (
     markdown_to_html,
     render_reply,
     split_html,

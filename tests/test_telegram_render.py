@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from adapters.telegram.html import (
+from adapters.telegram.render import (
     activity_html,
     markdown_to_html,
     plain_text,

@@ -27,16 +27,16 @@ CREATE TABLE archival_memory (
 );
 CREATE INDEX archival_memory_words ON archival_memory USING gin (user_id, words);
 
--- Typos: a query word never seen before is widened to the user's known words that are similar (pg_trgm)
--- before the full-text match, so trigram work is over short words, not whole texts. Each user's words come
--- from their archival entries (on insert) and conversation messages (trigger); per user, so a search cannot
--- tell whether anybody else ever wrote a word.
+-- Typos and partial words: a query word the user never used is widened to their known words that start with
+-- the same letter and are similar (pg_trgm similarity) or longer (prefix), before the full-text match; so
+-- trigram work is over a few short words, not whole texts. Each user's words come from their archival entries
+-- (on insert) and their messages (trigger); per user, so a search cannot tell whether anybody else ever
+-- wrote a word. Byte order ("C") makes "same first letter" one range of the primary key.
 CREATE TABLE memory_search_words (
     user_id bigint NOT NULL REFERENCES users(id) ON DELETE CASCADE,
-    word    text NOT NULL,
+    word    text COLLATE "C" NOT NULL,
     PRIMARY KEY (user_id, word)
 );
-CREATE INDEX memory_search_words_trgm ON memory_search_words USING gin (user_id, word gin_trgm_ops);
 
 CREATE FUNCTION memory_learn_words(uid bigint, content text) RETURNS void
 LANGUAGE sql AS $$
@@ -47,20 +47,17 @@ LANGUAGE sql AS $$
     ON CONFLICT DO NOTHING
 $$;
 
--- A user's message is theirs; the bot's answer belongs to whoever's turn it is.
+-- Only the user's own messages teach words (what they type is what they misspell; one insert per turn pays).
 CREATE FUNCTION messages_learn_words() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM memory_learn_words(coalesce(NEW.user_id, (SELECT t.user_id FROM turns t WHERE t.id = NEW.turn_id)),
-                               NEW.content);
+    PERFORM memory_learn_words(NEW.user_id, NEW.content);
     RETURN NULL;
 END
 $$;
 CREATE TRIGGER messages_learn_words AFTER INSERT ON messages FOR EACH ROW
-    WHEN (NEW.role IN ('user', 'assistant') AND NEW.content IS NOT NULL) EXECUTE FUNCTION messages_learn_words();
-SELECT count(memory_learn_words(coalesce(m.user_id, t.user_id), m.content))
-FROM messages m LEFT JOIN turns t ON t.id = m.turn_id
-WHERE m.role IN ('user', 'assistant') AND m.content IS NOT NULL;
+    WHEN (NEW.role = 'user' AND NEW.content IS NOT NULL) EXECUTE FUNCTION messages_learn_words();
+SELECT count(memory_learn_words(user_id, content)) FROM messages WHERE role = 'user' AND content IS NOT NULL;
 
 -- conversation_search: the chats a user spoke in (their private chats whole, their own lines in groups).
 CREATE INDEX turns_user_chat ON turns (user_id, chat_id);

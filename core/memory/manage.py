@@ -14,8 +14,7 @@ _OVERVIEW_SQL = (
 
 _RELEARN_SQL = """
 SELECT count(memory_learn_words($1, m.content)) FROM messages m
-WHERE m.role IN ('user', 'assistant') AND m.content IS NOT NULL
-  AND (m.user_id = $1 OR m.turn_id IN (SELECT t.id FROM turns t WHERE t.user_id = $1))
+WHERE m.role = 'user' AND m.user_id = $1 AND m.content IS NOT NULL
 """
 
 

@@ -21,27 +21,28 @@ ENTRY_SHOW_CHARS = 1000  # a longer entry or message is shown cut, with a marker
 VECTOR_CANDIDATES = 20  # nearest entries by embedding that may join the ranking
 VECTOR_MIN_SIMILARITY = 0.45  # cosine similarity below this does not count as a match
 
-# The query's words (full-text `simple`: every language's words as they are), each also as a prefix (partial
-# words); a word the user never used (a typo?) is widened by up to three of their words that are similar
-# (pg_trgm). Any term matches (OR); `exact` holds the words as typed, to rank exact matches first.
+# The query's words (full-text `simple`: every language's words as they are). A word the user never used (a typo,
+# a partial word) also matches as a prefix and through up to three of their words with the same first letter
+# that are similar (pg_trgm). Any term matches (OR); ranking decides.
 _QUERY_CTES = """
-qw AS (SELECT w FROM unnest(tsvector_to_array(to_tsvector('simple', $2))) w),
+qw AS (SELECT w, length(w) >= 3 AND NOT EXISTS (
+           SELECT 1 FROM memory_search_words k WHERE k.user_id = $1 AND k.word = w) AS unknown
+       FROM unnest(tsvector_to_array(to_tsvector('simple', $2))) w),
 terms AS (
-    SELECT quote_literal(w) || CASE WHEN length(w) >= 3 THEN ':*' ELSE '' END AS term FROM qw
+    SELECT quote_literal(w) || CASE WHEN unknown THEN ':*' ELSE '' END AS term FROM qw
     UNION
     SELECT quote_literal(n.word) FROM qw, LATERAL (
         SELECT word FROM memory_search_words
-        WHERE user_id = $1 AND length(qw.w) >= 3 AND word % qw.w
-          AND NOT EXISTS (SELECT 1 FROM memory_search_words k WHERE k.user_id = $1 AND k.word = qw.w)
+        WHERE qw.unknown AND user_id = $1
+          AND word >= left(qw.w, 1) AND word < chr(least(ascii(qw.w) + 1, 1114111))
+          AND length(word) BETWEEN length(qw.w) - 2 AND length(qw.w) + 2
+          AND similarity(word, qw.w) >= 0.3
         ORDER BY similarity(word, qw.w) DESC, word LIMIT 3) n
 ),
-q AS MATERIALIZED (
-    SELECT to_tsquery('simple', (SELECT string_agg(term, ' | ') FROM terms)) AS tsq,
-           to_tsquery('simple', (SELECT string_agg(quote_literal(w), ' | ') FROM qw)) AS exact
-)"""
+q AS MATERIALIZED (SELECT to_tsquery('simple', (SELECT string_agg(term, ' | ') FROM terms)) AS tsq)"""
 
 _ARCHIVAL_TEXT_HITS = """
-    SELECT a.id, ts_rank(a.words, q.tsq) + ts_rank(a.words, q.exact) AS score
+    SELECT a.id, ts_rank(a.words, q.tsq) AS score
     FROM archival_memory a, q
     WHERE a.user_id = $1 AND a.words @@ q.tsq"""
 

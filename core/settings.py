@@ -104,6 +104,12 @@ class Settings(BaseSettings):
         """Accept the level in any case; empty is unset."""
         return (v.strip().upper() or None) if isinstance(v, str) else v
 
+    @field_validator("EMBEDDING_MODEL", mode="before")
+    @classmethod
+    def _blank_model(cls, v: object) -> object:
+        """An empty EMBEDDING_MODEL (as in .env.example) means no embeddings."""
+        return (v.strip() or None) if isinstance(v, str) else v
+
     @field_validator("ADMINS", "ALLOWED_USERS")
     @classmethod
     def _check_users(cls, v: str) -> str:

@@ -447,3 +447,13 @@ def test_tool_schemas_are_small() -> None:
     ]
     chars = len(json.dumps([t.schema for t in tools]))
     assert chars // 4 <= 490, chars  # what the memory tools add to every private prompt (tokens ≈ chars / 4)
+
+
+def test_memory_settings() -> None:
+    from core.settings import SettingsError, load_settings
+
+    assert load_settings().MEMORY_BLOCK_WORDS == 500
+    assert load_settings(EMBEDDING_MODEL="  ").EMBEDDING_MODEL is None  # empty, as in .env.example: off
+    assert load_settings(EMBEDDING_MODEL="text-embedding-3-small").EMBEDDING_MODEL == "text-embedding-3-small"
+    with pytest.raises(SettingsError, match="MEMORY_BLOCK_WORDS"):
+        load_settings(MEMORY_BLOCK_WORDS=5)

@@ -155,6 +155,9 @@ async def test_line_numbers_are_checked_with_the_valid_range(people: Any) -> Non
     assert await alice.refused("core_memory_delete", block="persona", line_number=1) == "[persona] has no lines"
     assert "one line" in await alice.refused("core_memory_append", block="human", content="a\nb")
     assert await alice.refused("core_memory_append", block="human", content="   ") == "content is empty"
+    assert await alice.refused("core_memory_append", block="human", content="x" * 1001) == (
+        "content is 1001 characters; a line holds at most 1000 (details go to archival memory)"
+    )
     assert "1: one\n2: two" in await alice.ok("core_memory_read", block="human")  # nothing changed
 
 

@@ -15,6 +15,7 @@ from core.tools.framework import ToolError
 HUMAN, PERSONA = "human", "persona"
 DESCRIPTIONS = {HUMAN: "Facts about the user", PERSONA: "How you behave with this user"}
 MAX_BLOCKS = 10  # human, persona and up to eight custom blocks: every block travels with every request
+LINE_CHARS = 1000  # one line of a block at most
 WARN_SHARE = 0.8  # at this share of the word limit the model is asked to consolidate
 _ALIASES = {"user": HUMAN, "me": HUMAN, "assistant": PERSONA, "self": PERSONA, "you": PERSONA}
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
@@ -154,6 +155,11 @@ def clean_line(content: str) -> str:
         raise ToolError("content is empty", code="invalid_args")
     if "\n" in line or "\r" in line:
         raise ToolError("content must be one line; store each fact as its own line", code="invalid_args")
+    if len(line) > LINE_CHARS:  # words are what the limit counts; this bounds a line without spaces too
+        raise ToolError(
+            f"content is {len(line)} characters; a line holds at most {LINE_CHARS} (details go to archival memory)",
+            code="invalid_args",
+        )
     return line
 
 

@@ -84,6 +84,12 @@ POOL_MAX_SIZE = 20  # connections the pool opens at most
 DISCARD_CLOSE_TIMEOUT_S = 5.0  # closing a connection whose session cannot be reset waits at most this
 DROP_RETRY_DELAYS = (0.0, 0.25, 1.0)  # seconds before each retry of a call whose connection was dropped
 
+# Health and metrics (the HTTP server on PORT).
+READY_DB_TIMEOUT_S = 2.0  # /readyz: the database must answer SELECT 1 within this many seconds
+TURN_SECONDS_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0)  # bot_turn_seconds
+LLM_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0)  # bot_llm_request_seconds
+REMINDER_LATENESS_BUCKETS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0)
+
 
 def truncate(text: str, limit: int, *, one_line: bool = False) -> str:
     """`text` cut after `limit` characters with "… [truncated, N more characters]"; `one_line`: flat, "…" at `limit`."""

@@ -1,0 +1,58 @@
+"""Prometheus metrics of one process, on a registry it owns; labels only take bounded values, never user data."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from core.limits import LLM_SECONDS_BUCKETS, REMINDER_LATENESS_BUCKETS, TURN_SECONDS_BUCKETS
+
+TOOL_OUTCOMES = frozenset({"ok", "invalid_args", "unknown_function", "tool_error", "timeout", "forbidden"})
+UNKNOWN_TOOL = "unknown"  # the label of a call to a name the registry does not hold (the model made it up)
+OTHER = "other"  # the label of an error code outside TOOL_OUTCOMES
+
+
+class Metrics:
+    """The counters and histograms of one process (a fresh registry unless one is given: tests never collide)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        """Register every metric on `registry` (plus the process and GC collectors)."""
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        ProcessCollector(registry=r)
+        GCCollector(registry=r)
+        self.turns = Counter("bot_turns", "Turns by outcome: ok, cut_short, an error code, failed, interrupted",
+                             ["outcome"], registry=r)  # fmt: skip
+        self.turn_seconds = Histogram("bot_turn_seconds", "From the message to the final answer of a turn (s)",
+                                      registry=r, buckets=TURN_SECONDS_BUCKETS)  # fmt: skip
+        self.llm_seconds = Histogram("bot_llm_request_seconds", "One model request until its whole reply (s)",
+                                     registry=r, buckets=LLM_SECONDS_BUCKETS)  # fmt: skip
+        self.llm_errors = Counter("bot_llm_errors", "Failed model requests: timeout, unreachable, refused, malformed",
+                                  ["kind"], registry=r)  # fmt: skip
+        self.tool_calls = Counter("bot_tool_calls", "Tool calls by tool and outcome (ok or the error code)",
+                                  ["tool", "outcome"], registry=r)  # fmt: skip
+        self.reminders_delivered = Counter("bot_reminders_delivered", "Reminders the platform accepted", registry=r)
+        self.reminders_late = Counter("bot_reminders_late", "Delivered reminders that were late", registry=r)
+        self.reminders_retried = Counter("bot_reminders_retried", "Reminder sends that failed and wait for a retry",
+                                         registry=r)  # fmt: skip
+        self.reminders_failed = Counter("bot_reminders_failed", "Reminders that ended undelivered", registry=r)
+        self.reminder_lateness = Histogram("bot_reminder_lateness_seconds", "Delivery time minus due time (s)",
+                                           registry=r, buckets=REMINDER_LATENESS_BUCKETS)  # fmt: skip
+
+    def turn(self, outcome: str, seconds: float) -> None:
+        """One finished turn."""
+        self.turns.labels(outcome).inc()
+        self.turn_seconds.observe(seconds)
+
+    def tool_call(self, tool: str | None, error_code: str | None) -> None:
+        """One tool call; `tool` None when the registry does not hold that name, `error_code` None when ok."""
+        outcome = "ok" if error_code is None else error_code if error_code in TOOL_OUTCOMES else OTHER
+        self.tool_calls.labels(tool or UNKNOWN_TOOL, outcome).inc()
+
+    def reminder_delivered(self, lateness_s: float, late: bool) -> None:
+        """One reminder delivered `lateness_s` after it was due."""
+        self.reminders_delivered.inc()
+        self.reminder_lateness.observe(max(0.0, lateness_s))
+        if late:
+            self.reminders_late.inc()

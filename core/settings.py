@@ -7,7 +7,7 @@ from typing import Literal
 from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Provider = Literal["openai", "anthropic", "gemini", "groq", "openrouter", "ollama", "lmstudio"]
@@ -90,7 +90,16 @@ class Settings(BaseSettings):
     MEMORY_BLOCK_WORDS: int = Field(default=500, ge=10)  # word limit of one core memory block
     EMBEDDING_MODEL: str | None = None  # embeddings for archival search (same provider); unset: text search only
     SHUTDOWN_GRACE_SECONDS: float = Field(default=25.0, ge=0)  # drain time for running answers on stop/restart
+    PORT: int = Field(default=8080, ge=0, le=65535)  # HTTP port (health, metrics); polling serves it only if set
     LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = None  # DEBUG also shows start-up tracebacks
+
+    @model_validator(mode="before")
+    @classmethod
+    def _blank_port(cls, data: object) -> object:
+        """An empty PORT is not set (so `serve_http` stays False and the default applies)."""
+        if isinstance(data, dict) and isinstance(data.get("PORT"), str) and not data["PORT"].strip():
+            return {k: v for k, v in data.items() if k != "PORT"}
+        return data
 
     @field_validator("LLM_PROVIDER", mode="before")
     @classmethod
@@ -152,6 +161,11 @@ class Settings(BaseSettings):
     def _empty_secret_is_unset(cls, v: object) -> object:
         """Treat an empty secret as unset."""
         return None if isinstance(v, str) and not v.strip() else v
+
+    @property
+    def serve_http(self) -> bool:
+        """Whether PORT was given (environment, `.env` or an override): polling mode serves HTTP only then."""
+        return "PORT" in self.model_fields_set
 
     @property
     def admins(self) -> frozenset[str]:

@@ -14,6 +14,7 @@ from adapters.discord import DiscordAdapter
 from adapters.telegram import TelegramAdapter
 from core import Core, Outbox, Settings
 from core.agent.llm import LLM
+from core.memory.embeddings import Embedder, openai_embedder, prepare_embeddings
 from core.reminders.engine import ReminderEngine
 from core.reminders.scheduler import ReminderScheduler
 from core.storage.db import Pool, check_database, create_pool
@@ -51,7 +52,7 @@ async def run_bot(settings: Settings, *, ask_text: str | None = None, ask_contin
     async with database(settings) as pool:
         llm = LLM.from_settings(settings)
         try:
-            core = Core(settings, pool, llm)
+            core = Core(settings, pool, llm, embedder=await embeddings(settings, pool, llm))
             await core.close_abandoned_turns()  # turns a dead process left `running` end as cut short
             await core.capabilities.load_all()  # a capability that fails to load is logged and skipped
             if ask_text is not None:
@@ -63,6 +64,16 @@ async def run_bot(settings: Settings, *, ask_text: str | None = None, ask_contin
             return await run_platforms(settings, core)
         finally:
             await llm.aclose()
+
+
+async def embeddings(settings: Settings, pool: Pool, llm: LLM) -> Embedder | None:
+    """The archival memory's embedder when EMBEDDING_MODEL is set and pgvector is there (else a warning, text only)."""
+    if settings.EMBEDDING_MODEL is None:
+        return None
+    if not await prepare_embeddings(pool):
+        return None
+    log.info("archival memory embeddings: %s", settings.EMBEDDING_MODEL)
+    return openai_embedder(llm.client, settings.EMBEDDING_MODEL)
 
 
 @asynccontextmanager

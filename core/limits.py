@@ -90,6 +90,18 @@ TURN_SECONDS_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0
 LLM_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0)  # bot_llm_request_seconds
 REMINDER_LATENESS_BUCKETS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0)
 
+# Memory (core memory blocks, archival memory, conversation search).
+MEMORY_MAX_BLOCKS = 10  # human, persona and up to eight custom blocks: every block travels with every request
+MEMORY_LINE_CHARS = 1000  # one line of a block at most (the word limit alone lets a line without spaces through)
+MEMORY_WARN_SHARE = 0.8  # at this share of a block's word limit the model is asked to consolidate
+MEMORY_PAGE_SIZE = 5  # search results per page
+MEMORY_ENTRY_SHOW_CHARS = 1000  # a longer entry or message is shown cut, with a marker saying how much more there is
+MEMORY_VECTOR_CANDIDATES = 20  # nearest archival entries by embedding that may join the ranking
+MEMORY_VECTOR_MIN_SIMILARITY = 0.45  # cosine similarity below this does not count as a match
+MEMORY_EMBED_TIMEOUT_S = 15.0  # one embedding call gives up after this (the insert is kept without a vector)
+ARCHIVAL_CONTENT_CHARS = 4000  # one archival entry at most
+MEMORY_QUERY_CHARS = 500  # a search query at most
+
 
 def truncate(text: str, limit: int, *, one_line: bool = False) -> str:
     """`text` cut after `limit` characters with "… [truncated, N more characters]"; `one_line`: flat, "…" at `limit`."""

@@ -128,7 +128,7 @@ async def run_agent(
             envelope, took = await timed_run(registry, c.name, c.arguments, ctx, budget)
             await conversations.add_tool_result(ctx.pool, ctx.chat, turn_id, c.id, c.name, envelope, int(took * 1000))
             if registry.revision != revision:  # e.g. write_capability added a tool: offer it from the next step
-                schemas, revision = [t.schema for t in registry.offered(ctx.is_admin)], registry.revision
+                schemas, revision = [t.schema for t in registry.offered(ctx.is_admin, ctx.personal)], registry.revision
             messages.append({"role": "tool", "tool_call_id": c.id, "content": envelope_for_prompt(envelope)})
             step = make_step(c.name, c.arguments, envelope, took)
             steps.append(step)

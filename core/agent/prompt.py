@@ -18,6 +18,8 @@ _BASE = (
     "unless a tool result says so. Times the user mentions are in their time zone: pass due_at as local "
     "ISO 8601 without an offset. If a tool returns an error, fix the call or explain the problem."
 )
+MEMORY_INTRO = "Your memory of this user (keep it current with the memory tools):"
+GROUP_MEMORY_NOTE = "Personal memory is kept in private chats only, not here."
 
 
 def system_prompt(
@@ -28,14 +30,22 @@ def system_prompt(
     due_soon: Sequence[Mapping[str, Any]],
     tools: Sequence[Tool],
     capabilities: Sequence[tuple[str, str]] = (),
+    memory: str | None = None,
 ) -> str:
-    """The system message: role, now in the user's zone, due-soon tasks, the tools, the capabilities."""
+    """The system message: role, now in the user's zone, due-soon tasks, core memory, the tools, the capabilities.
+
+    `memory` is the rendered `<core_memory>` section of a personal turn; a group chat gets none (one line says so).
+    """
     lines = [_BASE.format(platform=user.platform)]
     lines.append(f"Now for the user: {describe_now(now, tz)}.")
     who = f"The user is {user.display_name or 'unnamed'} ({user.platform})."
     if chat.kind == "group":
         who += " This is a group chat: user messages start with the sender's name; the tools act for the latest sender."
     lines.append(who)
+    if memory is not None:
+        lines += [MEMORY_INTRO, memory]
+    elif chat.kind == "group":
+        lines.append(GROUP_MEMORY_NOTE)
     if due_soon:
         lines.append("Their open tasks due soon:")
         for r in due_soon[:DUE_SOON_LINES]:

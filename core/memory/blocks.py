@@ -9,14 +9,12 @@ from typing import Any
 
 import asyncpg
 
+from core.limits import MEMORY_LINE_CHARS, MEMORY_MAX_BLOCKS, MEMORY_WARN_SHARE
 from core.storage.db import Pool
 from core.tools.framework import ToolError
 
 HUMAN, PERSONA = "human", "persona"
 DESCRIPTIONS = {HUMAN: "Facts about the user", PERSONA: "How you behave with this user"}
-MAX_BLOCKS = 10  # human, persona and up to eight custom blocks: every block travels with every request
-LINE_CHARS = 1000  # one line of a block at most
-WARN_SHARE = 0.8  # at this share of the word limit the model is asked to consolidate
 _ALIASES = {"user": HUMAN, "me": HUMAN, "assistant": PERSONA, "self": PERSONA, "you": PERSONA}
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
@@ -71,7 +69,7 @@ def blocks_from_rows(rows: Sequence[Mapping[str, Any]] | Sequence[asyncpg.Record
 
 def near_limit(block: Block, limit: int) -> bool:
     """The block holds at least 80 % of the word limit."""
-    return block.words >= WARN_SHARE * limit
+    return block.words >= MEMORY_WARN_SHARE * limit
 
 
 def warning(block: Block, limit: int) -> str:
@@ -128,9 +126,9 @@ def pick(blocks: Sequence[Block], raw: str, *, may_create: bool = False) -> Bloc
         raise ToolError(
             f"no block [{name}]; blocks: {_names(blocks)} (core_memory_append creates a block)", code="invalid_args"
         )
-    if len(blocks) >= MAX_BLOCKS:
+    if len(blocks) >= MEMORY_MAX_BLOCKS:
         raise ToolError(
-            f"at most {MAX_BLOCKS} blocks; blocks: {_names(blocks)}; use an existing one or archival memory",
+            f"at most {MEMORY_MAX_BLOCKS} blocks; blocks: {_names(blocks)}; use an existing one or archival memory",
             code="invalid_args",
         )
     return Block(name, ())
@@ -155,9 +153,10 @@ def clean_line(content: str) -> str:
         raise ToolError("content is empty", code="invalid_args")
     if "\n" in line or "\r" in line:
         raise ToolError("content must be one line; store each fact as its own line", code="invalid_args")
-    if len(line) > LINE_CHARS:  # words are what the limit counts; this bounds a line without spaces too
+    if len(line) > MEMORY_LINE_CHARS:  # words are what the limit counts; this bounds a line without spaces too
         raise ToolError(
-            f"content is {len(line)} characters; a line holds at most {LINE_CHARS} (details go to archival memory)",
+            f"content is {len(line)} characters; a line holds at most {MEMORY_LINE_CHARS}"
+            " (details go to archival memory)",
             code="invalid_args",
         )
     return line

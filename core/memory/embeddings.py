@@ -9,11 +9,10 @@ from dataclasses import dataclass
 import asyncpg
 import openai
 
+from core.limits import MEMORY_EMBED_TIMEOUT_S
 from core.storage.db import Pool
 
 log = logging.getLogger(__name__)
-
-EMBED_TIMEOUT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,7 @@ class Embedder:
     embed: Callable[[str], Awaitable[list[float]]]
 
 
-def openai_embedder(client: openai.AsyncOpenAI, model: str, timeout: float = EMBED_TIMEOUT_S) -> Embedder:
+def openai_embedder(client: openai.AsyncOpenAI, model: str, timeout: float = MEMORY_EMBED_TIMEOUT_S) -> Embedder:
     """Embeddings through the same client as the chat model (its base URL, key and retries)."""
 
     async def embed(text: str) -> list[float]:

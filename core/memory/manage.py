@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.memory import blocks as b
+from core.memory.blocks import BLOCKS_JSON_SQL, Block, blocks_from_rows, line_index, load_blocks, pick, store
 from core.storage.db import Pool
 
 _OVERVIEW_SQL = (
-    f"SELECT {b.BLOCKS_JSON_SQL} AS blocks, (SELECT count(*) FROM archival_memory WHERE user_id = $1) AS archival"
+    f"SELECT {BLOCKS_JSON_SQL} AS blocks, (SELECT count(*) FROM archival_memory WHERE user_id = $1) AS archival"
 )
 
 
@@ -22,7 +22,7 @@ WHERE m.role = 'user' AND m.user_id = $1 AND m.content IS NOT NULL
 class Overview:
     """A person's memory: their blocks (human and persona always) and how many archival entries they have."""
 
-    blocks: list[b.Block]
+    blocks: list[Block]
     archival: int
 
     def text(self, limit: int) -> str:
@@ -38,15 +38,15 @@ async def memory_overview(pool: Pool, user_id: int) -> Overview:
     """A person's blocks and archival count, in one round trip."""
     row = await pool.fetchrow(_OVERVIEW_SQL, user_id)
     assert row is not None
-    return Overview(b.blocks_from_rows(row["blocks"]), int(row["archival"]))
+    return Overview(blocks_from_rows(row["blocks"]), int(row["archival"]))
 
 
 async def delete_memory_line(pool: Pool, user_id: int, block: str, line_number: int) -> str:
     """Delete one line (1-based) of a block; raises ToolError (one readable line) for a wrong block or line."""
     async with pool.acquire() as conn, conn.transaction():
-        found = b.pick(await b.load_blocks(conn, user_id, lock=True), block)
-        i = b.line_index(found, line_number)
-        await b.store(conn, user_id, b.Block(found.name, found.lines[:i] + found.lines[i + 1 :]))
+        found = pick(await load_blocks(conn, user_id, lock=True), block)
+        i = line_index(found, line_number)
+        await store(conn, user_id, Block(found.name, found.lines[:i] + found.lines[i + 1 :]))
     return found.lines[i]
 
 

@@ -10,16 +10,18 @@ from zoneinfo import ZoneInfo
 
 import asyncpg
 
+from core.limits import (
+    MEMORY_ENTRY_SHOW_CHARS,
+    MEMORY_PAGE_SIZE,
+    MEMORY_VECTOR_CANDIDATES,
+    MEMORY_VECTOR_MIN_SIMILARITY,
+    truncate,
+)
 from core.memory.embeddings import Embedder, embed_query, store_embedding
 from core.storage.db import Pool
 from core.tools.framework import ToolError
 
 log = logging.getLogger(__name__)
-
-PAGE_SIZE = 5
-ENTRY_SHOW_CHARS = 1000  # a longer entry or message is shown cut, with a marker saying how much more there is
-VECTOR_CANDIDATES = 20  # nearest entries by embedding that may join the ranking
-VECTOR_MIN_SIMILARITY = 0.45  # cosine similarity below this does not count as a match
 
 # The query's words (full-text `simple`: every language's words as they are). A word the user never used (a typo,
 # a partial word) also matches as a prefix and through up to three of their words with the same first letter
@@ -51,8 +53,8 @@ _ARCHIVAL_VECTOR_HITS = f"""
     SELECT v.id, v.similarity FROM (
         SELECT id, 1 - (embedding <=> $4::text::vector) AS similarity FROM archival_memory
         WHERE user_id = $1 AND embedding_model = $5
-        ORDER BY embedding <=> $4::text::vector LIMIT {VECTOR_CANDIDATES}) v
-    WHERE v.similarity >= {VECTOR_MIN_SIMILARITY}"""
+        ORDER BY embedding <=> $4::text::vector LIMIT {MEMORY_VECTOR_CANDIDATES}) v
+    WHERE v.similarity >= {MEMORY_VECTOR_MIN_SIMILARITY}"""
 
 _ARCHIVAL_PAGE = """
 WITH {q}, hits AS ({hits}
@@ -62,9 +64,9 @@ FROM ranked r JOIN archival_memory a ON a.id = r.id
 ORDER BY r.score DESC, a.created_at DESC, a.id DESC LIMIT {size} OFFSET $3
 """
 
-_ARCHIVAL_TEXT_SQL = _ARCHIVAL_PAGE.format(q=_QUERY_CTES, hits=_ARCHIVAL_TEXT_HITS, size=PAGE_SIZE)
+_ARCHIVAL_TEXT_SQL = _ARCHIVAL_PAGE.format(q=_QUERY_CTES, hits=_ARCHIVAL_TEXT_HITS, size=MEMORY_PAGE_SIZE)
 _ARCHIVAL_VECTOR_SQL = _ARCHIVAL_PAGE.format(
-    q=_QUERY_CTES, hits=_ARCHIVAL_TEXT_HITS + _ARCHIVAL_VECTOR_HITS, size=PAGE_SIZE
+    q=_QUERY_CTES, hits=_ARCHIVAL_TEXT_HITS + _ARCHIVAL_VECTOR_HITS, size=MEMORY_PAGE_SIZE
 )
 
 # The chats the user spoke in: their private chats whole (their messages and the bot's answers), their own
@@ -80,7 +82,7 @@ WITH {_QUERY_CTES}, hits AS (
       AND to_tsvector('simple', m.content) @@ q.tsq
 )
 SELECT id, role, content, created_at, count(*) OVER () AS total FROM hits
-ORDER BY created_at DESC, id DESC LIMIT {PAGE_SIZE} OFFSET $3
+ORDER BY created_at DESC, id DESC LIMIT {MEMORY_PAGE_SIZE} OFFSET $3
 """
 
 _INSERT_SQL = """
@@ -121,15 +123,12 @@ async def insert_archival(
 
 def _shown(text: str) -> str:
     """An entry for a result, on one line, cut with a marker when very long."""
-    flat = " ".join(text.split())
-    if len(flat) <= ENTRY_SHOW_CHARS:
-        return flat
-    return f"{flat[:ENTRY_SHOW_CHARS]}… [+{len(flat) - ENTRY_SHOW_CHARS} characters]"
+    return truncate(" ".join(text.split()), MEMORY_ENTRY_SHOW_CHARS)
 
 
 def page_offset(page: int) -> int:
     """Rows to skip for a 1-based page."""
-    return (page - 1) * PAGE_SIZE
+    return (page - 1) * MEMORY_PAGE_SIZE
 
 
 def format_page(
@@ -139,7 +138,7 @@ def format_page(
     if not rows:
         return f'{title} for "{query}": no matches'
     total = int(rows[0]["total"])
-    pages = -(-total // PAGE_SIZE)
+    pages = -(-total // MEMORY_PAGE_SIZE)
     out = [f'{title} for "{query}" (Page {page} of {pages}, {total} total):']
     out += [f"[{page_offset(page) + i}] {line(r)}" for i, r in enumerate(rows, 1)]
     if page < pages:
@@ -149,7 +148,7 @@ def format_page(
 
 def _past_last_page(page: int, total: int) -> ToolError:
     """The error for a page after the last one."""
-    pages = -(-total // PAGE_SIZE)
+    pages = -(-total // MEMORY_PAGE_SIZE)
     return ToolError(f"page {page} is past the last page ({pages}) of {total} results", code="invalid_args")
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.memory import blocks as b
+from core.limits import ARCHIVAL_CONTENT_CHARS, MEMORY_QUERY_CHARS
+from core.memory.blocks import Block, check_room, clean_line, line_index, load_blocks, pick, plural, store, with_warning
 from core.memory.embeddings import Embedder
 from core.memory.search import insert_archival, search_archival, search_conversation
 from core.tools.framework import Handler, Tool, ToolContext, ToolError
 
-CONTENT_CHARS = 4000  # an archival entry; a core memory line is bounded by the block's word limit
-QUERY_CHARS = 500
 _S, _N = {"type": "string"}, {"type": "integer"}  # bounds are checked in the handlers (smaller prompt)
 
 
@@ -30,7 +29,7 @@ def _tool(name: str, description: str, params: dict[str, Any], handler: Handler)
             raise ToolError(f"unknown arguments: {', '.join(extra)}", code="invalid_args")
         return await handler(p, ctx)
 
-    return Tool(name, description, params, strict)
+    return Tool(name, description, params, strict, personal=True)
 
 
 def _text(args: dict[str, Any], key: str, limit: int) -> str:
@@ -59,56 +58,56 @@ def memory_tools(block_words: int, embedder: Embedder | None = None) -> tuple[To
     limit = block_words
 
     async def read(p: dict[str, Any], ctx: ToolContext) -> str:
-        block = b.pick(await b.load_blocks(ctx.pool, ctx.user.id), p["block"])
-        head = f"[{block.name}] Core Memory ({b.plural(len(block.lines), 'line')}, {block.words}/{limit} words):"
-        return b.with_warning("\n".join([head, *block.numbered()]), block, limit)
+        block = pick(await load_blocks(ctx.pool, ctx.user.id), p["block"])
+        head = f"[{block.name}] Core Memory ({plural(len(block.lines), 'line')}, {block.words}/{limit} words):"
+        return with_warning("\n".join([head, *block.numbered()]), block, limit)
 
     async def append(p: dict[str, Any], ctx: ToolContext) -> str:
-        line = b.clean_line(p["content"])
+        line = clean_line(p["content"])
         async with ctx.pool.acquire() as conn, conn.transaction():
-            block = b.pick(await b.load_blocks(conn, ctx.user.id, lock=True), p["block"], may_create=True)
+            block = pick(await load_blocks(conn, ctx.user.id, lock=True), p["block"], may_create=True)
             if line in block.lines:
                 at = block.lines.index(line) + 1
                 return f"Line already exists in [{block.name}] at line {at}: {_quote(line)} (no change)"
-            after = b.check_room(block, [*block.lines, line], limit, "append to")
-            await b.store(conn, ctx.user.id, after)
+            after = check_room(block, [*block.lines, line], limit, "append to")
+            await store(conn, ctx.user.id, after)
         done = f"Appended to [{block.name}] at line {len(after.lines)}: {_quote(line)} ({after.words}/{limit} words)"
-        return b.with_warning(done, after, limit)
+        return with_warning(done, after, limit)
 
     async def replace(p: dict[str, Any], ctx: ToolContext) -> str:
-        line, number = b.clean_line(p["new_content"]), p["line_number"]
+        line, number = clean_line(p["new_content"]), p["line_number"]
         async with ctx.pool.acquire() as conn, conn.transaction():
-            block = b.pick(await b.load_blocks(conn, ctx.user.id, lock=True), p["block"])
-            i = b.line_index(block, number)
+            block = pick(await load_blocks(conn, ctx.user.id, lock=True), p["block"])
+            i = line_index(block, number)
             old = block.lines[i]
-            after = b.check_room(block, [*block.lines[:i], line, *block.lines[i + 1 :]], limit, "replace in")
-            await b.store(conn, ctx.user.id, after)
+            after = check_room(block, [*block.lines[:i], line, *block.lines[i + 1 :]], limit, "replace in")
+            await store(conn, ctx.user.id, after)
         done = f"Replaced line {number} in [{block.name}]: {_quote(old)} → {_quote(line)} ({after.words}/{limit} words)"
-        return b.with_warning(done, after, limit)
+        return with_warning(done, after, limit)
 
     async def delete(p: dict[str, Any], ctx: ToolContext) -> str:
         async with ctx.pool.acquire() as conn, conn.transaction():
-            block = b.pick(await b.load_blocks(conn, ctx.user.id, lock=True), p["block"])
-            i = b.line_index(block, p["line_number"])
-            await b.store(conn, ctx.user.id, b.Block(block.name, block.lines[:i] + block.lines[i + 1 :]))
+            block = pick(await load_blocks(conn, ctx.user.id, lock=True), p["block"])
+            i = line_index(block, p["line_number"])
+            await store(conn, ctx.user.id, Block(block.name, block.lines[:i] + block.lines[i + 1 :]))
         return f"Deleted line {p['line_number']} from [{block.name}]; lines below moved up"
 
     async def list_blocks(p: dict[str, Any], ctx: ToolContext) -> str:
-        return "\n".join(blk.header(limit) for blk in await b.load_blocks(ctx.pool, ctx.user.id))
+        return "\n".join(blk.header(limit) for blk in await load_blocks(ctx.pool, ctx.user.id))
 
     async def insert(p: dict[str, Any], ctx: ToolContext) -> str:
-        content = _text(p, "content", CONTENT_CHARS)
+        content = _text(p, "content", ARCHIVAL_CONTENT_CHARS)
         entry = await insert_archival(ctx.pool, ctx.user.id, content, ctx.now(), embedder)
         if entry.fresh:
             return f"Stored in archival memory (#{entry.id})"
         return f"Already in archival memory (#{entry.id}, no change)"
 
     async def archival_search(p: dict[str, Any], ctx: ToolContext) -> str:
-        query, page = _text(p, "query", QUERY_CHARS), _page(p)
+        query, page = _text(p, "query", MEMORY_QUERY_CHARS), _page(p)
         return await search_archival(ctx.pool, ctx.user.id, query, page, ctx.tz, embedder)
 
     async def conversation(p: dict[str, Any], ctx: ToolContext) -> str:
-        query, page = _text(p, "query", QUERY_CHARS), _page(p)
+        query, page = _text(p, "query", MEMORY_QUERY_CHARS), _page(p)
         return await search_conversation(ctx.pool, ctx.user.id, query, page, ctx.tz)
 
     block, line = {"block": _S}, {"line_number": _N}

@@ -41,7 +41,8 @@ FROM u, c
 
 # A turn's start in one round trip: _BEGIN_SQL plus the replay window and the due-soon tasks. The subqueries
 # see the snapshot from before this statement, so the new message is not among them (the caller appends it);
-# a retried start that took back its own turn leaves that turn's message out for the same reason.
+# a retried start that took back its own turn leaves that turn's message out for the same reason. With $16
+# (a personal turn: not in a group) it also loads the speaker's core memory blocks.
 _BEGIN_WITH_CONTEXT_SQL = (
     _BEGIN_SQL.rstrip().removesuffix("FROM u, c").rstrip()
     + """,
@@ -58,7 +59,8 @@ _BEGIN_WITH_CONTEXT_SQL = (
     (SELECT coalesce(json_agg(d ORDER BY d.due_at), '[]') FROM (
         SELECT id, title, due_at FROM tasks
         WHERE user_id = u.id AND status IN ('pending', 'in_progress') AND due_at < $13
-        ORDER BY due_at LIMIT $14) d) AS due
+        ORDER BY due_at LIMIT $14) d) AS due,
+    CASE WHEN $16 THEN memory_blocks_json(u.id) END AS memory  -- core memory blocks (sql/006), personal turns only
 FROM u, c
 """
 )
@@ -99,13 +101,15 @@ def _refs(row: Record, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef
 @dataclass(frozen=True)
 class TurnStart:
     """A stored message's turn with what its prompt needs: replay rows (oldest first, ending with the
-    message itself) and the speaker's open tasks due soon; `turn_id` is None for a message seen before."""
+    message itself), the speaker's open tasks due soon and, in a personal turn, their core memory block rows
+    (`[{"name", "lines"}]`, else None); `turn_id` is None for a message seen before."""
 
     user: UserRef
     chat: ChatRef
     turn_id: int | None
     history: list[dict[str, Any]]
     due: list[dict[str, Any]]
+    memory: list[dict[str, Any]] | None = None
 
 
 async def begin_turn(
@@ -117,11 +121,13 @@ async def begin_turn(
     due_limit: int,
     *,
     authors: bool = False,
+    memory: bool = False,
 ) -> TurnStart:
     """Identify, store the message, open its turn and load its context, in one round trip before the LLM.
 
     With `authors`, each history row carries `author_id` (the platform id of the user whose turn it is) and
-    `platform_message_id`; without, both are null. Retried on a dropped connection; a retry takes back
+    `platform_message_id`; without, both are null. With `memory`, the speaker's core memory blocks come along
+    (only for turns where personal memory applies: never in groups). Retried on a dropped connection; a retry takes back
     the turn an earlier attempt may have committed (same platform message id, still running, unanswered).
     """
 
@@ -129,7 +135,7 @@ async def begin_turn(
         return pool.fetchrow(
             _BEGIN_WITH_CONTEXT_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
             inc.chat_kind, inc.chat_title, inc.message_id, inc.text, True, retry, history - 1, due_before,
-            due_limit, authors,
+            due_limit, authors, memory,
         )  # fmt: skip
 
     row = await retry_dropped(lambda: attempt(False), "storing a message", pool=pool, again=lambda: attempt(True))
@@ -141,7 +147,7 @@ async def begin_turn(
         "author_id": inc.user_id if authors else None,
     }  # fmt: skip
     due = [dict(d, due_at=datetime.fromisoformat(d["due_at"])) for d in row["due"]]
-    return TurnStart(user, chat, row["turn_id"], [*row["history"], own], due)
+    return TurnStart(user, chat, row["turn_id"], [*row["history"], own], due, row["memory"])
 
 
 async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:

@@ -42,6 +42,7 @@ class ToolContext:
     step_timeout: float = 60.0
     on_tasks_changed: Callable[[], None] = field(default=lambda: None)
     requested_exit: int | None = None  # restart(mode="full") sets it: the process exits after this turn's reply
+    personal: bool = True  # personal tools (memory) are allowed: not in a group chat
 
     @property
     def tz(self) -> ZoneInfo:
@@ -67,8 +68,14 @@ Handler = Callable[[Any, ToolContext], Awaitable[Any]]
 
 
 def _strip_titles(node: Any) -> Any:
-    """Drop pydantic's `title` keys to keep tool schemas lean for the prompt."""
+    """Keep pydantic's tool schemas lean for the prompt: no `title` keys, and an optional field (`X | None = None`)
+    shown as plain X (it is not required; pydantic still accepts null)."""
     if isinstance(node, dict):
+        options = node.get("anyOf")
+        if "default" in node and node["default"] is None and isinstance(options, list) and {"type": "null"} in options:
+            rest = [o for o in options if o != {"type": "null"}]
+            if len(rest) == 1:
+                node = {**{k: v for k, v in node.items() if k not in ("anyOf", "default")}, **rest[0]}
         return {k: _strip_titles(v) for k, v in node.items() if k != "title"}
     if isinstance(node, list):
         return [_strip_titles(v) for v in node]
@@ -87,6 +94,7 @@ class Tool:
     params: type[BaseModel] | dict[str, Any]
     handler: Handler
     admin_only: bool = False
+    personal: bool = False  # acts on the speaker's personal memory: offered only where that stays private
     timeout: float | None = None  # a tighter limit than the step timeout (capabilities)
     schema: dict[str, Any] = field(init=False, repr=False, compare=False)
     _validator: Draft202012Validator | None = field(init=False, repr=False, compare=False)
@@ -98,6 +106,7 @@ class Tool:
             object.__setattr__(self, "_validator", Draft202012Validator(self.params))
         else:
             parameters = _strip_titles(self.params.model_json_schema())
+            parameters.pop("description", None)  # the params model's docstring: the tool's description says it
             object.__setattr__(self, "_validator", None)
         object.__setattr__(
             self,
@@ -204,17 +213,19 @@ class ToolRegistry:
         """The tool of that name, if any."""
         return self._tools.get(name)
 
-    def offered(self, is_admin: bool) -> list[Tool]:
-        """The tools the speaking user may see: admin tools only for admins."""
-        return [t for t in self._tools.values() if is_admin or not t.admin_only]
+    def offered(self, is_admin: bool, personal: bool = True) -> list[Tool]:
+        """The tools the speaking user may see: admin tools only for admins, personal ones only in personal turns."""
+        return [t for t in self._tools.values() if (is_admin or not t.admin_only) and (personal or not t.personal)]
 
     async def run(self, name: str, raw_args: str, ctx: ToolContext, timeout: float) -> dict[str, Any]:
         """Run one call and always return an envelope, never raise."""
         tool = self._tools.get(name)
+        if tool is not None and tool.personal and not ctx.personal:
+            tool = None  # not offered here, so it does not exist here (not even its name is confirmed)
         if tool is None or (tool.admin_only and not ctx.is_admin):
             if tool is not None:
                 return err("forbidden", f"{name} is only available to admins")
-            names = ", ".join(t.name for t in self.offered(ctx.is_admin))
+            names = ", ".join(t.name for t in self.offered(ctx.is_admin, ctx.personal))
             return err("unknown_function", f"there is no tool named '{name}'; available: {names}")
         try:
             data = json.loads(raw_args) if raw_args.strip() else {}

@@ -6,7 +6,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletio
 
 from core.agent.providers import PROVIDERS
 from core.limits import REASON_CHARS, truncate
+from core.metrics import Metrics
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -94,14 +96,15 @@ def _parse_whole(resp: Any) -> LLMReply:
 class LLM:
     """A chat-completions client bound to one model."""
 
-    def __init__(self, client: openai.AsyncOpenAI, model: str, where: str) -> None:
-        """Wrap an SDK client; `where` names the server in error messages."""
+    def __init__(self, client: openai.AsyncOpenAI, model: str, where: str, metrics: Metrics | None = None) -> None:
+        """Wrap an SDK client; `where` names the server in error messages; requests are counted in `metrics`."""
         self.client = client
         self.model = model
         self.where = where
+        self.metrics = metrics if metrics is not None else Metrics()
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, max_retries: int = 2) -> LLM:
+    def from_settings(cls, settings: Settings, *, max_retries: int = 2, metrics: Metrics | None = None) -> LLM:
         """Build the client for the configured provider (LLM_BASE_URL overrides its URL)."""
         info = PROVIDERS[settings.LLM_PROVIDER]
         base_url = settings.LLM_BASE_URL or info.base_url
@@ -113,7 +116,7 @@ class LLM:
             timeout=openai.Timeout(settings.AGENT_STEP_TIMEOUT, connect=10.0),
             http_client=openai.DefaultAioHttpClient(),  # cheaper per request than httpx (DESIGN §5)
         )
-        return cls(client, settings.LLM_MODEL or info.default_model, base_url)
+        return cls(client, settings.LLM_MODEL or info.default_model, base_url, metrics)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
@@ -148,7 +151,31 @@ class LLM:
         timeout: float,
         tool_choice: str | None = None,
     ) -> AsyncIterator[str | LLMReply]:
-        """Yield text deltas (when streaming), then exactly one LLMReply; the whole call is bounded."""
+        """Yield text deltas (when streaming), then exactly one LLMReply; the whole call is bounded and measured."""
+        started = time.monotonic()
+        try:
+            async with aclosing(self._chat(messages, tools, stream, timeout, tool_choice)) as items:
+                async for item in items:
+                    if isinstance(item, LLMReply):
+                        self.metrics.llm_seconds.observe(time.monotonic() - started)
+                        if item.finish_reason == MALFORMED:
+                            self.metrics.llm_errors.labels("malformed").inc()
+                    yield item
+        except (LLMTimeout, LLMUnavailable) as e:
+            self.metrics.llm_seconds.observe(time.monotonic() - started)
+            kind = "timeout" if isinstance(e, LLMTimeout) else "refused" if e.refused else "unavailable"
+            self.metrics.llm_errors.labels(kind).inc()
+            raise
+
+    async def _chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        stream: bool,
+        timeout: float,
+        tool_choice: str | None,
+    ) -> AsyncGenerator[str | LLMReply, None]:
+        """One request: text deltas (when streaming), then exactly one LLMReply."""
         deadline = time.monotonic() + timeout
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:

@@ -22,6 +22,7 @@ from core.limits import (
     REMINDER_RETRY_MAX,
     REMINDER_SENDS,
 )
+from core.metrics import Metrics
 from core.reminders import recurrence
 from core.reminders.buttons import BUTTONS
 from core.storage.db import Pool, retry_dropped
@@ -223,6 +224,7 @@ class ReminderEngine:
     failed_deliveries: int = 0
     retries: int = 0  # transient failures recorded for a later attempt
     on_failure: Callable[[], None] | None = None
+    metrics: Metrics = field(default_factory=Metrics)  # the process's (bot/ passes the Core's)
     _held: dict[Key, int] = field(default_factory=dict, init=False, repr=False)
     _keeper: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     _jobs: set[asyncio.Task[bool]] = field(default_factory=set, init=False, repr=False)
@@ -387,7 +389,10 @@ class ReminderEngine:
             except Exception as e:
                 await self._retry(row, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
                 return False
-            await self._delivered((row["task_id"], row["scheduled_at"], ran_at, self.clock(), mid, self._next(row)))
+            at = self.clock()
+            await self._delivered((row["task_id"], row["scheduled_at"], ran_at, at, mid, self._next(row)))
+            lateness = at - row["scheduled_at"]
+            self.metrics.reminder_delivered(lateness.total_seconds(), bool(row["late"]) or lateness > self.late_after)
             return True
         finally:
             self._release(key)
@@ -427,6 +432,7 @@ class ReminderEngine:
         wait = min(self.retry_max, self.retry_first * 2 ** max(0, int(row["attempts"]) - 1))
         at = min(_ceil_second(now + wait), deadline)
         self.retries += 1
+        self.metrics.reminders_retried.inc()
         # INFO: an outage retries every due reminder; /status shows how many are waiting
         log.info("reminder for task %s not sent (attempt %d), retrying at %s: %s",
                     row["task_id"], row["attempts"], at.isoformat(timespec="seconds"), error)  # fmt: skip
@@ -437,6 +443,7 @@ class ReminderEngine:
         """End an occurrence as failed or skipped with its reason; a series moves on to its next time."""
         if count:
             self.failed_deliveries += 1
+            self.metrics.reminders_failed.inc()
             if self.on_failure:
                 self.on_failure()
             log.warning("reminder for task %s at %s failed: %s", row["task_id"], row["scheduled_at"], reason)

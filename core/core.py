@@ -19,6 +19,9 @@ from core.agent.replay import build_replay
 from core.capabilities import manager
 from core.commands import HELP, RESET_DONE, STEPS_GONE, STEPS_NOT_YOURS, CommandName, Commands, StatusBoard
 from core.limits import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, MAX_INCOMING_CHARS, REFUSAL_EVERY_S
+from core.memory.blocks import render_prompt_section
+from core.memory.embeddings import Embedder
+from core.memory.tools import memory_tools
 from core.reminders.buttons import press
 from core.settings import Settings
 from core.storage import conversations
@@ -59,12 +62,16 @@ class Core:
         registry: ToolRegistry | None = None,
         clock: Clock = system_clock,
         capabilities_dir: Path | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
-        """Wire the core with explicit dependencies (capabilities are materialised into `capabilities_dir`)."""
+        """Wire the core with explicit dependencies (capabilities are materialised into `capabilities_dir`; the
+        memory tools embed archival entries with `embedder` when given)."""
         self.settings = settings
         self.pool = pool
         self.llm = llm
         self.registry = registry or default_registry()
+        for tool in memory_tools(settings.MEMORY_BLOCK_WORDS, embedder):
+            self.registry.add(tool)
         self.clock = clock
         self.limits = Limits(settings.AGENT_MAX_STEPS, settings.AGENT_STEP_TIMEOUT, settings.AGENT_TOTAL_TIMEOUT)
         self._admins = settings.admins
@@ -295,21 +302,28 @@ class Core:
         """One turn inside the chat's slot."""
         now = self.clock()
         # In a private chat every user message is the speaker's own; in a group admin tools need all-admin authors.
+        # Personal memory (prompt and tools) only outside groups: private chats, the terminal, jobs posted there.
         admin, group = self.is_admin(inc), inc.chat_kind == "group"
         start = await conversations.begin_turn(
             self.pool, inc, self.settings.DEFAULT_TIMEZONE, self.settings.HISTORY_MESSAGES, now + DUE_SOON,
-            DUE_SOON_LINES, authors=admin and group,
+            DUE_SOON_LINES, authors=admin and group, memory=not group,
         )  # fmt: skip
         user, chat, turn_id, rows, due = start.user, start.chat, start.turn_id, start.history, start.due
         if turn_id is None:
             log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
         is_admin = admin and (not group or self.admins_only(inc.platform, rows))
-        ctx = ToolContext(self.pool, user, chat, is_admin, self.clock, self.limits.step_timeout, self._tasks_changed)
-        tools = self.registry.offered(is_admin)
+        personal = not group
+        ctx = ToolContext(
+            self.pool, user, chat, is_admin, self.clock, self.limits.step_timeout, self._tasks_changed,
+            personal=personal,
+        )  # fmt: skip
+        tools = self.registry.offered(is_admin, personal)
         caps = self.capabilities.summaries()
+        memory = None if start.memory is None else render_prompt_section(start.memory, self.settings.MEMORY_BLOCK_WORDS)
+        prompt = system_prompt(user, chat, zone(user.timezone), now, due, tools, caps, memory)
         messages = [
-            {"role": "system", "content": system_prompt(user, chat, zone(user.timezone), now, due, tools, caps)},
+            {"role": "system", "content": prompt},
             *build_replay(rows, group=chat.kind == "group"),
         ]
         ended = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -222,3 +223,24 @@ async def test_adapters_report_their_state_into_status(make_core: MakeCore) -> N
     assert "(1 since this start)" in status
     core.report_state("telegram", None)
     assert "adapters: none" in str(await core.command(incoming("/status", user="1"), "status"))
+
+
+def _request_chars(request: dict[str, Any]) -> int:
+    """What a request costs in the prompt: its messages' text and the tools' JSON (chars / 4 ≈ tokens)."""
+    messages = sum(len(m.get("content") or "") for m in request["messages"])
+    return messages + len(json.dumps(request.get("tools", []), ensure_ascii=False))
+
+
+async def test_prompt_for_hi_with_all_tools_stays_within_2000_tokens(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    """An admin's "hi" in a private chat with empty memory: every tool offered, ≤ 8,000 characters (2,000 tokens)."""
+    core = make_core(ADMINS="telegram:1")
+    fake_llm.script(Reply(text="hello"))
+    await run(core, incoming("hi", user="1"))
+    request = fake_llm.requests[0]
+    offered = set(tool_names(request))
+    assert {"execute_sql", "write_capability", "core_memory_append", "conversation_search"} <= offered
+    assert offered == {t.name for t in core.registry.offered(True, True)}
+    assert "<core_memory>" in request["messages"][0]["content"]
+    chars = _request_chars(request)
+    print(f"prompt for 'hi': {chars} characters ≈ {chars // 4} tokens")
+    assert chars <= 8000

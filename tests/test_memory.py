@@ -12,7 +12,9 @@ import asyncpg
 import openai
 import pytest
 
+from core.agent.prompt import GROUP_MEMORY_NOTE
 from core.capabilities.runtime import run_query
+from core.core import Core
 from core.memory import (
     delete_memory_line,
     memory_overview,
@@ -27,9 +29,10 @@ from core.storage.conversations import begin_turn, finish_turn_with_answer
 from core.storage.db import Pool, create_pool
 from core.storage.migrations import migrate
 from core.tools.framework import ToolContext, ToolRegistry
-from core.types import ChatRef, Incoming, UserRef
-from tests.conftest import FakeClock, with_database
-from tests.fake_openai import EMBEDDING_DIMENSIONS, FakeOpenAI
+from core.types import JOB_MESSAGE_PREFIX, ChatRef, Incoming, UserRef
+from tests.conftest import FakeClock, MakeCore, with_database
+from tests.fake_openai import EMBEDDING_DIMENSIONS, FakeOpenAI, Reply
+from tests.helpers import answer, incoming, run, tool_messages, tool_names
 
 ALICE, BOB = "100", "200"
 
@@ -460,3 +463,122 @@ def test_memory_settings() -> None:
     assert load_settings(EMBEDDING_MODEL="text-embedding-3-small").EMBEDDING_MODEL == "text-embedding-3-small"
     with pytest.raises(SettingsError, match="MEMORY_BLOCK_WORDS"):
         load_settings(MEMORY_BLOCK_WORDS=5)
+
+
+# ---- memory inside every turn (through Core: the real context query, prompt and registry) -----------------
+
+ALICE_BLOCKS = (
+    "<core_memory>\n"
+    "[human] Facts about the user (2 lines, 5/500 words)\n"
+    "1: Name: Alice\n"
+    "2: Works at: Google\n"
+    "[persona] How you behave with this user (0 lines, 0/500 words)\n"
+    "</core_memory>"
+)
+MEMORY_TOOLS = {
+    "core_memory_read", "core_memory_append", "core_memory_replace", "core_memory_delete",
+    "core_memory_list_blocks", "archival_memory_insert", "archival_memory_search", "conversation_search",
+}  # fmt: skip
+
+
+def _system(request: dict[str, Any]) -> str:
+    """The system prompt of an LLM request."""
+    content: str = request["messages"][0]["content"]
+    return content
+
+
+async def _remember_alice(core: Core, fake_llm: FakeOpenAI) -> None:
+    """Alice introduces herself in her private chat; the model stores two lines in [human]."""
+    fake_llm.script(
+        Reply(tool_calls=[
+            ("core_memory_append", {"block": "human", "content": "Name: Alice"}),
+            ("core_memory_append", {"block": "human", "content": "Works at: Google"}),
+        ]),
+        Reply(text="Nice to meet you, Alice."),
+    )  # fmt: skip
+    a = answer(await run(core, incoming("My name is Alice and I work at Google", user=ALICE, name="Alice")))
+    assert [s.ok for s in a.steps] == [True, True]
+
+
+async def test_appended_lines_are_in_every_later_prompt_and_after_a_restart(
+    make_core: MakeCore, fake_llm: FakeOpenAI
+) -> None:
+    """ "My name is Alice and I work at Google" → two appends → the next turns' prompts carry the block."""
+    core = make_core(ALLOWED_USERS="*")  # not an admin: memory is for every allowed user
+    await _remember_alice(core, fake_llm)
+    first = fake_llm.requests[0]
+    assert MEMORY_TOOLS <= set(tool_names(first)) and "execute_sql" not in tool_names(first)
+    assert "[human] Facts about the user (0 lines, 0/500 words)" in _system(first)
+    fake_llm.script(Reply(text="Hi Alice"))
+    await run(core, incoming("hi", user=ALICE, name="Alice"))
+    assert ALICE_BLOCKS in _system(fake_llm.requests[-1])
+    restarted = make_core(ALLOWED_USERS="*")  # a new Core on the same database
+    fake_llm.script(Reply(text="Hi again"))
+    await run(restarted, incoming("hi again", user=ALICE, name="Alice"))
+    assert ALICE_BLOCKS in _system(fake_llm.requests[-1])
+
+
+async def test_group_prompt_has_no_personal_memory_and_memory_tools_are_not_offered(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    """In a group: no <core_memory>, one line about private memory, no memory tool; a forged call is unknown."""
+    core = make_core(ALLOWED_USERS="*")
+    await _remember_alice(core, fake_llm)
+    before = len(fake_llm.requests)
+    fake_llm.script(
+        Reply(tool_calls=[
+            ("core_memory_read", {"block": "human"}),
+            ("core_memory_append", {"block": "human", "content": "Likes: group secrets"}),
+        ]),
+        Reply(text="ok"),
+    )  # fmt: skip
+    a = answer(await run(core, incoming("what do you know about me?", user=ALICE, chat="-500", kind="group")))
+    group = fake_llm.requests[before]
+    assert "<core_memory>" not in _system(group) and "Google" not in _system(group)
+    assert GROUP_MEMORY_NOTE in _system(group)
+    assert not MEMORY_TOOLS & set(tool_names(group))
+    refused = tool_messages(fake_llm.requests[before + 1])
+    assert [e["error"]["code"] for e in refused] == ["unknown_function", "unknown_function"]
+    assert "there is no tool named 'core_memory_read'" in refused[0]["error"]["message"]
+    assert "core_memory" not in refused[0]["error"]["message"].split("available:")[1]
+    assert [s.ok for s in a.steps] == [False, False]
+    lines = await pool.fetchval("SELECT lines FROM memory_blocks WHERE name = 'human'")
+    assert lines == ["Name: Alice", "Works at: Google"]
+
+
+async def test_an_agent_job_sees_its_owners_memory(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    """A scheduled agent turn (job message id) in the owner's private chat gets their blocks and the tools."""
+    core = make_core(ALLOWED_USERS="*")
+    await _remember_alice(core, fake_llm)
+    fake_llm.script(Reply(text="Good morning, Alice"))
+    job = incoming("[scheduled job: greet] greet me", user=ALICE, name="Alice", message_id=f"{JOB_MESSAGE_PREFIX}7:x")
+    assert await core.answer_text(job) == "Good morning, Alice"
+    request = fake_llm.requests[-1]
+    assert ALICE_BLOCKS in _system(request)
+    assert MEMORY_TOOLS <= set(tool_names(request))
+
+
+async def test_prompt_warns_while_a_block_is_80_percent_full(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    """At ≥ 80 % of MEMORY_BLOCK_WORDS the prompt asks to consolidate; below it, it does not."""
+    core = make_core(ALLOWED_USERS="*", MEMORY_BLOCK_WORDS=10)
+    fake_llm.script(
+        Reply(tool_calls=[("core_memory_append", {"block": "human", "content": "one two three four five six seven"})]),
+        Reply(text="noted"),
+        Reply(text="hi"),
+    )
+    await run(core, incoming("remember this", user=ALICE))
+    await run(core, incoming("hi", user=ALICE))
+    assert "Warning" not in _system(fake_llm.requests[-1])
+    assert "[human] Facts about the user (1 line, 7/10 words)" in _system(fake_llm.requests[-1])
+    fake_llm.script(
+        Reply(tool_calls=[("core_memory_append", {"block": "human", "content": "eight"})]),
+        Reply(text="noted"),
+        Reply(text="hi"),
+    )
+    await run(core, incoming("and this", user=ALICE))
+    await run(core, incoming("hi", user=ALICE))
+    assert (
+        "[human] Facts about the user (2 lines, 8/10 words)\n1: one two three four five six seven\n2: eight\n"
+        "Warning: [human] is 80% full (8/10 words): consolidate its lines or move detail to archival memory.\n"
+        "[persona]"
+    ) in _system(fake_llm.requests[-1])

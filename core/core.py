@@ -22,6 +22,7 @@ from core.limits import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, MAX_INCOMING
 from core.memory.blocks import render_prompt_section
 from core.memory.embeddings import Embedder
 from core.memory.tools import memory_tools
+from core.metrics import Metrics
 from core.reminders.buttons import press
 from core.settings import Settings
 from core.storage import conversations
@@ -32,7 +33,7 @@ from core.tools.framework import ToolContext, ToolRegistry
 from core.tools.sql import EXECUTE_SQL
 from core.tools.tasks import MANAGE_TASKS
 from core.tools.timezone import SET_TIMEZONE
-from core.types import JOB_MESSAGE_PREFIX, RESTARTING, Assistant, Error, Event, Incoming
+from core.types import JOB_MESSAGE_PREFIX, RESTARTING, Assistant, Error, Event, Incoming, ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class Core:
         clock: Clock = system_clock,
         capabilities_dir: Path | None = None,
         embedder: Embedder | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         """Wire the core with explicit dependencies (capabilities are materialised into `capabilities_dir`; the
         memory tools embed archival entries with `embedder` when given)."""
@@ -89,6 +91,7 @@ class Core:
         self._turn_tasks: set[asyncio.Task[Any]] = set()  # tasks that run (or wait for) a turn
         self._hurry = asyncio.Event()  # set by hurry(): drain() stops waiting
         self.status_board = StatusBoard()  # adapters report into it; /status shows it
+        self.metrics = metrics if metrics is not None else Metrics()  # bot/ passes the process's (also the LLM's)
         self._commands = Commands(self)
 
     # ---- the front door adapters call (besides handle, reset, is_allowed, refusal) -----------------
@@ -213,9 +216,28 @@ class Core:
             yield Error("restarting", RESTARTING)
             return
         self._track_turn_task()
-        async with self._chat_turn(inc.chat_key), aclosing(self._turn(inc, stream)) as events:
-            async for event in events:
-                yield event
+        started, counted = time.monotonic(), False
+        try:
+            async with self._chat_turn(inc.chat_key), aclosing(self._turn(inc, stream)) as events:
+                async for event in events:
+                    counted = self._measure(event, started) or counted
+                    yield event
+        except BaseException as e:  # a turn that ended without its final event
+            if not counted:
+                self.metrics.turn("failed" if isinstance(e, Exception) else "interrupted", time.monotonic() - started)
+            raise
+
+    def _measure(self, event: Event, started: float) -> bool:
+        """Count a tool call or the end of a turn (True) in the metrics: only names the registry holds, no user data."""
+        if isinstance(event, ToolResult):
+            step = event.step
+            known = step.name if self.registry.get(step.name) is not None else None
+            self.metrics.tool_call(known, None if step.ok else step.error_code or "tool_error")
+        elif isinstance(event, Assistant | Error):
+            outcome = event.code if isinstance(event, Error) else "ok" if event.cut_short is None else "cut_short"
+            self.metrics.turn(outcome, time.monotonic() - started)
+            return True
+        return False
 
     async def close_abandoned_turns(self) -> int:
         """At start: close turns a dead process left running (safe while other processes run turns)."""

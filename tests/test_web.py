@@ -1,0 +1,275 @@
+"""Health and metrics: /healthz, /readyz (database, adapters, shutting down) and /metrics without user data."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from bot.app import run_platforms
+from bot.web import WebServer
+from core.agent.llm import LLM
+from core.core import Core
+from core.metrics import Metrics
+from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
+from core.settings import Settings
+from core.storage.db import Pool
+from tests.conftest import FakeClock, MakeCore, MakeSettings
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.fake_telegram import FakeTelegram
+from tests.helpers import answer, final, incoming, run
+
+TOKEN = "424242:AAE-secret_token_value-0123456789abcd"
+USER_ID = "9081726354"
+CHAT_ID = "-4455667788"
+USER_TEXT = "please remember Zanzibar-Quokka-7731 for me"
+MADE_UP_TOOL = "exfiltrate_Zanzibar"
+
+
+class Outbox:
+    """A platform that accepts every reminder."""
+
+    def __init__(self) -> None:
+        """Nothing sent yet."""
+        self.sent: list[ReminderMessage] = []
+
+    async def send_reminder(self, msg: ReminderMessage) -> str | None:
+        """Record one send."""
+        self.sent.append(msg)
+        return str(len(self.sent))
+
+
+async def _never(_: float) -> None:
+    """Lease renewal that never comes round (the test clock does not move while a send runs)."""
+    await asyncio.Event().wait()
+
+
+def free_port() -> int:
+    """A port nobody listens on (bound and closed again by the test)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    """A real HTTP client."""
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def get(http: aiohttp.ClientSession, server: WebServer, path: str) -> tuple[int, str]:
+    """GET a path of the server: status and body."""
+    async with http.get(f"http://127.0.0.1:{server.port}{path}") as resp:
+        return resp.status, await resp.text()
+
+
+@pytest.fixture
+async def make_server(make_settings: MakeSettings, clock: FakeClock) -> AsyncIterator[Callable[..., Any]]:
+    """Start a WebServer on 127.0.0.1 (an ephemeral port) for a Core on `pool` with its own Metrics."""
+    servers: list[WebServer] = []
+    llms: list[LLM] = []
+
+    async def make(pool: Pool, adapters: tuple[str, ...] = ("telegram",), **overrides: Any) -> WebServer:
+        settings: Settings = make_settings(TELEGRAM_BOT_TOKEN=TOKEN, **overrides)
+        metrics = Metrics()
+        llm = LLM.from_settings(settings, max_retries=1, metrics=metrics)
+        llms.append(llm)
+        server = WebServer(Core(settings, pool, llm, clock=clock, metrics=metrics), adapters, 0, host="127.0.0.1")
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        await server.stop()
+    for llm in llms:
+        await llm.aclose()
+
+
+async def test_healthz_says_alive(make_server: Any, pool: Pool, http: aiohttp.ClientSession) -> None:
+    server = await make_server(pool)
+    assert await get(http, server, "/healthz") == (200, '{"status": "alive"}')
+
+
+async def test_readyz_ready_when_the_database_answers_and_adapters_are_connected(
+    make_server: Any, pool: Pool, http: aiohttp.ClientSession
+) -> None:
+    server = await make_server(pool, ("telegram", "discord"))
+    assert await get(http, server, "/readyz") == (503, '{"status": "not ready", "reason": "telegram: not connected"}')
+    server.core.report_state("telegram", "@test_bot")
+    server.core.report_state("discord", "Bot#1 in 2 server(s)")
+    assert await get(http, server, "/readyz") == (200, '{"status": "ready"}')
+
+
+async def test_readyz_503_when_an_adapter_is_disconnected(
+    make_server: Any, pool: Pool, http: aiohttp.ClientSession
+) -> None:
+    server = await make_server(pool, ("telegram", "discord"))
+    server.core.report_state("telegram", "@test_bot")
+    server.core.report_state("discord", "disconnected since 2026-11-21 10:00 UTC: 4004 Authentication failed")
+    status, body = await get(http, server, "/readyz")
+    assert (status, body) == (503, '{"status": "not ready", "reason": "discord: disconnected"}')
+
+
+async def test_readyz_503_when_the_database_is_gone(make_server: Any, http: aiohttp.ClientSession) -> None:
+    port = free_port()  # closed: every connection attempt is refused at once
+    dsn = f"postgresql://bot:pw-Secret-1234@127.0.0.1:{port}/bot"
+    gone = await asyncpg.create_pool(dsn, min_size=0, max_size=1)
+    try:
+        server = await make_server(gone)
+        server.core.report_state("telegram", "@test_bot")
+        status, body = await get(http, server, "/readyz")
+    finally:
+        await gone.close()
+    assert status == 503
+    assert body == '{"status": "not ready", "reason": "database unreachable (ConnectionRefusedError)"}'
+    assert str(port) not in body and "Secret" not in body
+    assert (await get(http, server, "/healthz"))[0] == 200  # alive all the same
+
+
+async def test_readyz_503_while_shutting_down(make_server: Any, pool: Pool, http: aiohttp.ClientSession) -> None:
+    server = await make_server(pool)
+    server.core.report_state("telegram", "@test_bot")
+    await server.core.drain(0)  # SIGTERM: the load balancer stops sending before the adapters stop
+    assert await get(http, server, "/readyz") == (503, '{"status": "not ready", "reason": "shutting down"}')
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of a Prometheus text exposition, by name and labels (parsed with prometheus-client's parser)."""
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
+    """One sample's value (0 when absent)."""
+    return found.get((name, frozenset(labels.items())), 0.0)
+
+
+async def test_metrics_count_turns_tools_llm_and_reminders_without_user_data(
+    make_server: Any, pool: Pool, http: aiohttp.ClientSession, fake_llm: FakeOpenAI, clock: FakeClock
+) -> None:
+    server = await make_server(pool)
+    core: Core = server.core
+    before = samples((await get(http, server, "/metrics"))[1])
+    assert value(before, "bot_turns_total", outcome="ok") == 0
+    fake_llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": USER_TEXT, "due_at": "2026-11-21T10:01"}),
+                          (MADE_UP_TOOL, {"what": USER_TEXT})]),
+        Reply(text=f"Done: {USER_TEXT}"),
+        Reply(status=400, text=f"the request is too long: {USER_TEXT}"),
+    )  # fmt: skip
+    answer(await run(core, incoming(USER_TEXT, user=USER_ID, chat=CHAT_ID, kind="group", name="Zanzibar")))
+    refused = final(await run(core, incoming(f"again {USER_TEXT}", user=USER_ID, chat=CHAT_ID, kind="group")))
+    assert refused.type == "error"
+    clock.now = datetime(2026, 11, 21, 10, 1, 3, tzinfo=UTC)  # 3 s after the reminder was due
+    out = Outbox()
+    engine = ReminderEngine(pool, {"telegram": out}, clock, sleep=_never, metrics=core.metrics)
+    assert await engine.tick() == 1
+    assert USER_TEXT in out.sent[0].text
+
+    status, text = await get(http, server, "/metrics")
+    assert status == 200
+    found = samples(text)
+    assert value(found, "bot_turns_total", outcome="ok") == 1
+    assert value(found, "bot_turns_total", outcome="llm_unavailable") == 1
+    assert value(found, "bot_turn_seconds_count") == 2
+    assert value(found, "bot_tool_calls_total", tool="manage_tasks", outcome="ok") == 1
+    assert value(found, "bot_tool_calls_total", tool="unknown", outcome="unknown_function") == 1
+    assert value(found, "bot_llm_request_seconds_count") == 3
+    assert value(found, "bot_llm_errors_total", kind="refused") == 1
+    assert value(found, "bot_reminders_delivered_total") == 1
+    assert value(found, "bot_reminders_late_total") == 0
+    assert value(found, "bot_reminder_lateness_seconds_count") == 1
+    assert value(found, "bot_reminder_lateness_seconds_sum") == 3.0
+    assert value(found, "bot_reminder_lateness_seconds_bucket", le="5.0") == 1
+    assert value(found, "bot_reminder_lateness_seconds_bucket", le="2.0") == 0
+    for private in (USER_TEXT, "Zanzibar", USER_ID, CHAT_ID, TOKEN, TOKEN.split(":")[1], MADE_UP_TOOL):
+        assert private not in text, private
+
+
+async def test_metrics_count_retried_and_failed_reminders(
+    make_server: Any, pool: Pool, http: aiohttp.ClientSession, fake_llm: FakeOpenAI, clock: FakeClock
+) -> None:
+    server = await make_server(pool)
+    core: Core = server.core
+    fake_llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "a", "due_at": "2026-11-21T10:01"})]),
+        Reply(text="ok"),
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "b", "due_at": "2026-11-21T10:01"})]),
+        Reply(text="ok"),
+    )
+    answer(await run(core, incoming("a", user="1")))
+    answer(await run(core, incoming("b", user="2")))
+    clock.now = datetime(2026, 11, 21, 10, 1, tzinfo=UTC)
+
+    class Flaky:
+        """Refuses user 1's chat for good; user 2's send fails for now."""
+
+        async def send_reminder(self, msg: ReminderMessage) -> str | None:
+            """Fail one way or the other."""
+            if msg.chat_id == "1":
+                raise DeliveryRefused("bot was blocked by the user")
+            raise ConnectionError("platform down")
+
+    engine = ReminderEngine(pool, {"telegram": Flaky()}, clock, sleep=_never, metrics=core.metrics)
+    assert await engine.tick() == 0
+    found = samples((await get(http, server, "/metrics"))[1])
+    assert value(found, "bot_reminders_failed_total") == 1
+    assert value(found, "bot_reminders_retried_total") == 1
+    assert value(found, "bot_reminders_delivered_total") == 0
+
+
+async def test_each_core_has_its_own_registry(make_server: Any, pool: Pool, fake_llm: FakeOpenAI) -> None:
+    first, second = await make_server(pool), await make_server(pool)
+    fake_llm.script(Reply(text="hi"))
+    answer(await run(first.core, incoming("hello")))
+    assert value(samples_of(first), "bot_turns_total", outcome="ok") == 1
+    assert value(samples_of(second), "bot_turns_total", outcome="ok") == 0
+
+
+def samples_of(server: WebServer) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The samples of a server's registry, read directly."""
+    return samples(generate_latest(server.core.metrics.registry).decode())
+
+
+def test_port_is_set_only_when_given(make_settings: MakeSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    unset = make_settings()
+    assert (unset.serve_http, unset.PORT) == (False, 8080)  # the default waits for webhook mode
+    assert (make_settings(PORT="").serve_http, make_settings(PORT="").PORT) == (False, 8080)
+    monkeypatch.setenv("PORT", "9000")  # how a PaaS sets it
+    given = make_settings()
+    assert (given.serve_http, given.PORT) == (True, 9000)
+
+
+async def test_polling_mode_serves_health_when_port_is_set(
+    tg: FakeTelegram, make_core: MakeCore, http: aiohttp.ClientSession
+) -> None:
+    port = free_port()
+    core = make_core(TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url, PORT=str(port))
+    running = asyncio.create_task(run_platforms(core.settings, core))
+    try:
+        await tg.wait_for(lambda: core.status_board.adapters.get("telegram") is not None)
+        async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
+            assert (resp.status, await resp.text()) == (200, '{"status": "ready"}')
+        async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+            assert resp.status == 200 and "bot_turn_seconds_count 0.0" in await resp.text()
+    finally:
+        os.kill(os.getpid(), signal.SIGTERM)  # run_platforms stops: adapters, then the HTTP server
+        assert await asyncio.wait_for(running, 10) == 0
+    with pytest.raises(aiohttp.ClientConnectionError):
+        async with http.get(f"http://127.0.0.1:{port}/healthz"):
+            pass

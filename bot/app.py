@@ -12,9 +12,11 @@ from datetime import timedelta
 from adapters import console
 from adapters.discord import DiscordAdapter
 from adapters.telegram import TelegramAdapter
+from bot.web import WebServer
 from core import Core, Outbox, Settings
 from core.agent.llm import LLM
 from core.memory.embeddings import Embedder, openai_embedder, prepare_embeddings
+from core.metrics import Metrics
 from core.reminders.engine import ReminderEngine
 from core.reminders.scheduler import ReminderScheduler
 from core.storage.db import Pool, check_database, create_pool
@@ -50,9 +52,10 @@ async def database(settings: Settings) -> AsyncIterator[Pool]:
 async def run_bot(settings: Settings, *, ask_text: str | None = None, ask_continue: bool = False) -> int:
     """Run until stopped; with `ask_text`, answer it in the terminal (continuing the previous ask) and return."""
     async with database(settings) as pool:
-        llm = LLM.from_settings(settings)
+        metrics = Metrics()  # the process's; /metrics serves it when PORT is set
+        llm = LLM.from_settings(settings, metrics=metrics)
         try:
-            core = Core(settings, pool, llm, embedder=await embeddings(settings, pool, llm))
+            core = Core(settings, pool, llm, embedder=await embeddings(settings, pool, llm), metrics=metrics)
             await core.close_abandoned_turns()  # turns a dead process left `running` end as cut short
             await core.capabilities.load_all()  # a capability that fails to load is logged and skipped
             if ask_text is not None:
@@ -82,7 +85,7 @@ async def reminders(settings: Settings, core: Core, outboxes: dict[str, Outbox])
     engine = ReminderEngine(
         core.pool, outboxes, system_clock, agent=core.answer_text,
         grace=timedelta(hours=settings.REMINDER_GRACE_HOURS), on_failure=core.report_failed_delivery,
-        default_tz=settings.DEFAULT_TIMEZONE,
+        default_tz=settings.DEFAULT_TIMEZONE, metrics=core.metrics,
     )  # fmt: skip
     scheduler = ReminderScheduler(engine)
     core.task_listeners.append(scheduler.tasks_changed)
@@ -135,7 +138,11 @@ async def run_platforms(settings: Settings, core: Core) -> int:
         loop.add_signal_handler(sig, on_signal)
     core.stop_listeners.append(stop.set)  # restart(mode="full"), after its answer was sent
     started: list[TelegramAdapter | DiscordAdapter] = []
+    # health and metrics while polling only when PORT is set (webhook mode will always serve it)
+    web = WebServer(core, [a.platform for a in adapters], settings.PORT) if settings.serve_http else None
     try:
+        if web is not None:  # first, so /healthz answers during a slow start (/readyz waits for the adapters)
+            await web.start()
         for adapter in adapters:
             await adapter.start()
             started.append(adapter)
@@ -150,4 +157,6 @@ async def run_platforms(settings: Settings, core: Core) -> int:
             loop.remove_signal_handler(sig)
         for adapter in reversed(started):
             await adapter.stop()
+        if web is not None:
+            await web.stop()
     return core.exit_code or 0

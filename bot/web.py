@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections.abc import Sequence
 
 from aiohttp import web
@@ -70,7 +71,8 @@ class WebServer:
             await web.TCPSite(runner, self.host, self.requested_port).start()
         except OSError as e:
             await runner.cleanup()
-            raise StartupError(f"PORT: cannot listen on {self.host}:{self.requested_port} ({e.strerror})") from None
+            why = os.strerror(e.errno) if e.errno else str(e)  # asyncio's strerror repeats the address
+            raise StartupError(f"PORT: cannot listen on {self.host}:{self.requested_port} ({why})") from None
         self._runner = runner
         log.info("health and metrics on http://%s:%d (/healthz, /readyz, /metrics)", self.host, self.port)
 

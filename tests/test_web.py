@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,8 +23,9 @@ from core.agent.llm import LLM
 from core.core import Core
 from core.metrics import Metrics
 from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
-from core.settings import Settings
+from core.settings import Settings, StartupError
 from core.storage.db import Pool
+from core.types import ToolCall
 from tests.conftest import FakeClock, MakeCore, MakeSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram
@@ -273,3 +275,25 @@ async def test_polling_mode_serves_health_when_port_is_set(
     with pytest.raises(aiohttp.ClientConnectionError):
         async with http.get(f"http://127.0.0.1:{port}/healthz"):
             pass
+
+
+async def test_a_port_in_use_stops_the_start_with_one_line_naming_port(make_server: Any, pool: Pool) -> None:
+    server = await make_server(pool)
+    second = WebServer(server.core, (), server.port, host="127.0.0.1")
+    with pytest.raises(StartupError) as raised:
+        await second.start()
+    assert str(raised.value) == f"PORT: cannot listen on 127.0.0.1:{server.port} (Address already in use)"
+
+
+async def test_a_turn_closed_before_its_answer_counts_as_interrupted(
+    make_server: Any, pool: Pool, fake_llm: FakeOpenAI
+) -> None:
+    server = await make_server(pool)
+    fake_llm.script(Reply(tool_calls=[("set_timezone", {"timezone": "Europe/Berlin"})]), Reply(text="done"))
+    async with aclosing(server.core.handle(incoming("I live in Berlin"))) as events:
+        async for event in events:
+            assert isinstance(event, ToolCall)
+            break  # the adapter gives up on the turn (e.g. its task was cancelled)
+    found = samples_of(server)
+    assert value(found, "bot_turns_total", outcome="interrupted") == 1
+    assert value(found, "bot_turn_seconds_count") == 1

@@ -71,6 +71,12 @@ async def ask(core: Core, inc: Incoming) -> tuple[str, bool]:
     return "", True
 
 
+async def memory(core: Core, arg: str) -> str:
+    """/memory [forget <block> <line> | wipe [confirm]] in the terminal chat (no LLM involved)."""
+    answer = await core.command(console_incoming(f"/memory{arg}"), "memory", arg.strip(), must_answer=True)
+    return render(answer) if isinstance(answer, Error) else answer or ""
+
+
 async def stdin_lines() -> AsyncIterator[str]:
     """Lines typed in the terminal, read without blocking the event loop."""
     loop = asyncio.get_running_loop()
@@ -84,8 +90,12 @@ async def stdin_lines() -> AsyncIterator[str]:
 
 
 async def chat_loop(core: Core, lines: AsyncIterator[str], write: Write) -> None:
-    """The interactive terminal conversation; /reset starts fresh, /quit (or end of input) leaves."""
-    write("Terminal chat — type a message; /reset for a fresh conversation, /quit to leave.\n")
+    """The interactive terminal conversation; /reset starts fresh, /memory shows (and erases) what the bot keeps,
+    /quit (or end of input) leaves."""
+    write(
+        "Terminal chat — type a message; /reset for a fresh conversation, /memory for what I remember, "
+        "/quit to leave.\n"
+    )
     async for line in lines:
         text = line.strip()
         if text in ("/quit", "/exit"):
@@ -93,6 +103,9 @@ async def chat_loop(core: Core, lines: AsyncIterator[str], write: Write) -> None
         if text == "/reset":
             await core.reset(console_incoming(text))
             write("(conversation reset)\n")
+            continue
+        if text == "/memory" or text.startswith("/memory "):
+            write(f"bot › {await memory(core, text.removeprefix('/memory'))}\n")
             continue
         if text:
             answer, _ = await ask(core, console_incoming(text))

@@ -2,7 +2,7 @@
 
 from core.activity import activity_lines, summary_line
 from core.agent.providers import HOW_TO_CONFIGURE
-from core.commands import HELP, CommandName, StatusBoard
+from core.commands import HELP, MEMORY_WIPE_CONFIRM, CommandName, StatusBoard
 from core.core import Core
 from core.reminders.buttons import BUTTONS
 from core.reminders.engine import DeliveryRefused, Outbox, ReminderMessage
@@ -16,6 +16,7 @@ __all__ = [
     "EXIT_UNREACHABLE",
     "HELP",
     "HOW_TO_CONFIGURE",
+    "MEMORY_WIPE_CONFIRM",
     "RESTARTING",
     "Assistant",
     "AssistantDelta",

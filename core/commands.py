@@ -11,12 +11,15 @@ from typing import Literal, Protocol
 from zoneinfo import ZoneInfo
 
 from core.agent.llm import LLM
+from core.memory.blocks import normalise_name
+from core.memory.manage import delete_memory_line, memory_overview, wipe_memory
 from core.reminders import recurrence
 from core.reminders.engine import SUPERSEDED, replan_zones
 from core.settings import Settings
 from core.storage import conversations
 from core.storage.db import Pool
 from core.timeutil import Clock, fmt_local, system_clock, valid_zone, zone
+from core.tools.framework import ToolError
 from core.tools.tasks import open_tasks
 from core.types import Incoming
 
@@ -26,14 +29,28 @@ HELP = (
     "Commands:\n"
     "/tasks — your open tasks\n"
     "/timezone Area/City — show or set your time zone\n"
+    "/memory — what I remember about you; /memory forget human 2 deletes line 2 of [human], "
+    "/memory wipe erases all of it (after a confirmation)\n"
     "/reset — start a fresh conversation\n"
     "/status — how the bot is doing\n"
     "/help — this help"
 )
-CommandName = Literal["help", "tasks", "timezone", "status", "reset"]
+CommandName = Literal["help", "tasks", "timezone", "status", "reset", "memory"]
 RESET_DONE = "Fresh start — I've put our earlier conversation aside."
 STEPS_GONE = "I no longer have the steps of that answer (it was deleted)."
 STEPS_NOT_YOURS = "Only the person who asked can see the steps of this answer."
+MEMORY_HOW = (
+    "To delete a line: /memory forget <block> <line>, e.g. /memory forget human 2. "
+    "To erase everything I remember about you: /memory wipe."
+)
+MEMORY_WIPE_CONFIRM = "wipe confirm"  # the /memory argument that erases (what a confirmation button sends)
+MEMORY_USAGE = "Use /memory, /memory forget <block> <line> (e.g. /memory forget human 2) or /memory wipe."
+MEMORY_WIPE_ASK = "This erases everything I remember about you: {lines} and {archival}. It cannot be undone. "
+MEMORY_WIPE_HOW = {  # how to confirm, per platform (the chat adapters put a button under the question)
+    "telegram": "To go ahead, press the button below or send /memory wipe confirm.",
+    "discord": "To go ahead, press the button below or use /memory action:wipe confirm:True.",
+}
+MEMORY_WIPED = "Done — I erased {lines} and {archival}. Our conversation history stays (/reset starts afresh)."
 
 
 class CoreParts(Protocol):
@@ -75,6 +92,13 @@ def _uptime(seconds: float) -> str:
     if h:
         return f"{h} h {m} min"
     return f"{m} min {sec} s" if m else f"{sec} s"
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 line`, `3 lines`, `2 archival entries`."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun[:-1]}ies" if noun.endswith("y") else f"{n} {noun}s"
 
 
 class Commands:
@@ -156,6 +180,41 @@ class Commands:
             for listener in self.core.task_listeners:  # the scheduler plans the moved times
                 listener()
         return f"Time zone set to **{name}** — it is {fmt_local(now, zone(name), now)} there."
+
+    async def memory(self, inc: Incoming, arg: str) -> str:
+        """/memory: the speaker's memory with line numbers; `forget <block> <line>`, `wipe` (asks), `wipe confirm`."""
+        user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        words = arg.lower().split()
+        if not words:
+            overview = await memory_overview(self.core.pool, user.id)
+            text = overview.text(self.core.settings.MEMORY_BLOCK_WORDS)
+            return f"**What I remember about you**\n```\n{text}\n```\n{MEMORY_HOW}"
+        if words[0] in ("forget", "delete") and len(words) >= 3 and words[-1].isdecimal():
+            block = "_".join(words[1:-1])
+            try:
+                number = int(words[-1])  # ValueError past Python's digit limit
+                gone = await delete_memory_line(self.core.pool, user.id, block, number)
+            except ValueError:
+                return MEMORY_USAGE
+            except ToolError as e:
+                return str(e)
+            return f"Forgot line {number} of [{normalise_name(block)}]: “{gone}”."
+        if words == ["wipe"]:
+            overview = await memory_overview(self.core.pool, user.id)
+            lines = sum(len(block.lines) for block in overview.blocks)
+            how = MEMORY_WIPE_HOW.get(inc.platform, "To go ahead, send /memory wipe confirm.")
+            return (
+                MEMORY_WIPE_ASK.format(
+                    lines=_count(lines, "line"), archival=_count(overview.archival, "archival entry")
+                )
+                + how
+            )
+        if words == MEMORY_WIPE_CONFIRM.split():
+            wiped = await wipe_memory(self.core.pool, user.id)
+            return MEMORY_WIPED.format(
+                lines=_count(wiped.lines, "line"), archival=_count(wiped.archival, "archival entry")
+            )
+        return MEMORY_USAGE
 
     async def status(self, board: StatusBoard) -> str:
         """Version, uptime, model, adapters, last successful polls, pending reminders."""

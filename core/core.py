@@ -99,8 +99,8 @@ class Core:
     async def command(
         self, inc: Incoming, name: CommandName, arg: str = "", *, must_answer: bool = False
     ) -> str | Error | None:
-        """Answer /help, /tasks, /timezone, /status or /reset without the LLM: its Markdown text, or for a user who
-        may not use the bot the refusal (None when already given in this chat within the hour, unless
+        """Answer /help, /tasks, /timezone, /status, /reset or /memory without the LLM: its Markdown text, or for a
+        user who may not use the bot the refusal (None when already given in this chat within the hour, unless
         `must_answer`: a slash command or button always gets one)."""
         if not self.is_allowed(inc):
             return Error("not_allowed", self.refusal_text(inc)) if must_answer else self.refusal(inc)
@@ -110,6 +110,8 @@ class Core:
             return await self._commands.timezone(inc, arg)
         if name == "status":
             return await self._commands.status(self.status_board)
+        if name == "memory":
+            return await self._commands.memory(inc, arg)
         if name == "reset":
             await self.reset(inc)
             return RESET_DONE

@@ -150,3 +150,28 @@ async def test_reminder_printed_in_terminal_chat(
         await console.chat_loop(core, lines(), printed.append)
     text = "".join(printed)
     assert "I'll remind you." in text and "⏰ Tea — due" in text
+
+
+async def test_terminal_memory_shows_forgets_and_wipes_without_the_llm(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    from tests.test_memory_command import remember
+
+    core = make_core()
+    local = await remember(core, console.console_incoming(""), ["Name: Sam", "Likes: tea"], ["old note"])
+    typed = ["/memory", "/memory forget human 1", "/memory forget human 5", "/memory wipe", "/memory wipe confirm"]
+
+    async def lines() -> AsyncIterator[str]:
+        for line in [*typed, "/memory"]:
+            yield line
+
+    printed: list[str] = []
+    await console.chat_loop(core, lines(), printed.append)
+    shown, forgot, bad, ask, wiped, after = printed[1:]
+    assert "1: Name: Sam\n2: Likes: tea" in shown and "Archival memory: 1 entry" in shown
+    assert forgot == "bot › Forgot line 1 of [human]: “Name: Sam”.\n"
+    assert bad == "bot › line 5 does not exist in [human]; valid lines: 1-1\n"
+    assert "/memory wipe confirm" in ask and "I erased 1 line and 1 archival entry" in wiped
+    assert "(0 lines" in after and "Archival memory: 0 entries" in after
+    assert await pool.fetchval("SELECT count(*) FROM archival_memory WHERE user_id = $1", local) == 0
+    assert fake_llm.requests == []

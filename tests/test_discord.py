@@ -203,7 +203,7 @@ async def test_slash_tasks_and_commands_synced_only_when_changed(bot: Bot) -> No
     await it.wait_done()
     [text] = it.texts()
     assert "Call mum" in text and "Europe/Berlin" in text and it.ephemeral
-    assert {c["name"] for c in bot.dc.commands} >= {"ask", "tasks", "timezone", "reset", "status"}
+    assert {c["name"] for c in bot.dc.commands} >= {"ask", "tasks", "timezone", "memory", "reset", "status"}
     assert bot.dc.command_puts == 1
     await bot.restart()
     await bot.dc.reconnect()
@@ -600,3 +600,47 @@ async def test_start_with_discord_unreachable_is_one_line_naming_the_host(
     assert ("DISCORD_API_BASE_URL" if down == "api" else "DISCORD_GATEWAY_URL") in line and "\n" not in line
     assert dc.token not in line and failed.value.__cause__ is None and failed.value.exit_code == EXIT_UNREACHABLE
     assert adapter.client.is_closed() and adapter._runner is None
+
+
+async def alice_remembers(bot: Bot) -> int:
+    """Alice has two lines in [human] and one archival entry; returns her user id."""
+    from tests.test_memory_command import remember
+
+    alice = Incoming(platform="discord", user_id=str(ALICE), chat_id="dm", text="", user_name="Alice")
+    return await remember(bot.core, alice, ["Name: Alice", "Works at: Google"], ["likes oat milk"])
+
+
+async def test_slash_memory_is_ephemeral_per_person_and_forgets_a_line(bot: Bot) -> None:
+    await alice_remembers(bot)
+    it = await (await bot.dc.slash("memory", None, bot.alice)).wait_done()
+    [text] = it.texts()
+    assert it.ephemeral and "1: Name: Alice" in text and "2: Works at: Google" in text
+    assert "Archival memory: 1 entry" in text
+    other = await (await bot.dc.slash("memory", None, bot.bob)).wait_done()
+    assert other.ephemeral and "Alice" not in other.texts()[0] and "Google" not in other.texts()[0]
+    forgot = await (
+        await bot.dc.slash("memory", {"action": "forget", "block": "human", "line": 2}, bot.alice)
+    ).wait_done()
+    assert forgot.ephemeral and forgot.texts() == ["Forgot line 2 of [human]: “Works at: Google”."]
+    bad = await (await bot.dc.slash("memory", {"action": "forget", "block": "human", "line": 5}, bot.alice)).wait_done()
+    assert bad.texts() == ["line 5 does not exist in [human]; valid lines: 1-1"]
+    assert bot.llm.requests == []
+    stranger = await (await bot.dc.slash("memory", None, bot.dc.user(STRANGER, "Stranger"))).wait_done()
+    assert stranger.ephemeral and f"discord:{STRANGER}" in stranger.texts()[0] and "Alice" not in stranger.texts()[0]
+
+
+async def test_slash_memory_wipe_asks_and_only_its_person_can_confirm(bot: Bot) -> None:
+    alice = await alice_remembers(bot)
+    ask = await (await bot.dc.slash("memory", {"action": "wipe"}, bot.alice)).wait_done()
+    assert ask.ephemeral and "2 lines and 1 archival entry" in ask.texts()[0] and "confirm:True" in ask.texts()[0]
+    assert ask.message is not None and button_ids(ask.message) == [f"mem:wipe:{ALICE}"]
+    refused = await (await bot.dc.click(ask.message, f"mem:wipe:{ALICE}", bot.bob)).wait_done()
+    assert refused.ephemeral and "not for you" in refused.texts()[0]
+    assert await bot.pool.fetchval("SELECT count(*) FROM archival_memory WHERE user_id = $1", alice) == 1
+    done = await (await bot.dc.click(ask.message, f"mem:wipe:{ALICE}", bot.alice)).wait_done()
+    assert done.responses[0]["type"] == 7 and "I erased 2 lines and 1 archival entry" in done.texts()[0]
+    assert await bot.pool.fetchval("SELECT count(*) FROM archival_memory WHERE user_id = $1", alice) == 0
+    assert await bot.pool.fetchval("SELECT count(*) FROM memory_blocks WHERE user_id = $1", alice) == 0
+    bob = await (await bot.dc.slash("memory", {"action": "wipe", "confirm": True}, bot.bob)).wait_done()
+    assert bob.ephemeral and bob.texts()[0].startswith("Done — I erased 0 lines and 0 archival entries.")
+    assert bob.message is not None and button_ids(bob.message) == []

@@ -72,7 +72,9 @@ def assert_valid_html(text: str) -> str:
 
 async def test_commands_registered_at_start(bot: Bot) -> None:
     assert bot.tg.commands is not None
-    assert {c["command"] for c in bot.tg.commands} == {"start", "help", "tasks", "timezone", "reset", "status"}
+    assert {c["command"] for c in bot.tg.commands} == {
+        "start", "help", "tasks", "timezone", "memory", "reset", "status"
+    }  # fmt: skip
 
 
 async def test_private_round_trip_with_tool_call(bot: Bot) -> None:
@@ -601,3 +603,78 @@ async def test_token_never_logged_while_running(
     secret = tg.token.rpartition(":")[2]
     assert any("Bot API URL" in r.getMessage() for r in caplog.records)  # PTB's URL line is there, redacted
     assert not [r.getMessage() for r in caplog.records if secret in r.getMessage()]
+
+
+async def ann_remembers(bot: Bot) -> int:
+    """Ann (1001) has two lines in [human] and one archival entry; returns her user id."""
+    from core import Incoming
+    from tests.test_memory_command import remember
+
+    ann = Incoming(platform="telegram", user_id="1001", chat_id="1001", text="", user_name="Ann")
+    return await remember(bot.adapter.core, ann, ["Name: Ann", "Works at: Google"], ["likes oat milk"])
+
+
+async def test_memory_command_shows_numbered_lines_without_llm(bot: Bot) -> None:
+    await ann_remembers(bot)
+    [sent] = await bot.say("/memory")
+    text = assert_valid_html(sent["text"])
+    assert "1: Name: Ann" in text and "2: Works at: Google" in text and "Archival memory: 1 entry" in text
+    assert bot.llm.requests == []
+    [other] = await bot.say("/memory", user_id=1002, chat_id=1002, first_name="Bob")
+    assert (
+        "Ann" not in other["text"] and "Google" not in other["text"] and "Archival memory: 0 entries" in other["text"]
+    )
+    [forgot] = await bot.say("/memory forget human 2")
+    assert forgot["text"] == "Forgot line 2 of [human]: “Works at: Google”."
+    [bad] = await bot.say("/memory forget human 7")
+    assert bad["text"] == "line 7 does not exist in [human]; valid lines: 1-1"
+    assert bot.llm.requests == []
+
+
+async def test_memory_in_a_group_answers_privately(bot: Bot) -> None:
+    await ann_remembers(bot)
+    before = len(bot.tg.sent)
+    bot.tg.push_update(bot.tg.message_update("/memory@test_bot", chat_id=-100, chat_type="supergroup"))
+    await bot.tg.wait_sent(before + 2)
+    private, note = bot.tg.sent[before:]
+    assert private["chat_id"] == 1001 and "1: Name: Ann" in assert_valid_html(private["text"])
+    assert note["chat_id"] == -100 and note["text"] == SENT_PRIVATELY
+    bot.tg.refuse_chat(1001, NOT_STARTED)
+    [pointer] = await bot.say("/memory@test_bot", chat_id=-100, chat_type="group")
+    assert pointer["chat_id"] == -100 and "t.me/test_bot" in pointer["text"] and "/memory" in pointer["text"]
+    assert "Ann" not in pointer["text"] and "Google" not in pointer["text"]
+
+
+async def test_memory_wipe_button_only_for_the_person_it_was_offered_to(bot: Bot) -> None:
+    ann = await ann_remembers(bot)
+    [ask] = await bot.say("/memory wipe")
+    assert "2 lines and 1 archival entry" in ask["text"] and "/memory wipe confirm" in ask["text"]
+    [[button]] = ask["reply_markup"]["inline_keyboard"]
+    assert button["callback_data"] == "mem:wipe:1001"
+    assert await bot.pool.fetchval("SELECT count(*) FROM archival_memory WHERE user_id = $1", ann) == 1
+    # Bob presses Ann's button (and a forged one naming himself, in Ann's chat): nobody's memory changes
+    for data in ("mem:wipe:1001", "mem:wipe:1002"):
+        bot.tg.push_update(bot.tg.callback_update(data, message=ask, user_id=1002, first_name="Bob"))
+    await bot.tg.wait_for(lambda: len(bot.tg.callback_answers) == 2)
+    assert all("not for you" in a["text"] for a in bot.tg.callback_answers)
+    assert await bot.pool.fetchval("SELECT count(*) FROM archival_memory WHERE user_id = $1", ann) == 1
+    assert await bot.pool.fetchval("SELECT count(*) FROM memory_blocks WHERE user_id = $1", ann) == 1
+    # Ann presses it: everything goes and the message says so
+    bot.tg.push_update(bot.tg.callback_update("mem:wipe:1001", message=ask))
+    await bot.tg.wait_for(lambda: bot.tg.sent[-1].get("edit_count", 0) == 1)
+    assert "I erased 2 lines and 1 archival entry" in bot.tg.sent[-1]["text"]
+    assert await bot.pool.fetchval("SELECT count(*) FROM archival_memory WHERE user_id = $1", ann) == 0
+    assert await bot.pool.fetchval("SELECT count(*) FROM memory_blocks WHERE user_id = $1", ann) == 0
+
+
+async def test_memory_wipe_confirm_by_command(bot: Bot) -> None:
+    ann = await ann_remembers(bot)
+    [done] = await bot.say("/memory wipe confirm")
+    assert "I erased 2 lines and 1 archival entry" in done["text"] and "reply_markup" not in done
+    assert await bot.pool.fetchval("SELECT count(*) FROM archival_memory WHERE user_id = $1", ann) == 0
+
+
+async def test_memory_refused_to_a_user_who_may_not_use_the_bot(bot: Bot) -> None:
+    await ann_remembers(bot)
+    [sent] = await bot.say("/memory", user_id=4242, chat_id=4242)
+    assert "telegram:4242" in sent["text"] and "Ann" not in sent["text"]

@@ -8,7 +8,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import aclosing
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import aiohttp
 import discord
@@ -26,6 +26,7 @@ from adapters.discord.http import (
 from adapters.discord.render import render_reply, split_markdown, steps_text, with_steps, without_steps
 from core import (
     EXIT_UNREACHABLE,
+    MEMORY_WIPE_CONFIRM,
     RESTARTING,
     Assistant,
     CommandName,
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 
 TEXT_ONLY = "I can only read text for now — please type your message (text next to an attachment works too)."
 FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
+WIPE_LABEL = "Yes, wipe my memory"
+NOT_YOUR_BUTTON = "This button is not for you: use /memory action:wipe to erase your own memory."
 BUTTON_LABELS = {"done": "✅ Done", "snooze10": "😴 10 min", "snooze60": "😴 1 h"}
 CUT_SHORT = "Sorry — I was restarting and had to stop working on that. Please ask again in a minute."
 NO_MENTIONS = discord.AllowedMentions.none()  # every send pings nobody (not even the author it replies to) …
@@ -125,6 +128,32 @@ class ReminderButton(
         await adapter.guard(interaction, adapter.press_reminder(interaction, self.action, self.task_id))
 
 
+class WipeButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"mem:wipe:(?P<owner>\d+)"):
+    """The wipe confirmation under /memory action:wipe; the custom id names who it was offered to (a press by
+    anyone else does nothing: the core always acts on the presser's own memory)."""
+
+    def __init__(self, owner_id: int) -> None:
+        """The button for one person."""
+        super().__init__(
+            discord.ui.Button(
+                label=WIPE_LABEL, emoji="🗑", style=discord.ButtonStyle.danger, custom_id=f"mem:wipe:{owner_id}"
+            )
+        )
+        self.owner_id = owner_id
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
+    ) -> WipeButton:
+        """Rebuild the button from a pressed custom id."""
+        return cls(int(match["owner"]))
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        """Wipe the presser's memory when it is theirs to wipe."""
+        adapter = _adapter_of(interaction)
+        await adapter.guard(interaction, adapter.press_wipe(interaction, self.owner_id))
+
+
 def _adapter_of(interaction: discord.Interaction) -> DiscordAdapter:
     """The adapter behind the client that received the interaction."""
     return cast(_Client, interaction.client).adapter
@@ -169,7 +198,7 @@ class _Client(discord.Client):
 
     async def setup_hook(self) -> None:
         """Once per login: persistent buttons, slash commands (synced only when they changed)."""
-        self.add_dynamic_items(StepsButton, ReminderButton)
+        self.add_dynamic_items(StepsButton, ReminderButton, WipeButton)
         self.adapter.add_commands(self.tree)
         await self.adapter.sync_commands(self)
 
@@ -388,7 +417,7 @@ class DiscordAdapter:
     # ---- slash commands ------------------------------------------------------------------------
 
     def add_commands(self, tree: app_commands.CommandTree[_Client]) -> None:
-        """/ask /tasks /timezone /reset /status /help."""
+        """/ask /tasks /timezone /memory /reset /status /help."""
 
         @tree.command(name="ask", description="Ask the assistant something")
         @app_commands.describe(message="What you want to ask or tell me")
@@ -403,6 +432,25 @@ class DiscordAdapter:
         @app_commands.describe(zone="An IANA time zone such as Europe/Berlin (leave empty to see yours)")
         async def timezone(interaction: discord.Interaction, zone: str | None = None) -> None:
             await self._answer_command(interaction, "timezone", zone or "", private=True)
+
+        @tree.command(name="memory", description="What I remember about you; forget a line or wipe it all")
+        @app_commands.describe(
+            action="show (default), forget one line, or wipe everything (asks to confirm)",
+            block="forget: the block, e.g. human",
+            line="forget: the line number shown by /memory",
+            confirm="wipe: True erases at once, without asking",
+        )
+        async def memory(
+            interaction: discord.Interaction,
+            action: Literal["show", "forget", "wipe"] = "show",
+            block: str | None = None,
+            line: int | None = None,
+            confirm: bool = False,
+        ) -> None:
+            wipe = MEMORY_WIPE_CONFIRM if confirm else "wipe"
+            arg = {"show": "", "forget": f"forget {block or ''} {'' if line is None else line}", "wipe": wipe}
+            view = _view(WipeButton(interaction.user.id)) if arg[action] == "wipe" else None
+            await self._answer_command(interaction, "memory", arg[action].strip(), private=True, view=view)
 
         @tree.command(name="reset", description="Start a fresh conversation in this channel")
         async def reset(interaction: discord.Interaction) -> None:
@@ -431,9 +479,16 @@ class DiscordAdapter:
             log.warning("could not sync Discord slash commands (they may be out of date): %s", e)
 
     async def _answer_command(
-        self, interaction: discord.Interaction, name: CommandName, arg: str = "", *, private: bool
+        self,
+        interaction: discord.Interaction,
+        name: CommandName,
+        arg: str = "",
+        *,
+        private: bool,
+        view: discord.ui.View | None = None,
     ) -> None:
-        """A command answered without the LLM; personal answers are ephemeral in servers (a refusal always is)."""
+        """A command answered without the LLM; personal answers are ephemeral (a refusal always is); `view`
+        (buttons) goes under the last part."""
 
         async def run() -> None:
             inc = self._interaction_incoming(interaction, "")
@@ -442,9 +497,16 @@ class DiscordAdapter:
                 await self._refuse_interaction(interaction, inc)
                 return
             parts = split_markdown(answer)
-            await interaction.response.send_message(parts[0], ephemeral=private, allowed_mentions=NO_MENTIONS)
-            for part in parts[1:]:
-                await interaction.followup.send(part, ephemeral=private, allowed_mentions=NO_MENTIONS)
+            last: Any = view or discord.utils.MISSING  # buttons under the last part only
+            await interaction.response.send_message(
+                parts[0], ephemeral=private, allowed_mentions=NO_MENTIONS,
+                view=last if len(parts) == 1 else discord.utils.MISSING,
+            )  # fmt: skip
+            for i, part in enumerate(parts[1:], 2):
+                await interaction.followup.send(
+                    part, ephemeral=private, allowed_mentions=NO_MENTIONS,
+                    view=last if i == len(parts) else discord.utils.MISSING,
+                )  # fmt: skip
 
         await self.guard(interaction, run())
 
@@ -653,6 +715,18 @@ class DiscordAdapter:
             return
         content = f"{interaction.message.content}\n\n{text}"[:DISCORD_MESSAGE_LIMIT]
         await interaction.response.edit_message(content=content, view=None, allowed_mentions=NO_MENTIONS)
+
+    async def press_wipe(self, interaction: discord.Interaction, owner_id: int) -> None:
+        """A press of "Yes, wipe my memory": only by the person it was offered to; the message shows what went."""
+        if interaction.user.id != owner_id:
+            await interaction.response.send_message(NOT_YOUR_BUTTON, ephemeral=True, allowed_mentions=NO_MENTIONS)
+            return
+        inc = self._interaction_incoming(interaction, "")
+        answer = await self.core.command(inc, "memory", MEMORY_WIPE_CONFIRM, must_answer=True)
+        if isinstance(answer, Error) or answer is None:
+            await self._refuse_interaction(interaction, inc)
+            return
+        await interaction.response.edit_message(content=answer, view=None, allowed_mentions=NO_MENTIONS)
 
     # ---- reminders -----------------------------------------------------------------------------
 

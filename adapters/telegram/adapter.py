@@ -40,6 +40,7 @@ from adapters.telegram.render import esc, markdown_to_html, plain_text, render_r
 from adapters.telegram.request import AiohttpRequest, PatientRateLimiter, redact_token, redact_tokens_in_logs
 from core import (
     EXIT_UNREACHABLE,
+    MEMORY_WIPE_CONFIRM,
     Assistant,
     AssistantDelta,
     CommandName,
@@ -81,12 +82,15 @@ CHAT_GONE = (
     "topic_deleted",
     "group chat was deactivated",
 )
+WIPE_LABEL = "🗑 Yes, wipe my memory"
+NOT_YOUR_BUTTON = "This button is not for you: send /memory wipe to erase your own memory."
 BUTTON_LABELS = {"done": "✅ Done", "snooze10": "😴 10 min", "snooze60": "😴 1 h"}
 COMMANDS = [
     BotCommand("start", "what I can do"),
     BotCommand("help", "how to use me"),
     BotCommand("tasks", "your open tasks"),
     BotCommand("timezone", "show or set your time zone"),
+    BotCommand("memory", "what I remember about you (forget a line, wipe)"),
     BotCommand("reset", "start a fresh conversation"),
     BotCommand("status", "how the bot is doing"),
 ]
@@ -133,9 +137,11 @@ class TelegramAdapter:
         add(CommandHandler(["start", "help"], self._on_help, filters=fresh))
         add(CommandHandler("tasks", self._on_tasks, filters=fresh))
         add(CommandHandler("timezone", self._on_timezone, filters=fresh))
+        add(CommandHandler("memory", self._on_memory, filters=fresh))
         add(CommandHandler("reset", self._on_reset, filters=fresh))
         add(CommandHandler("status", self._on_status, filters=fresh))
         add(CallbackQueryHandler(self._on_button, pattern=r"^rem:"))
+        add(CallbackQueryHandler(self._on_memory_button, pattern=r"^mem:wipe:\d+$"))
         add(MessageHandler(fresh & (filters.TEXT | filters.CAPTION) & ~filters.COMMAND, self._on_text))
         add(MessageHandler(fresh & ~filters.TEXT & ~filters.CAPTION & ~filters.StatusUpdate.ALL, self._on_other))
         self.app.add_error_handler(self._on_error)
@@ -260,9 +266,12 @@ class TelegramAdapter:
             return
         await self._send_parts(msg, [esc(TEXT_ONLY)])
 
-    async def _command(self, update: Update, name: CommandName, arg: str = "", *, private: str | None = None) -> None:
+    async def _command(
+        self, update: Update, name: CommandName, arg: str = "", *, private: str | None = None, **kwargs: Any
+    ) -> None:
         """Ask the core for a command's answer and send it; `private` (the command as typed) sends it to the
-        user's private chat when asked in a group. A refusal is sent where the command was asked."""
+        user's private chat when asked in a group (with `kwargs` such as buttons). A refusal is sent where the
+        command was asked."""
         msg = update.message
         if msg is None or msg.from_user is None or msg.from_user.is_bot:
             return
@@ -271,7 +280,7 @@ class TelegramAdapter:
         if isinstance(answer, Error):
             await self._send_parts(msg, [esc(answer.message)])
         elif answer is not None and private is not None:
-            await self._answer_privately(inc, msg, answer, private)
+            await self._answer_privately(inc, msg, answer, private, **kwargs)
         elif answer is not None:
             await self._send_parts(msg, split_html(markdown_to_html(answer)))
 
@@ -287,14 +296,44 @@ class TelegramAdapter:
         """/timezone [Area/City]: show or set (the answer privately when asked in a group)."""
         await self._command(update, "timezone", " ".join(context.args or []), private="/timezone")
 
-    async def _answer_privately(self, inc: Incoming, msg: Message, markdown: str, command: str) -> None:
+    async def _on_memory(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """/memory [forget <block> <line> | wipe [confirm]]: privately when asked in a group; `wipe` gets a
+        confirmation button."""
+        arg = " ".join(context.args or [])
+        extra: dict[str, Any] = {}
+        if arg.lower().split() == ["wipe"] and update.message is not None and update.message.from_user is not None:
+            # the id only routes the press: the core acts on the presser, and a press by anyone else is ignored
+            owner = update.message.from_user.id
+            extra["reply_markup"] = InlineKeyboardMarkup(
+                [[InlineKeyboardButton(WIPE_LABEL, callback_data=f"mem:wipe:{owner}")]]
+            )
+        await self._command(update, "memory", arg, private="/memory", **extra)
+
+    async def _on_memory_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A press of "Yes, wipe my memory": only by the person it was offered to, in their private chat."""
+        query = update.callback_query
+        if query is None or query.data is None:
+            return
+        presser = self._presser(query)
+        if query.data != f"mem:wipe:{presser.user_id}" or presser.chat_id != presser.user_id:  # their private chat
+            await query.answer(NOT_YOUR_BUTTON, show_alert=True)
+            return
+        answer = await self.core.command(presser, "memory", MEMORY_WIPE_CONFIRM, must_answer=True)
+        if isinstance(answer, Error) or answer is None:
+            await query.answer(answer.message if answer else None, show_alert=True)
+            return
+        await query.answer()
+        if isinstance(query.message, Message):
+            await query.edit_message_text(markdown_to_html(answer), parse_mode=ParseMode.HTML)
+
+    async def _answer_privately(self, inc: Incoming, msg: Message, markdown: str, command: str, **kwargs: Any) -> None:
         """Personal data goes to the user's private chat; a group only sees a short note."""
         parts = split_html(markdown_to_html(markdown))
         if msg.chat.type == ChatType.PRIVATE:
-            await self._send_parts(msg, parts)
+            await self._send_parts(msg, parts, **kwargs)
             return
         try:
-            await self._deliver(int(inc.user_id), parts)
+            await self._deliver(int(inc.user_id), parts, **kwargs)
             note = SENT_PRIVATELY
         except (Forbidden, BadRequest) as e:
             if _refusal(e) is None:
@@ -406,15 +445,16 @@ class TelegramAdapter:
         if refusal is not None:
             await self._send_parts(msg, [esc(refusal.message)])
 
-    async def _send_parts(self, msg: Message, parts: Sequence[str]) -> list[Message]:
-        """Send HTML parts in order to the message's chat (and topic); in groups the first part replies to the user."""
+    async def _send_parts(self, msg: Message, parts: Sequence[str], **kwargs: Any) -> list[Message]:
+        """Send HTML parts in order to the message's chat (and topic); in groups the first part replies to the user
+        (`kwargs` such as reply_markup go to _deliver)."""
         thread = msg.message_thread_id if msg.is_topic_message else None
         reply = (
             ReplyParameters(msg.message_id, allow_sending_without_reply=True)
             if msg.chat.type != ChatType.PRIVATE
             else None
         )
-        return await self._deliver(msg.chat.id, parts, message_thread_id=thread, reply_parameters=reply)
+        return await self._deliver(msg.chat.id, parts, message_thread_id=thread, reply_parameters=reply, **kwargs)
 
     async def _deliver(self, chat_id: int, parts: Sequence[str], **kwargs: Any) -> list[Message]:
         """Send HTML parts in order: reply_parameters go with the first message, reply_markup with the last; a

@@ -4,6 +4,8 @@ Run with `uv run python -m bench.turn_overhead` (or `uv run python bench/turn_ov
 PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server in a temp dir.
 The fake LLM is tests.fake_openai; the headline figures run it in its own process.
 `--profile` adds a per-phase breakdown and a cProfile of sequential turns, grouped by package.
+`--full-memory` gives every bench user full core memory (human and persona at MEMORY_BLOCK_WORDS words each)
+before part 1's measured turns: run once with and once without, same settings, to see what memory costs a turn.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ from bench.common import (
 )
 from core.agent.llm import LLM
 from core.core import Core
-from core.limits import POOL_MAX_SIZE, POOL_MIN_SIZE
+from core.limits import DUE_SOON, DUE_SOON_LINES, POOL_MAX_SIZE, POOL_MIN_SIZE
+from core.memory.blocks import render_prompt_section
 from core.storage import conversations
 from core.types import Assistant, ChatKind, Error, Incoming
 
@@ -57,6 +60,14 @@ HISTORY = 40  # HISTORY_MESSAGES
 PRIVATE_CHATS = 8  # users u0..u7, each in a private chat with the bot
 GROUP_CHATS = 2  # two groups of four of those users
 CONVERSATIONS = PRIVATE_CHATS + GROUP_CHATS
+MEMORY_LINE_WORDS = 10  # --full-memory fills each block with lines of this many words
+
+_FILL_MEMORY_SQL = """
+INSERT INTO memory_blocks (user_id, name, lines)
+SELECT u.id, b.name, $2::text[] FROM users u, (VALUES ('human'), ('persona')) b(name)
+WHERE u.platform = 'telegram' AND u.platform_user_id LIKE $1 || '%'
+ON CONFLICT (user_id, name) DO UPDATE SET lines = EXCLUDED.lines
+"""
 
 
 # ---------------------------------------------------------------- incoming messages
@@ -180,6 +191,17 @@ class SequentialResult:
         return len(self.ms)
 
 
+async def fill_memory(core: Core, tag: str) -> int:
+    """Give every user of `tag` full human and persona blocks (MEMORY_BLOCK_WORDS words each); how many blocks."""
+    words = core.settings.MEMORY_BLOCK_WORDS
+    lines = [
+        " ".join(f"fact{i}w{j}" for j in range(min(MEMORY_LINE_WORDS, words - i)))
+        for i in range(0, words, MEMORY_LINE_WORDS)
+    ]
+    status = await core.pool.execute(_FILL_MEMORY_SQL, tag, lines)
+    return int(status.rsplit(" ", 1)[-1])
+
+
 async def sequential(
     core: Core,
     tag: str,
@@ -188,10 +210,18 @@ async def sequential(
     take_stats: Callable[[], Awaitable[ServerStats]],
     meter: CpuMeter,
     label: str,
+    *,
+    full_memory: bool = False,
 ) -> SequentialResult:
-    """Warm up, then time `turns` turns one after another."""
+    """Warm up (then fill the users' core memory when asked), then time `turns` turns one after another."""
     for n in range(warmup):
         await one_turn(core, sequential_incoming(tag, n))
+    if full_memory:
+        blocks = await fill_memory(core, tag)
+        print(f"  filled {blocks} blocks with {core.settings.MEMORY_BLOCK_WORDS} words each")
+        for n in range(CONVERSATIONS):  # the bigger prompt warms up too
+            await one_turn(core, sequential_incoming(tag, warmup + n))
+        warmup += CONVERSATIONS
     await take_stats()  # reset the server's counters
     times: list[float] = []
     failures = 0
@@ -436,10 +466,13 @@ async def part_sequential(db: BenchDatabase, args: argparse.Namespace, meter: Cp
         f"== 1. Bot time per turn: {args.turns} sequential turns after {args.warmup} warm-up, instant fake "
         f"LLM, {PRIVATE_CHATS} private + {GROUP_CHATS} group chats, HISTORY_MESSAGES={HISTORY} =="
     )
+    memory = "full core memory" if args.full_memory else "empty core memory"
+    print(f"  {memory}: human and persona blocks per user (loaded in private chats only), --full-memory to change")
     async with FakeLLMProcess(0.0) as server, bench_core(db.dsn, server.base_url) as core:
         headline = await sequential(
-            core, f"{db.tag}s1-", args.warmup, args.turns, server.stats, meter, "fake LLM in a separate process"
-        )
+            core, f"{db.tag}s1-", args.warmup, args.turns, server.stats, meter,
+            f"fake LLM in a separate process, {memory}", full_memory=args.full_memory,
+        )  # fmt: skip
     print_sequential(headline, headline=True)
     if not args.skip_in_process:
         async with fake_llm_in_process(0.0) as fake, bench_core(db.dsn, fake.base_url) as core:
@@ -448,8 +481,9 @@ async def part_sequential(db: BenchDatabase, args: argparse.Namespace, meter: Cp
                 return ServerStats.from_dict(fake.take_stats(), own_process=False)
 
             other = await sequential(
-                core, f"{db.tag}s2-", args.warmup, args.turns, take, meter, "fake LLM on the bot's event loop"
-            )
+                core, f"{db.tag}s2-", args.warmup, args.turns, take, meter,
+                f"fake LLM on the bot's event loop, {memory}", full_memory=args.full_memory,
+            )  # fmt: skip
         print_sequential(other, headline=False)
     print()
     ms = sorted(headline.ms)
@@ -502,6 +536,42 @@ async def part_burst(db: BenchDatabase, args: argparse.Namespace, meter: CpuMete
     return int(cold.answered < n or cold.wall_s > GOAL_BURST_S)
 
 
+async def memory_share(core: Core, tag: str, rounds: int) -> tuple[list[float], list[float]]:
+    """Alternate a turn's start without and with the memory load (+ its prompt section) for one private user with
+    full blocks, so both see the same host load: the milliseconds of each (turns are opened and left running)."""
+    without: list[float] = []
+    with_memory: list[float] = []
+    words = core.settings.MEMORY_BLOCK_WORDS
+    for n in range(rounds):
+        for load, out in ((False, without), (True, with_memory)):
+            inc = Incoming("telegram", f"{tag}u0", f"{tag}p0", f"memory share {n} {load}", user_name="User 0")
+            t0 = time.perf_counter()
+            start = await conversations.begin_turn(
+                core.pool, inc, "UTC", HISTORY, core.now() + DUE_SOON, DUE_SOON_LINES, memory=load
+            )
+            if start.memory is not None:
+                render_prompt_section(start.memory, words)
+            out.append((time.perf_counter() - t0) * 1000)
+    return without, with_memory
+
+
+async def part_memory(db: BenchDatabase, args: argparse.Namespace) -> None:
+    """With --full-memory: what the memory load adds to a turn, measured side by side on the same database."""
+    rounds = args.turns
+    print(f"== Memory: a private turn's start without and with full core memory, {rounds} alternating pairs ==")
+    async with FakeLLMProcess(0.0) as server, bench_core(db.dsn, server.base_url) as core:
+        tag = f"{db.tag}m-"
+        for n in range(HISTORY):
+            await one_turn(core, sequential_incoming(tag, n * CONVERSATIONS))  # user 0's private chat, full history
+        print(f"  user 0: {HISTORY} turns of history, {await fill_memory(core, tag)} full blocks")
+        await memory_share(core, tag, args.warmup)
+        without, with_memory = await memory_share(core, tag, rounds)
+    a, b = percentile(sorted(without), 50), percentile(sorted(with_memory), 50)
+    print(f"  begin_turn p50 without memory {a:.3f} ms, with full memory + <core_memory> rendered {b:.3f} ms")
+    print(f"  [HEADLINE] memory adds {b - a:.3f} ms per private turn (p50)   goal <= 1 ms   {verdict(b - a, 1.0)}")
+    print()
+
+
 async def part_profile(db: BenchDatabase, args: argparse.Namespace) -> None:
     """Per-phase wall time and a cProfile of sequential turns with full history (fake LLM in its own process)."""
     turns = args.profile_turns
@@ -514,6 +584,8 @@ async def part_profile(db: BenchDatabase, args: argparse.Namespace) -> None:
         tag = f"{db.tag}p-"
         for n in range(fill):
             await one_turn(core, sequential_incoming(tag, n))
+        if args.full_memory:
+            print(f"  full core memory: {await fill_memory(core, tag)} blocks")
         with phase_timers(core) as acc:
             t0 = time.perf_counter()
             for n in range(fill, fill + turns):
@@ -555,6 +627,8 @@ async def bench(args: argparse.Namespace) -> int:
             status |= await part_sequential(db, args, meter)
         if not args.skip_burst:
             status |= await part_burst(db, args, meter, server.max_connections)
+        if args.full_memory:
+            await part_memory(db, args)
         if args.profile:
             await part_profile(db, args)
     return status
@@ -574,6 +648,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-diagnose", dest="diagnose", action="store_false", help="skip the burst with a bigger pool"
     )
     parser.add_argument("--profile", action="store_true", help="add a phase breakdown and a cProfile")
+    parser.add_argument(
+        "--full-memory",
+        action="store_true",
+        help="full human and persona blocks (MEMORY_BLOCK_WORDS) for part 1's users",
+    )
     parser.add_argument("--profile-turns", type=int, default=300, help="turns to profile (300)")
     args = parser.parse_args(argv)
     quiet_logging()

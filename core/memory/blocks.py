@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import asyncpg
@@ -29,10 +30,10 @@ class Block:
     name: str
     lines: tuple[str, ...]
 
-    @property
+    @cached_property
     def words(self) -> int:
-        """How many words the block holds (what the limit counts)."""
-        return sum(count_words(line) for line in self.lines)
+        """How many words the block holds (what the limit counts; counted once, every turn renders it)."""
+        return count_words(" ".join(self.lines))  # lines are stripped: joining adds no word
 
     def header(self, limit: int) -> str:
         """`[human] Facts about the user (2 lines, 6/500 words)`."""

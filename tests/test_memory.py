@@ -12,6 +12,7 @@ import asyncpg
 import openai
 import pytest
 
+from bot.app import embeddings
 from core.agent.prompt import GROUP_MEMORY_NOTE
 from core.capabilities.runtime import run_query
 from core.core import Core
@@ -582,3 +583,21 @@ async def test_prompt_warns_while_a_block_is_80_percent_full(make_core: MakeCore
         "Warning: [human] is 80% full (8/10 words): consolidate its lines or move detail to archival memory.\n"
         "[persona]"
     ) in _system(fake_llm.requests[-1])
+
+
+async def test_start_up_wires_embeddings_only_when_an_embedding_model_is_set(
+    make_settings: Any, make_llm: Any, pool: Pool, fake_llm: FakeOpenAI, clock: FakeClock
+) -> None:
+    """bot.app.embeddings: none without EMBEDDING_MODEL; with it, a turn's archival insert gets a vector."""
+    plain = make_settings()
+    assert await embeddings(plain, pool, make_llm(plain)) is None
+    settings = make_settings(EMBEDDING_MODEL="fake-embed")
+    embedder = await embeddings(settings, pool, make_llm(settings))
+    assert embedder is not None and embedder.model == "fake-embed"
+    core = Core(settings, pool, make_llm(settings), clock=clock, embedder=embedder)
+    fake_llm.script(
+        Reply(tool_calls=[("archival_memory_insert", {"content": "Alice's dentist is Dr Who"})]), Reply(text="ok")
+    )
+    await run(core, incoming("remember my dentist", user=ALICE))
+    assert fake_llm.embedding_inputs == ["Alice's dentist is Dr Who"]
+    assert await pool.fetchval("SELECT embedding_model FROM archival_memory") == "fake-embed"

@@ -101,6 +101,10 @@ MEMORY_VECTOR_MIN_SIMILARITY = 0.45  # cosine similarity below this does not cou
 MEMORY_EMBED_TIMEOUT_S = 15.0  # one embedding call gives up after this (the insert is kept without a vector)
 ARCHIVAL_CONTENT_CHARS = 4000  # one archival entry at most
 MEMORY_QUERY_CHARS = 500  # a search query at most
+MEMORY_TYPO_MIN_CHARS = 3  # a query word the user never used, this long or longer, also matches as a prefix or typo
+MEMORY_TYPO_SIMILARITY = 0.3  # pg_trgm similarity from which one of the user's words counts as that typo's word
+MEMORY_TYPO_LENGTH_SLACK = 2  # such a word is at most this many characters shorter or longer
+MEMORY_TYPO_WORDS = 3  # at most this many of them per query word
 
 
 def truncate(text: str, limit: int, *, one_line: bool = False) -> str:

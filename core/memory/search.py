@@ -13,6 +13,10 @@ import asyncpg
 from core.limits import (
     MEMORY_ENTRY_SHOW_CHARS,
     MEMORY_PAGE_SIZE,
+    MEMORY_TYPO_LENGTH_SLACK,
+    MEMORY_TYPO_MIN_CHARS,
+    MEMORY_TYPO_SIMILARITY,
+    MEMORY_TYPO_WORDS,
     MEMORY_VECTOR_CANDIDATES,
     MEMORY_VECTOR_MIN_SIMILARITY,
     truncate,
@@ -24,10 +28,10 @@ from core.tools.framework import ToolError
 log = logging.getLogger(__name__)
 
 # The query's words (full-text `simple`: every language's words as they are). A word the user never used (a typo,
-# a partial word) also matches as a prefix and through up to three of their words with the same first letter
-# that are similar (pg_trgm). Any term matches (OR); ranking decides.
-_QUERY_CTES = """
-qw AS (SELECT w, length(w) >= 3 AND NOT EXISTS (
+# a partial word) also matches as a prefix and through a few of their words with the same first letter and a
+# similar length that are similar (pg_trgm). Any term matches (OR); ranking decides.
+_QUERY_CTES = f"""
+qw AS (SELECT w, length(w) >= {MEMORY_TYPO_MIN_CHARS} AND NOT EXISTS (
            SELECT 1 FROM memory_search_words k WHERE k.user_id = $1 AND k.word = w) AS unknown
        FROM unnest(tsvector_to_array(to_tsvector('simple', $2))) w),
 terms AS (
@@ -37,9 +41,9 @@ terms AS (
         SELECT word FROM memory_search_words
         WHERE qw.unknown AND user_id = $1
           AND word >= left(qw.w, 1) AND word < chr(least(ascii(qw.w) + 1, 1114111))
-          AND length(word) BETWEEN length(qw.w) - 2 AND length(qw.w) + 2
-          AND similarity(word, qw.w) >= 0.3
-        ORDER BY similarity(word, qw.w) DESC, word LIMIT 3) n
+          AND abs(length(word) - length(qw.w)) <= {MEMORY_TYPO_LENGTH_SLACK}
+          AND similarity(word, qw.w) >= {MEMORY_TYPO_SIMILARITY}
+        ORDER BY similarity(word, qw.w) DESC, word LIMIT {MEMORY_TYPO_WORDS}) n
 ),
 q AS MATERIALIZED (SELECT to_tsquery('simple', (SELECT string_agg(term, ' | ') FROM terms)) AS tsq)"""
 

@@ -13,6 +13,7 @@ import asyncpg
 from core.limits import (
     MEMORY_ENTRY_SHOW_CHARS,
     MEMORY_PAGE_SIZE,
+    MEMORY_SEARCH_MAX_PAGE,
     MEMORY_TYPO_LENGTH_SLACK,
     MEMORY_TYPO_MIN_CHARS,
     MEMORY_TYPO_SIMILARITY,
@@ -169,7 +170,7 @@ async def search_archival(
     args: list[object] = [user_id, query, page_offset(page)]
     vector = await embed_query(embedder, query) if embedder is not None else None
     rows: list[asyncpg.Record] | None = None
-    if embedder is not None and vector is not None:
+    if embedder is not None and vector is not None and page <= MEMORY_SEARCH_MAX_PAGE:
         with_vectors = _ARCHIVAL_VECTOR_SQL
         try:
             rows = await pool.fetch(with_vectors, *args, vector, embedder.model)
@@ -177,7 +178,7 @@ async def search_archival(
         except asyncpg.PostgresError as e:  # pgvector or the column went missing: text search still answers
             log.warning("archival search without embeddings: %s", type(e).__name__)
     if rows is None:
-        rows = await pool.fetch(sql, *args)
+        rows = await pool.fetch(sql, *args) if page <= MEMORY_SEARCH_MAX_PAGE else []
     if not rows and page > 1:
         first = await pool.fetch(sql, *args[:2], 0, *args[3:])
         if first:
@@ -189,7 +190,11 @@ async def search_archival(
 
 async def search_conversation(pool: Pool, user_id: int, query: str, page: int, tz: ZoneInfo) -> str:
     """One page of the user's earlier messages and the bot's replies to them that match `query`."""
-    rows = await pool.fetch(_CONVERSATION_PAGE, user_id, query, page_offset(page))
+    rows = (
+        await pool.fetch(_CONVERSATION_PAGE, user_id, query, page_offset(page))
+        if page <= MEMORY_SEARCH_MAX_PAGE
+        else []
+    )
     if not rows and page > 1:
         first = await pool.fetch(_CONVERSATION_PAGE, user_id, query, 0)
         if first:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from core.limits import ARCHIVAL_CONTENT_CHARS, MEMORY_QUERY_CHARS
 from core.memory.blocks import Block, check_room, clean_line, line_index, load_blocks, pick, plural, store, with_warning
 from core.memory.embeddings import Embedder
 from core.memory.search import insert_archival, search_archival, search_conversation
+from core.storage.db import is_dropped, retry_dropped
 from core.tools.framework import Handler, Tool, ToolContext, ToolError
+
+log = logging.getLogger(__name__)
 
 _S, _N = {"type": "string"}, {"type": "integer"}  # bounds are checked in the handlers (smaller prompt)
 
@@ -19,17 +23,51 @@ def _schema(**props: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required} if required else {"type": "object"}
 
 
-def _tool(name: str, description: str, params: dict[str, Any], handler: Handler) -> Tool:
-    """A tool whose unknown arguments (a forged user_id, say) are refused; checked here to keep schemas small."""
+def _tool(name: str, description: str, params: dict[str, Any], handler: Handler, *, again: bool = True) -> Tool:
+    """A tool whose unknown arguments (a forged user_id, say) are refused; checked here to keep schemas small.
+
+    A call whose database connection drops runs again on a fresh one when running it twice does no harm
+    (`again`: reads, and writes that are idempotent); otherwise the model is told, in one line, to check.
+    """
     known = set(params.get("properties", {}))
 
     async def strict(p: dict[str, Any], ctx: ToolContext) -> Any:
         extra = sorted(set(p) - known)
         if extra:
             raise ToolError(f"unknown arguments: {', '.join(extra)}", code="invalid_args")
-        return await handler(p, ctx)
+        args = {k: _plain(k, v) for k, v in p.items()}
+        try:
+            if again:
+                return await retry_dropped(lambda: handler(args, ctx), name, pool=ctx.pool)
+            return await handler(args, ctx)
+        except Exception as e:
+            if not is_dropped(e):
+                raise
+            log.warning("%s lost its database connection (%s)", name, type(e).__name__)
+            check = "try again shortly" if again else "read the block to see whether it was done"
+            raise ToolError(f"the database connection was lost during {name}; {check}", code="tool_error") from None
 
     return Tool(name, description, params, strict, personal=True)
+
+
+def _plain(key: str, value: Any) -> Any:
+    """An argument PostgreSQL can take: text without NUL or unpaired surrogates, whole numbers as int."""
+    if isinstance(value, float):  # JSON Schema's "integer" also admits 3.0
+        return int(value)
+    if isinstance(value, str) and ("\x00" in value or _unpaired_surrogate(value)):
+        raise ToolError(
+            f"{key} contains a NUL character or an unpaired surrogate; send plain text", code="invalid_args"
+        )
+    return value
+
+
+def _unpaired_surrogate(text: str) -> bool:
+    """Whether `text` cannot be encoded as UTF-8 (a lone surrogate from a JSON `\\ud800` escape)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _text(args: dict[str, Any], key: str, limit: int) -> str:
@@ -121,7 +159,7 @@ def memory_tools(block_words: int, embedder: Embedder | None = None) -> tuple[To
             append,
         ),
         _tool("core_memory_replace", "Replace a line.", _schema(**block, **line, new_content=_S), replace),
-        _tool("core_memory_delete", "Delete a line.", _schema(**block, **line), delete),
+        _tool("core_memory_delete", "Delete a line.", _schema(**block, **line), delete, again=False),  # twice: 2 lines
         _tool("core_memory_list_blocks", "List blocks.", _schema(), list_blocks),
         _tool("archival_memory_insert", "Save a detail to archival memory.", _schema(content=_S), insert),
         _tool("archival_memory_search", "Search archival memory.", search, archival_search),

@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from core.capabilities.runtime import CapabilityQueryError, run_query
-from core.memory import memory_tools, prepare_embeddings
+from core.memory import memory_tools, prepare_embeddings, wipe_memory
 from core.storage.conversations import reset_conversation
 from core.storage.db import Pool
 from core.tools.framework import ToolContext, ToolRegistry
@@ -48,7 +48,9 @@ HOSTILE_QUERIES = [
     "' OR 1=1 --", "%", "_", "%_%", "a%b", "\\", "\\\\'", "'", "''", '"', "a & b", "a | b", "!a", "!!", "a:*",
     "a <-> b", "<2>", "a:A", "a:*B", "(", ")", "E'x'", "$1", "$$", ";DROP TABLE archival_memory;", "🙂",
     "\x00", "bank\x00", "x" * 10_000, "word " * 2000, "", "   ", "C:\\Users\\alice\\bank.txt", "/etc/passwd",
-    "http://x.y/a'b", "a'b@c.de", "1.2.3", "-1", "ü' | 'x",
+    "http://x.y/a'b", "a'b@c.de", "1.2.3", "-1", "ü' | 'x", "O'Reilly's", "a\\'b", "'a' & 'b'", "foo:ab",
+    "ab:*<->cd", "\ud7ffxyz", "xyz\ud7ff", "\U0010ffffabc", "\ud7fbabc", "\uffffabc", "ßtraße", "İstanbul",
+    "x" * 2100, "sparkass", "Sparkass", "spar", "SPARKASSE",
 ]  # fmt: skip
 
 
@@ -413,3 +415,36 @@ async def test_memory_tools_work_after_every_idle_connection_was_dropped(people:
         assert (await bob.call(tool, **args))["ok"], tool
     assert await pool.fetchval("SELECT lines FROM memory_blocks WHERE name = 'human'") == ["replaced"]
     assert await pool.fetchval("SELECT count(*) FROM archival_memory") == 1
+
+
+async def _until_waiting(dsn: str, n: int) -> None:
+    """Wait (in the server) until `n` backends of the test database wait for a lock."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            "DO $$ BEGIN WHILE (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            f" AND wait_event_type = 'Lock') < {n}"
+            " LOOP PERFORM pg_sleep(0.002); PERFORM pg_stat_clear_snapshot(); END LOOP; END $$"
+        )
+    finally:
+        await conn.close()
+
+
+async def test_an_append_racing_a_wipe_does_not_bring_wiped_lines_back(people: Any, pool: Pool, db_dsn: str) -> None:
+    """/memory wipe confirm while a turn appends: the wiped lines stay gone (the append may add its own line)."""
+    bob = await people(BOB)
+    await bob.ok("core_memory_append", block="human", content="wiped secret")
+    holder = await asyncpg.connect(db_dsn)
+    try:
+        await holder.execute("BEGIN")
+        await holder.execute("SELECT * FROM memory_blocks FOR UPDATE")  # both writers queue behind this
+        wipe = asyncio.create_task(wipe_memory(pool, bob.ctx.user.id))
+        await _until_waiting(db_dsn, 1)
+        append = asyncio.create_task(bob.call("core_memory_append", block="human", content="new line"))
+        await _until_waiting(db_dsn, 2)
+        await holder.execute("ROLLBACK")
+        wiped, appended = await wipe, await append
+    finally:
+        await holder.close()
+    assert wiped.lines == 1 and appended["ok"], appended
+    assert await pool.fetchval("SELECT lines FROM memory_blocks WHERE name = 'human'") == ["new line"]

@@ -95,10 +95,16 @@ def render_prompt_section(rows: Sequence[Mapping[str, Any]] | Sequence[asyncpg.R
 Db = Pool | asyncpg.Connection | asyncpg.pool.PoolConnectionProxy  # a connection: inside a transaction
 
 
+async def lock_memory(db: Db, user_id: int) -> None:
+    """Hold the user's memory until the transaction ends: every change to it (read, check the limit, write; a
+    wipe) takes this lock first, so a write cannot bring back what a concurrent wipe removed."""
+    await db.execute("SELECT 1 FROM users WHERE id = $1 FOR NO KEY UPDATE", user_id)
+
+
 async def load_blocks(db: Db, user_id: int, *, lock: bool = False) -> list[Block]:
     """All blocks of a user (human and persona always); `lock` holds the user's blocks until the transaction ends."""
-    if lock:  # serialises changes to one user's memory (read, check the limit, write)
-        await db.execute("SELECT 1 FROM users WHERE id = $1 FOR NO KEY UPDATE", user_id)
+    if lock:
+        await lock_memory(db, user_id)
     rows = await db.fetch(
         "SELECT name, lines FROM memory_blocks WHERE user_id = $1"
         " ORDER BY name <> 'human', name <> 'persona', created_at, name",

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.memory.blocks import BLOCKS_JSON_SQL, Block, blocks_from_rows, line_index, load_blocks, pick, store
+from core.memory.blocks import (
+    BLOCKS_JSON_SQL,
+    Block,
+    blocks_from_rows,
+    line_index,
+    load_blocks,
+    lock_memory,
+    pick,
+    store,
+)
 from core.storage.db import Pool
 
 _OVERVIEW_SQL = (
@@ -64,6 +73,7 @@ async def wipe_memory(pool: Pool, user_id: int) -> Wiped:
     The words their search learned go too, and are learned again from their conversation alone.
     """
     async with pool.acquire() as conn, conn.transaction():
+        await lock_memory(conn, user_id)  # an append in flight finishes first, or starts after the wipe
         row = await conn.fetchrow(
             "WITH bl AS (DELETE FROM memory_blocks WHERE user_id = $1 RETURNING cardinality(lines) AS n),"
             " ar AS (DELETE FROM archival_memory WHERE user_id = $1 RETURNING 1),"

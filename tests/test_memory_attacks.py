@@ -448,3 +448,27 @@ async def test_an_append_racing_a_wipe_does_not_bring_wiped_lines_back(people: A
         await holder.close()
     assert wiped.lines == 1 and appended["ok"], appended
     assert await pool.fetchval("SELECT lines FROM memory_blocks WHERE name = 'human'") == ["new line"]
+
+
+async def test_lines_without_spaces_cannot_fill_the_prompt_past_the_word_limit(people: Any, pool: Pool) -> None:
+    """Text without spaces (a blob, Chinese) counts a word per started 10 characters: the limit bounds the tokens."""
+    bob = await people(BOB, words=50)
+    blob = "x" * 1000  # one "word" by spaces alone: 50 of them would put 50,000 characters into every prompt
+    assert "it would hold 100/50 words; 50 words left" in await bob.refused(
+        "core_memory_append", block="human", content=blob
+    )
+    assert (await bob.ok("core_memory_append", block="human", content="我喜欢喝绿茶而且每天早上都去公园散步")).endswith(
+        "(2/50 words)"
+    )  # 18 characters: two words
+    assert (await bob.ok("core_memory_append", block="human", content="Name: Bob")).endswith("(4/50 words)")
+    while (await bob.call("core_memory_append", block="human", content="y" * 37 + str(await _count(pool))))["ok"]:
+        pass
+    chars = await pool.fetchval("SELECT sum(length(l)) FROM memory_blocks, unnest(lines) l")
+    assert chars <= 50 * 10  # at most MEMORY_WORD_CHARS characters per word the limit allows
+    assert "/50 words" in await bob.ok("core_memory_list_blocks")
+
+
+async def _count(pool: Pool) -> int:
+    """How many lines all blocks hold (makes each appended line different)."""
+    n: int = await pool.fetchval("SELECT coalesce(sum(cardinality(lines)), 0) FROM memory_blocks")
+    return n

@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from core.limits import MEMORY_LINE_CHARS, MEMORY_MAX_BLOCKS, MEMORY_WARN_SHARE
+from core.limits import MEMORY_LINE_CHARS, MEMORY_MAX_BLOCKS, MEMORY_WARN_SHARE, MEMORY_WORD_CHARS
 from core.storage.db import Pool
 from core.tools.framework import ToolError
 
@@ -46,8 +46,9 @@ class Block:
 
 
 def count_words(text: str) -> int:
-    """Words as whitespace-separated pieces."""
-    return len(text.split())
+    """Words as whitespace-separated pieces; a long piece counts one word per started MEMORY_WORD_CHARS characters,
+    so text without spaces (Chinese, a pasted blob) cannot fill the prompt past what the limit means in tokens."""
+    return sum(-(-len(piece) // MEMORY_WORD_CHARS) for piece in text.split())
 
 
 def plural(n: int, word: str) -> str:

@@ -94,6 +94,7 @@ REMINDER_LATENESS_BUCKETS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600
 MEMORY_MAX_BLOCKS = 10  # human, persona and up to eight custom blocks: every block travels with every request
 MEMORY_LINE_CHARS = 1000  # one line of a block at most (the word limit alone lets a line without spaces through)
 MEMORY_WORD_CHARS = 10  # a longer piece without spaces counts one word per started 10 characters (tokens)
+MEMORY_NAME_SHOW_CHARS = 40  # an invalid block name is quoted back cut to this (names have at most 32)
 MEMORY_WARN_SHARE = 0.8  # at this share of a block's word limit the model is asked to consolidate
 MEMORY_PAGE_SIZE = 5  # search results per page
 MEMORY_ENTRY_SHOW_CHARS = 1000  # a longer entry or message is shown cut, with a marker saying how much more there is

@@ -158,6 +158,17 @@ async def test_block_names_of_another_user_reveal_nothing(people: Any, block: An
     assert "1: Alice private plans" in await alice.ok("core_memory_read", block="diary")
 
 
+async def test_an_invalid_block_name_is_quoted_back_short(people: Any) -> None:
+    bob = await people(BOB)
+    long = await bob.refused("core_memory_read", block="x" * 10_000)  # was the whole name, 10,000 characters
+    assert (
+        long
+        == "invalid block name '"
+        + "x" * 39
+        + "…'; blocks: human, persona (a new block name uses letters, digits and _)"
+    )
+
+
 # ---- 2. conversation search: only the searcher's own lines (and the bot's replies in their private chat) ---------
 
 
@@ -472,3 +483,26 @@ async def _count(pool: Pool) -> int:
     """How many lines all blocks hold (makes each appended line different)."""
     n: int = await pool.fetchval("SELECT coalesce(sum(cardinality(lines)), 0) FROM memory_blocks")
     return n
+
+
+async def test_memory_command_of_another_user_reveals_and_erases_nothing(
+    make_core: MakeCore, people: Any, pool: Pool
+) -> None:
+    core = make_core(ALLOWED_USERS="*")
+    alice = await people(ALICE)
+    await alice.ok("core_memory_append", block="diary", content="Alice diary line")
+    await alice.ok("core_memory_append", block="human", content="Alice human line")
+    await alice.ok("archival_memory_insert", content="Alice archival entry")
+    for arg in (
+        "", "forget diary 1", "forget human 1", "forget persona 1", "forget human 0", "forget human -1",
+        "forget human " + "9" * 5000, "forget human ١", "forget diary\x00 1", "forget di%ry 1", "forget _ 1",
+        "wipe", "wipe confirm",
+    ):  # fmt: skip
+        for where in ({}, {"chat": "-500", "kind": "group"}):
+            said = await core.command(incoming("/memory", user=BOB, name="Bob", **where), "memory", arg)
+            assert isinstance(said, str), (arg, said)
+            assert "Alice" not in said and "diary" not in said.partition("blocks:")[2], (arg, said)
+            assert "1 entry" not in said and "1 archival" not in said and "Traceback" not in said, (arg, said)
+    assert "1: Alice diary line" in await alice.ok("core_memory_read", block="diary")
+    assert "1: Alice human line" in await alice.ok("core_memory_read", block="human")
+    assert "(Page 1 of 1, 1 total)" in await alice.ok("archival_memory_search", query="archival")

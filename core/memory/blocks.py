@@ -10,7 +10,14 @@ from typing import Any
 
 import asyncpg
 
-from core.limits import MEMORY_LINE_CHARS, MEMORY_MAX_BLOCKS, MEMORY_WARN_SHARE, MEMORY_WORD_CHARS
+from core.limits import (
+    MEMORY_LINE_CHARS,
+    MEMORY_MAX_BLOCKS,
+    MEMORY_NAME_SHOW_CHARS,
+    MEMORY_WARN_SHARE,
+    MEMORY_WORD_CHARS,
+    truncate,
+)
 from core.storage.db import Pool
 from core.tools.framework import ToolError
 
@@ -126,8 +133,9 @@ def pick(blocks: Sequence[Block], raw: str, *, may_create: bool = False) -> Bloc
         if b.name == name:
             return b
     if not _NAME_RE.match(name):
+        shown = truncate(raw, MEMORY_NAME_SHOW_CHARS, one_line=True)
         raise ToolError(
-            f"invalid block name {raw!r}; blocks: {_names(blocks)} (a new block name uses letters, digits and _)",
+            f"invalid block name {shown!r}; blocks: {_names(blocks)} (a new block name uses letters, digits and _)",
             code="invalid_args",
         )
     if not may_create:

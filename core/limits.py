@@ -107,6 +107,7 @@ MEMORY_TYPO_MIN_CHARS = 3  # a query word the user never used, this long or long
 MEMORY_TYPO_SIMILARITY = 0.3  # pg_trgm similarity from which one of the user's words counts as that typo's word
 MEMORY_TYPO_LENGTH_SLACK = 2  # such a word is at most this many characters shorter or longer
 MEMORY_TYPO_WORDS = 3  # at most this many of them per query word
+MEMORY_TYPO_QUERY_WORDS = 8  # at most this many unknown words of one query are widened so (the longest)
 MEMORY_SEARCH_MAX_PAGE = 1_000_000  # a later page is past the end for anyone (its OFFSET must fit a bigint)
 
 

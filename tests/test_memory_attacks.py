@@ -10,7 +10,9 @@ import asyncpg
 import pytest
 
 from core.capabilities.runtime import CapabilityQueryError, run_query
+from core.limits import MEMORY_TYPO_QUERY_WORDS
 from core.memory import memory_tools, prepare_embeddings, wipe_memory
+from core.memory.search import _QUERY_CTES
 from core.storage.conversations import reset_conversation
 from core.storage.db import Pool
 from core.tools.framework import ToolContext, ToolRegistry
@@ -506,3 +508,15 @@ async def test_memory_command_of_another_user_reveals_and_erases_nothing(
     assert "1: Alice diary line" in await alice.ok("core_memory_read", block="diary")
     assert "1: Alice human line" in await alice.ok("core_memory_read", block="human")
     assert "(Page 1 of 1, 1 total)" in await alice.ok("archival_memory_search", query="archival")
+
+
+async def test_a_query_of_many_made_up_words_widens_only_a_few(people: Any, pool: Pool) -> None:
+    """Each widened word is a prefix scan over everyone's words in the index: ~0.33 s → ~0.12 s at 300,000 messages."""
+    bob = await people(BOB)
+    await bob.ok("archival_memory_insert", content="Sparkasse statement")
+    many = " ".join(f"{a}{b}{c}" for a in "abcdef" for b in "0123456789" for c in "xyz")[:500]
+    widened = await pool.fetchval(
+        f"WITH {_QUERY_CTES} SELECT count(*) FROM qw WHERE unknown", bob.ctx.user.id, many + " sparkass"
+    )
+    assert widened == MEMORY_TYPO_QUERY_WORDS
+    assert "Sparkasse statement" in await bob.ok("archival_memory_search", query=many[:400] + " sparkass")

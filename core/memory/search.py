@@ -16,6 +16,7 @@ from core.limits import (
     MEMORY_SEARCH_MAX_PAGE,
     MEMORY_TYPO_LENGTH_SLACK,
     MEMORY_TYPO_MIN_CHARS,
+    MEMORY_TYPO_QUERY_WORDS,
     MEMORY_TYPO_SIMILARITY,
     MEMORY_TYPO_WORDS,
     MEMORY_VECTOR_CANDIDATES,
@@ -30,11 +31,15 @@ log = logging.getLogger(__name__)
 
 # The query's words (full-text `simple`: every language's words as they are). A word the user never used (a typo,
 # a partial word) also matches as a prefix and through a few of their words with the same first letter and a
-# similar length that are similar (pg_trgm). Any term matches (OR); ranking decides.
+# similar length that are similar (pg_trgm). Any term matches (OR); ranking decides. Only the longest few unknown
+# words are widened: a prefix is looked up among every user's words in the index, so a query of a hundred short
+# made-up words took ~0.3 s over 300,000 messages.
 _QUERY_CTES = f"""
-qw AS (SELECT w, length(w) >= {MEMORY_TYPO_MIN_CHARS} AND NOT EXISTS (
+qk AS (SELECT w, length(w) >= {MEMORY_TYPO_MIN_CHARS} AND NOT EXISTS (
            SELECT 1 FROM memory_search_words k WHERE k.user_id = $1 AND k.word = w) AS unknown
        FROM unnest(tsvector_to_array(to_tsvector('simple', $2))) w),
+qw AS (SELECT w, unknown AND row_number() OVER (PARTITION BY unknown ORDER BY length(w) DESC, w)
+                             <= {MEMORY_TYPO_QUERY_WORDS} AS unknown FROM qk),
 terms AS (
     SELECT quote_literal(w) || CASE WHEN unknown THEN ':*' ELSE '' END AS term FROM qw
     UNION

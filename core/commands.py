@@ -50,7 +50,7 @@ MEMORY_WIPE_HOW = {  # how to confirm, per platform (the chat adapters put a but
     "telegram": "To go ahead, press the button below or send /memory wipe confirm.",
     "discord": "To go ahead, press the button below or use /memory action:wipe confirm:True.",
 }
-MEMORY_WIPED = "Done — I erased {lines} and {archival}. Our conversation history stays (/reset starts afresh)."
+MEMORY_WIPED = "Done — I erased {lines} and {archival}. Our conversation history is not memory and stays as it is."
 
 
 class CoreParts(Protocol):

@@ -140,7 +140,7 @@ def pick(blocks: Sequence[Block], raw: str, *, may_create: bool = False) -> Bloc
         )
     if not may_create:
         raise ToolError(
-            f"no block [{name}]; blocks: {_names(blocks)} (core_memory_append creates a block)", code="invalid_args"
+            f"no block [{name}]; blocks: {_names(blocks)} (appending to a new name creates one)", code="invalid_args"
         )
     if len(blocks) >= MEMORY_MAX_BLOCKS:
         raise ToolError(

@@ -7,7 +7,7 @@ from typing import Literal
 from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Provider = Literal["openai", "anthropic", "gemini", "groq", "openrouter", "ollama", "lmstudio"]
@@ -61,6 +61,27 @@ def parse_id_list(raw: str) -> frozenset[int]:
     return frozenset(ids)
 
 
+def parse_shard_ids(raw: str, count: int | None) -> tuple[int, ...]:
+    """Parse `0,1` or `0-3` (or a mix) into sorted, distinct shard ids, each below `count` (the shard count)."""
+    ids: set[int] = set()
+    for part in raw.replace(";", ",").split(","):
+        item = part.strip()
+        if not item:
+            continue
+        first, dash, last = item.partition("-")
+        if not first.strip().isdigit() or (dash and not last.strip().isdigit()):
+            raise ValueError(f"'{item}' is not a shard id or a range such as 0-3")
+        low, high = int(first), int(last) if dash else int(first)
+        if high < low:
+            raise ValueError(f"'{item}' is an empty range (write the lower id first)")
+        if count is None:
+            raise ValueError("needs DISCORD_SHARD_COUNT (the number of shards of the whole bot)")
+        if high >= count:  # checked before the range is expanded (0-999999999 would fill the memory)
+            raise ValueError(f"shard id {high} is not below DISCORD_SHARD_COUNT={count} (ids run 0 to {count - 1})")
+        ids.update(range(low, high + 1))
+    return tuple(sorted(ids))
+
+
 class Settings(BaseSettings):
     """All settings of the bot; field names are the environment variable names."""
 
@@ -78,6 +99,8 @@ class Settings(BaseSettings):
     DISCORD_API_BASE_URL: str | None = None
     DISCORD_GATEWAY_URL: str | None = None
     DISCORD_CHANNELS: str = ""  # channel ids where every message is a turn (no mention needed)
+    DISCORD_SHARD_COUNT: int | None = Field(default=None, ge=1)  # gateway shards of the whole bot; unset: unsharded
+    DISCORD_SHARD_IDS: str = ""  # the shards this process runs, e.g. 0,1 or 0-3; empty: all of them
     ADMINS: str = ""
     ALLOWED_USERS: str = ""
     DEFAULT_TIMEZONE: str = "UTC"
@@ -133,6 +156,13 @@ class Settings(BaseSettings):
         parse_id_list(v)
         return v
 
+    @field_validator("DISCORD_SHARD_IDS")
+    @classmethod
+    def _check_shard_ids(cls, v: str, info: ValidationInfo) -> str:
+        """Shard ids need DISCORD_SHARD_COUNT and must each be below it."""
+        parse_shard_ids(v, info.data.get("DISCORD_SHARD_COUNT"))
+        return v
+
     @field_validator("DEFAULT_TIMEZONE")
     @classmethod
     def _check_tz(cls, v: str) -> str:
@@ -149,6 +179,7 @@ class Settings(BaseSettings):
         "TELEGRAM_API_BASE_URL",
         "DISCORD_API_BASE_URL",
         "DISCORD_GATEWAY_URL",
+        "DISCORD_SHARD_COUNT",
         mode="before",
     )
     @classmethod
@@ -176,6 +207,14 @@ class Settings(BaseSettings):
     def discord_channels(self) -> frozenset[int]:
         """Discord channels where every message is answered."""
         return parse_id_list(self.DISCORD_CHANNELS)
+
+    @property
+    def discord_shards(self) -> tuple[int, tuple[int, ...]] | None:
+        """(shard count, the ids this process runs) when sharding is configured; None: one unsharded client."""
+        if self.DISCORD_SHARD_COUNT is None:
+            return None
+        ids = parse_shard_ids(self.DISCORD_SHARD_IDS, self.DISCORD_SHARD_COUNT)
+        return self.DISCORD_SHARD_COUNT, ids or tuple(range(self.DISCORD_SHARD_COUNT))
 
     @property
     def allowed_users(self) -> frozenset[str]:

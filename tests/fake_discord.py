@@ -194,6 +194,16 @@ class _Connection:
     session: _Session | None = None
     cursor: int = 0  # index of the next history entry to send
     live: bool = False  # identified or resumed, and still the current connection
+    shard: int = 0  # the shard it identified (or resumed) as; 0 when unsharded
+
+
+@dataclass
+class _Slot:
+    """One gateway shard: its session, its current connection and dispatches made before it had a session."""
+
+    session: _Session | None = None
+    conn: _Connection | None = None
+    pending: list[tuple[str, Any]] = field(default_factory=list)
 
 
 RouteHandler = Callable[[_Call], Awaitable[Any]]
@@ -275,8 +285,10 @@ class FakeDiscord(LoopbackServer):
         *,
         application_id: str | None = None,
         enabled_intents: int = PRIVILEGED_INTENTS,
+        guild_shard: tuple[int, int] | None = None,
     ) -> None:
-        """Create the (not yet started) server with one guild, two text channels and a thread."""
+        """Create the (not yet started) server with one guild, two text channels and a thread; `guild_shard`
+        (shard, count) picks a guild id that shard owns when the bot runs that many shards."""
         self.token = token
         self.enabled_intents = enabled_intents  # privileged intents switched on in the "developer portal"
         self._last_id = 0
@@ -285,6 +297,10 @@ class FakeDiscord(LoopbackServer):
         self.application_id: str = application_id or self.bot_user["id"]  # modern apps share the bot's id
         self.owner: dict[str, Any] = self.user(self._snowflake(), "owner")
         self.guild_id = self._snowflake()
+        if guild_shard is not None:  # move the id's timestamp a few ms on until (id >> 22) % count is the shard
+            shard, count = guild_shard
+            self._last_id = int(self.guild_id) + (((shard - (int(self.guild_id) >> 22)) % count) << 22)
+            self.guild_id = str(self._last_id)
         self.bot_role_id = self._snowflake()
         self.channel_id = self._snowflake()
         self.other_channel_id = self._snowflake()
@@ -393,9 +409,10 @@ class FakeDiscord(LoopbackServer):
         self.heartbeats = 0
         self.gateway_connections: list[str] = []  # path of every websocket connection
         self.gateway_closes: list[int] = []  # close codes the fake sent
-        self._session: _Session | None = None
-        self._pending: list[tuple[str, Any]] = []  # dispatches before any session existed
-        self._conn: _Connection | None = None
+        # per shard (0 when unsharded): a guild's events go to shard (guild id >> 22) % shard_count, DMs to 0
+        self._slots: dict[int, _Slot] = {0: _Slot()}
+        self.shard_count = 1  # as the latest IDENTIFY said
+        self.identified_shards: list[list[int] | None] = []  # the "shard" field of every IDENTIFY
         self._sockets: set[web.WebSocketResponse] = set()
         self._send_lock = asyncio.Lock()
         super().__init__()
@@ -403,11 +420,43 @@ class FakeDiscord(LoopbackServer):
         self._routes: list[tuple[str, re.Pattern[str], RouteHandler, bool]] = []
         self._install_routes()
 
+    # shard 0 (the only one when unsharded): what the scripting API below talks about
+
+    @property
+    def _session(self) -> _Session | None:
+        """Shard 0's session."""
+        return self._slots[0].session
+
+    @_session.setter
+    def _session(self, value: _Session | None) -> None:
+        """Set shard 0's session."""
+        self._slots[0].session = value
+
+    @property
+    def _conn(self) -> _Connection | None:
+        """Shard 0's current connection."""
+        return self._slots[0].conn
+
+    @_conn.setter
+    def _conn(self, value: _Connection | None) -> None:
+        """Set shard 0's current connection."""
+        self._slots[0].conn = value
+
+    def shard_of(self, guild_id: int | str | None) -> int:
+        """The shard that receives a guild's events (DMs, guild_id None: shard 0), as Discord routes them."""
+        return 0 if not guild_id else (int(guild_id) >> 22) % self.shard_count
+
+    def shard_connected(self, shard: int) -> bool:
+        """Whether a shard's gateway connection is identified or resumed and receiving dispatches."""
+        slot = self._slots.get(shard)
+        return slot is not None and slot.conn is not None and slot.conn.live
+
     # lifecycle
 
     async def stop(self) -> None:
         """Close every gateway connection and shut the server down."""
-        self._conn = None
+        for slot in self._slots.values():
+            slot.conn = None
         for ws in list(self._sockets):
             await ws.close(code=1001, message=b"Going away")
         await super().stop()
@@ -830,12 +879,14 @@ class FakeDiscord(LoopbackServer):
             "embedded_activities": [],
         }
 
-    def _ready(self, session: _Session) -> dict[str, Any]:
-        """The READY payload."""
+    def _ready(self, session: _Session, shard: list[int] | None, has_guild: bool) -> dict[str, Any]:
+        """The READY payload (the guild only on the shard that owns it)."""
+        extra = {"shard": shard} if shard is not None else {}
         return {
+            **extra,
             "v": API_VERSION,
             "user": {**self.bot_user, "verified": True, "mfa_enabled": False, "flags": 0},
-            "guilds": [{"id": self.guild_id, "unavailable": True}],
+            "guilds": [{"id": self.guild_id, "unavailable": True}] if has_guild else [],
             "session_id": session.id,
             "session_type": "normal",
             "resume_gateway_url": self.resume_gateway_url,
@@ -1229,11 +1280,13 @@ class FakeDiscord(LoopbackServer):
             session.history.append((event, json.loads(json.dumps(visible))))
 
     async def _dispatch(self, event: str, data: Any) -> None:
-        """Dispatch an event: sent now when a connection is live, else kept for the resume or next identify."""
-        if self._session is None:
-            self._pending.append((event, json.loads(json.dumps(data))))
+        """Dispatch an event to its shard: sent now when a connection is live, else kept for the resume or next
+        identify."""
+        slot = self._slots.setdefault(self.shard_of(data.get("guild_id") if isinstance(data, dict) else None), _Slot())
+        if slot.session is None:
+            slot.pending.append((event, json.loads(json.dumps(data))))
         else:
-            self._append(self._session, event, data)
+            self._append(slot.session, event, data)
         self._notify()
         await self._flush()
 
@@ -1248,20 +1301,25 @@ class FakeDiscord(LoopbackServer):
         return True
 
     async def _flush(self) -> None:
-        """Send the current connection every history entry it has not had yet, in order."""
+        """Send each shard's current connection every history entry it has not had yet, in order."""
         async with self._send_lock:
-            conn = self._conn
-            while conn is not None and conn is self._conn and conn.live and conn.session is not None:
-                session = conn.session
-                if conn.cursor >= len(session.history):
-                    break
-                event, data = session.history[conn.cursor]
-                conn.cursor += 1
-                if not await self._send(conn, {"op": 0, "t": event, "s": conn.cursor, "d": data}):
-                    conn.live = False
-                    conn.cursor -= 1
-                    break
-                session.delivered = max(session.delivered, conn.cursor)
+            for slot in list(self._slots.values()):
+                await self._flush_slot(slot)
+
+    async def _flush_slot(self, slot: _Slot) -> None:
+        """One shard's part of _flush (the send lock held)."""
+        conn = slot.conn
+        while conn is not None and conn is slot.conn and conn.live and conn.session is not None:
+            session = conn.session
+            if conn.cursor >= len(session.history):
+                break
+            event, data = session.history[conn.cursor]
+            conn.cursor += 1
+            if not await self._send(conn, {"op": 0, "t": event, "s": conn.cursor, "d": data}):
+                conn.live = False
+                conn.cursor -= 1
+                break
+            session.delivered = max(session.delivered, conn.cursor)
 
     def _take_connection(self) -> _Connection:
         """Detach the current connection (it no longer receives dispatches)."""
@@ -1276,8 +1334,7 @@ class FakeDiscord(LoopbackServer):
     async def _close(self, conn: _Connection, code: int, reason: str) -> None:
         """Close a connection with a gateway close code."""
         conn.live = False
-        if self._conn is conn:
-            self._conn = None
+        self._detach(conn)
         self.gateway_closes.append(code)
         self._notify()
         await conn.ws.close(code=code, message=reason.encode())
@@ -1288,9 +1345,6 @@ class FakeDiscord(LoopbackServer):
         await ws.prepare(request)
         conn = _Connection(ws=ws, path=request.path)
         self.gateway_connections.append(request.path)
-        if self._conn is not None:
-            self._conn.live = False
-        self._conn = conn
         self._sockets.add(ws)
         self._notify()
         try:
@@ -1312,11 +1366,24 @@ class FakeDiscord(LoopbackServer):
                 await self._on_frame(conn, frame)
         finally:
             conn.live = False
-            if self._conn is conn:
-                self._conn = None
+            self._detach(conn)
             self._sockets.discard(ws)
             self._notify()
         return ws
+
+    def _detach(self, conn: _Connection) -> None:
+        """A connection that ended is no longer its shard's current one."""
+        slot = self._slots.get(conn.shard)
+        if slot is not None and slot.conn is conn:
+            slot.conn = None
+
+    def _attach(self, conn: _Connection, shard: int) -> _Slot:
+        """Make a connection that identified or resumed its shard's current one (an older one stops receiving)."""
+        slot = self._slots.setdefault(shard, _Slot())
+        if slot.conn is not None and slot.conn is not conn:
+            slot.conn.live = False
+        conn.shard, slot.conn = shard, conn
+        return slot
 
     async def _on_frame(self, conn: _Connection, frame: dict[str, Any]) -> None:
         """Handle one client gateway payload."""
@@ -1355,21 +1422,34 @@ class FakeDiscord(LoopbackServer):
         if intents & PRIVILEGED_INTENTS & ~self.enabled_intents:
             await self._close(conn, 4014, "Disallowed intent(s).")
             return
-        carry = list(self._pending)
-        self._pending.clear()
-        old = self._session
+        shard = data.get("shard")
+        if shard is not None:
+            valid = isinstance(shard, list) and len(shard) == 2 and all(type(x) is int for x in shard)
+            if not valid or not 0 <= shard[0] < shard[1]:
+                await self._close(conn, 4010, "Invalid shard.")
+                return
+            self.shard_count = shard[1]
+        elif self.shard_count != 1:  # an unsharded client after sharded ones: everything goes to it again
+            self.shard_count = 1
+        self.identified_shards.append(shard)
+        slot = self._attach(conn, shard[0] if shard is not None else 0)
+        carry = list(slot.pending)
+        slot.pending.clear()
+        old = slot.session
         if old is not None:
             carry = [(t, d) for t, d in old.history[old.delivered :] if t not in _EVENT_ONLY] + carry
         session = _Session(id=secrets.token_hex(16), intents=intents)
-        self._session = session
+        slot.session = session
         self.identify_count += 1
-        self._append(session, "READY", self._ready(session))
-        self._append(session, "GUILD_CREATE", self._guild_create(intents))
+        has_guild = self.shard_of(self.guild_id) == conn.shard
+        self._append(session, "READY", self._ready(session, shard, has_guild))
+        if has_guild:
+            self._append(session, "GUILD_CREATE", self._guild_create(intents))
         for event, payload in carry:
             self._append(session, event, payload)
         conn.session = session
         conn.cursor = 0
-        conn.live = conn is self._conn
+        conn.live = True
         self._notify()
         await self._flush()
 
@@ -1378,7 +1458,8 @@ class FakeDiscord(LoopbackServer):
         if not isinstance(data, dict) or data.get("token") != self.token:
             await self._close(conn, 4004, "Authentication failed.")
             return
-        session = self._session
+        shard = next((k for k, v in self._slots.items() if v.session and v.session.id == data.get("session_id")), 0)
+        session = self._slots[shard].session
         seq = data.get("seq") or 0
         if session is None or data.get("session_id") != session.id or not isinstance(seq, int):
             invalid = True
@@ -1388,11 +1469,12 @@ class FakeDiscord(LoopbackServer):
             async with self._send_lock:
                 await self._send(conn, {"op": 9, "d": False, "s": None, "t": None})
             return
+        self._attach(conn, shard)
         conn.session = session
         conn.cursor = seq
         self._append(session, "RESUMED", {"_trace": ["fake-discord"]})
         self.resume_count += 1
-        conn.live = conn is self._conn
+        conn.live = True
         self._notify()
         await self._flush()
 

@@ -17,10 +17,10 @@ from adapters.discord.adapter import CUT_SHORT, FAILED, TEXT_ONLY, DiscordAdapte
 from core.commands import STEPS_GONE, STEPS_NOT_YOURS
 from core.core import Core
 from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
-from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
+from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, SettingsError, StartupError
 from core.storage.db import Pool
 from core.types import RESTARTING, Incoming
-from tests.conftest import FakeClock, MakeCore
+from tests.conftest import FakeClock, MakeCore, MakeSettings
 from tests.fake_discord import FakeDiscord
 from tests.fake_openai import FakeOpenAI, Reply
 
@@ -644,3 +644,80 @@ async def test_slash_memory_wipe_asks_and_only_its_person_can_confirm(bot: Bot) 
     bob = await (await bot.dc.slash("memory", {"action": "wipe", "confirm": True}, bot.bob)).wait_done()
     assert bob.ephemeral and bob.texts()[0].startswith("Done — I erased 0 lines and 0 archival entries.")
     assert bob.message is not None and button_ids(bob.message) == []
+
+
+async def test_two_processes_split_two_shards_only_shard_0_syncs_and_each_message_is_answered_once(
+    fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool
+) -> None:
+    """DISCORD_SHARD_COUNT=2 with ids 0 and 1 in two "processes" (cores + adapters) on one fake Discord whose
+    guild shard 1 owns: each identifies as its shard, only shard 0 uploads the slash commands, the guild's
+    message reaches (and is answered by) shard 1 alone, a DM shard 0 alone."""
+    async with FakeDiscord(guild_shard=(1, 2)) as dc:
+        common = dict(
+            DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url,
+            DISCORD_SHARD_COUNT="2",
+        )  # fmt: skip
+        core0, core1 = make_core(**common, DISCORD_SHARD_IDS="0"), make_core(**common, DISCORD_SHARD_IDS="1")
+        one = DiscordAdapter(core1, core1.settings, guild_ready_timeout=0.05)
+        zero = DiscordAdapter(core0, core0.settings, guild_ready_timeout=0.05)
+        try:
+            await one.start()  # first: had it synced, shard 0 would find the commands equal and upload nothing
+            assert dc.identified_shards == [[1, 2]] and dc.command_puts == 0
+            assert not [r for r in dc.requests if "/commands" in r[1]]
+            await zero.start()
+            assert dc.identified_shards == [[1, 2], [0, 2]] and dc.command_puts == 1
+            assert {c["name"] for c in dc.commands} >= {"ask", "tasks", "status"}
+            assert core1.status_board.adapters["discord"] == "assistant in 1 server(s), shards 1 of 2"
+            assert core0.status_board.adapters["discord"] == "assistant in 0 server(s), shards 0 of 2"
+            alice = dc.user(ALICE, "Alice")
+            fake_llm.script(Reply(text="from the guild's shard"), Reply(text="from shard 0"))
+            await dc.post_message(alice, "hello in the guild", mention_bot=True)
+            await dc.wait_sent(1)
+            await dc.post_message(alice, "hello in a dm", dm=True)
+            await dc.wait_sent(2)
+            assert [(m["channel_id"], m["content"]) for m in dc.sent] == [
+                (dc.channel_id, "from the guild's shard"), (dc.dm_channel_id(ALICE), "from shard 0")
+            ]  # fmt: skip
+            assert len(fake_llm.requests) == 2  # each message was one turn: nobody answered twice
+            # while shard 1 is down, shard 0 never sees the guild's message; the new shard 1 answers it
+            await one.stop()
+            fake_llm.script(Reply(text="dm again"), Reply(text="guild, late"))
+            await dc.post_message(alice, "anyone in the guild?", mention_bot=True)
+            await dc.post_message(alice, "still there?", dm=True)
+            await dc.wait_sent(3)
+            assert dc.sent[2]["content"] == "dm again" and len(fake_llm.requests) == 3
+            one = DiscordAdapter(core1, core1.settings, guild_ready_timeout=0.05)
+            await one.start()
+            await dc.wait_sent(4)
+            assert dc.sent[3]["content"] == "guild, late" and dc.sent[3]["channel_id"] == dc.channel_id
+            assert dc.command_puts == 1
+        finally:
+            await one.stop()
+            await zero.stop()
+
+
+@pytest.mark.parametrize(
+    ("count", "ids", "expected"),
+    [
+        ("", "0", "DISCORD_SHARD_IDS: needs DISCORD_SHARD_COUNT"),
+        ("2", "0,2", "DISCORD_SHARD_IDS: shard id 2 is not below DISCORD_SHARD_COUNT=2 (ids run 0 to 1)"),
+        ("4", "0-x", "DISCORD_SHARD_IDS: '0-x' is not a shard id or a range such as 0-3"),
+        ("4", "3-1", "DISCORD_SHARD_IDS: '3-1' is an empty range"),
+        ("0", "", "DISCORD_SHARD_COUNT: Input should be greater than or equal to 1"),
+        ("two", "", "DISCORD_SHARD_COUNT: Input should be a valid integer"),
+    ],
+)
+def test_bad_shard_settings_are_one_line_naming_the_variable(
+    count: str, ids: str, expected: str, make_settings: MakeSettings
+) -> None:
+    with pytest.raises(SettingsError) as failed:
+        make_settings(DISCORD_SHARD_COUNT=count, DISCORD_SHARD_IDS=ids)
+    assert expected in str(failed.value) and "\n" not in str(failed.value)
+
+
+def test_shard_settings_unset_keep_one_unsharded_client_and_ranges_expand(make_settings: MakeSettings) -> None:
+    assert make_settings().discord_shards is None
+    assert make_settings(DISCORD_SHARD_COUNT="", DISCORD_SHARD_IDS="").discord_shards is None
+    assert make_settings(DISCORD_SHARD_COUNT="4").discord_shards == (4, (0, 1, 2, 3))
+    both = make_settings(DISCORD_SHARD_COUNT="8", DISCORD_SHARD_IDS="4-5, 7")
+    assert both.discord_shards == (8, (4, 5, 7))

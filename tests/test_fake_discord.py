@@ -9,6 +9,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aiohttp
 import discord
 import pytest
 import yarl
@@ -519,3 +520,38 @@ async def test_privileged_intents_must_be_enabled(monkeypatch: pytest.MonkeyPatc
             await asyncio.wait_for(client.connect(), 5)
         await client.close()
         assert server.gateway_closes == [4014]
+
+
+async def test_shards_identify_apart_and_get_only_their_guilds_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two AutoShardedClients (shard 0 and shard 1 of 2) stay connected side by side; the guild (owned by
+    shard 1) and its messages reach only shard 1, DMs only shard 0; a bad shard is closed with 4010."""
+    async with FakeDiscord(token="test-token", guild_shard=(1, 2)) as fake:
+        monkeypatch.setattr(discord.http.Route, "BASE", fake.api_base)
+        monkeypatch.setattr(discord.gateway.DiscordWebSocket, "DEFAULT_GATEWAY", yarl.URL(fake.gateway_url))
+        assert fake.shard_of(fake.guild_id) == 0  # before any IDENTIFY the fake knows of one shard
+        clients = [
+            discord.AutoShardedClient(intents=_intents(), guild_ready_timeout=0.05, shard_count=2, shard_ids=[shard])
+            for shard in (0, 1)
+        ]
+        w = Changes()
+        seen = [_collect(c, w) for c in clients]
+        async with running(fake, clients[0]), running(fake, clients[1]):
+            assert sorted(map(tuple, fake.identified_shards)) == [(0, 2), (1, 2)]  # type: ignore[arg-type]
+            assert fake.shard_connected(0) and fake.shard_connected(1) and fake.shard_of(fake.guild_id) == 1
+            assert clients[0].get_guild(int(fake.guild_id)) is None
+            assert clients[1].get_guild(int(fake.guild_id)) is not None
+            alice = fake.user(2001, "Alice")
+            await fake.post_message(alice, "in the guild", mention_bot=True)
+            await fake.post_message(alice, "a dm", dm=True)
+            await w.until(lambda: len(seen[0]) + len(seen[1]) == 2)
+            assert [m.content for m in seen[0]] == ["a dm"]
+            assert [m.content for m in seen[1]] == [f"<@{fake.bot_user['id']}> in the guild"]
+        bad = discord.AutoShardedClient(intents=_intents(), shard_count=2, shard_ids=[0])
+        await bad.login(fake.token)
+        ws = await bad.http.ws_connect(fake.gateway_url)
+        await ws.receive()  # HELLO
+        await ws.send_json({"op": 2, "d": {"token": fake.token, "intents": 1, "shard": [2, 2], "properties": {}}})
+        closed = await ws.receive()
+        assert closed.type is aiohttp.WSMsgType.CLOSE and closed.data == 4010
+        await ws.close()
+        await bad.close()

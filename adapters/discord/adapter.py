@@ -184,12 +184,13 @@ class _Client(discord.Client):
     """discord.Client that hands every event to the adapter."""
 
     def __init__(
-        self, adapter: DiscordAdapter, intents: discord.Intents, guild_ready_timeout: float, endpoints: Endpoints
-    ) -> None:
-        """A client with no default mentions, our endpoints and a command tree."""
+        self, adapter: DiscordAdapter, intents: discord.Intents, guild_ready_timeout: float, endpoints: Endpoints,
+        **shards: Any,
+    ) -> None:  # fmt: skip
+        """A client with no default mentions, our endpoints and a command tree (`shards`: shard_count, shard_ids)."""
         super().__init__(
             intents=intents, allowed_mentions=NO_MENTIONS, guild_ready_timeout=guild_ready_timeout,
-            chunk_guilds_at_startup=False,
+            chunk_guilds_at_startup=False, **shards,
         )  # fmt: skip
         use_endpoints(self, endpoints)  # before the command tree keeps a reference to client.http
         self.adapter = adapter
@@ -200,7 +201,8 @@ class _Client(discord.Client):
         """Once per login: persistent buttons, slash commands (synced only when they changed)."""
         self.add_dynamic_items(StepsButton, ReminderButton, WipeButton)
         self.adapter.add_commands(self.tree)
-        await self.adapter.sync_commands(self)
+        if self.adapter.syncs_commands:
+            await self.adapter.sync_commands(self)
 
     async def on_ready(self) -> None:
         """Connected (or reconnected without resuming)."""
@@ -219,6 +221,12 @@ class _Client(discord.Client):
         await self.adapter.on_message(message)
 
 
+class _ShardedClient(_Client, discord.AutoShardedClient):
+    """The same client running the gateway shards DISCORD_SHARD_COUNT / DISCORD_SHARD_IDS name: Discord sends
+    each shard the events of its own servers ((guild id >> 22) % count) and shard 0 the direct messages;
+    on_ready comes once every shard of this process is ready."""
+
+
 class DiscordAdapter:
     """Runs the bot on Discord inside the caller's event loop."""
 
@@ -234,6 +242,9 @@ class DiscordAdapter:
         self.token = settings.DISCORD_BOT_TOKEN.get_secret_value()
         self.endpoints = Endpoints(settings.DISCORD_API_BASE_URL, settings.DISCORD_GATEWAY_URL)
         self.channels = settings.discord_channels
+        self.shards = settings.discord_shards  # (count, this process's ids), None: one unsharded connection
+        # one process uploads the slash commands: the one running shard 0 (or the only one, unsharded)
+        self.syncs_commands = self.shards is None or 0 in self.shards[1]
         self.grace = settings.SHUTDOWN_GRACE_SECONDS
         self.guild_ready_timeout = guild_ready_timeout
         self._sleep = sleep
@@ -251,7 +262,12 @@ class DiscordAdapter:
         """A fresh client (a closed client cannot connect again)."""
         intents = discord.Intents.default()
         intents.message_content = self._message_content
-        return _Client(self, intents, self.guild_ready_timeout, self.endpoints)
+        if self.shards is None:
+            return _Client(self, intents, self.guild_ready_timeout, self.endpoints)
+        count, ids = self.shards
+        return _ShardedClient(
+            self, intents, self.guild_ready_timeout, self.endpoints, shard_count=count, shard_ids=list(ids)
+        )
 
     # ---- connection ----------------------------------------------------------------------------
 
@@ -388,9 +404,16 @@ class DiscordAdapter:
     def ready(self, client: _Client) -> None:
         """Record the connection for /status and wake start()."""
         _fail_fast(client, False)
-        self.core.report_state("discord", f"{client.user} in {len(client.guilds)} server(s)")
+        self.core.report_state("discord", f"{client.user} in {len(client.guilds)} server(s){self._shards_text()}")
         self._down_since, self._retry_s = None, DISCORD_RETRY_FIRST_S
         self._ready.set()
+
+    def _shards_text(self) -> str:
+        """What /status adds when sharded, e.g. ", shards 0,1 of 4" (empty when not)."""
+        if self.shards is None:
+            return ""
+        count, ids = self.shards
+        return f", shards {','.join(map(str, ids))} of {count}"
 
     def disconnected(self, why: str) -> None:
         """Show in /status since when the gateway is down and why."""
@@ -398,7 +421,7 @@ class DiscordAdapter:
             return
         if self._down_since is None:
             self._down_since = self.core.now().strftime("%Y-%m-%d %H:%M UTC")
-        self.core.report_state("discord", f"disconnected since {self._down_since}: {why}")
+        self.core.report_state("discord", f"disconnected since {self._down_since}: {why}{self._shards_text()}")
 
     # ---- work in progress ------------------------------------------------------------------------
 
@@ -671,7 +694,7 @@ class DiscordAdapter:
 
     async def _refuse(self, inc: Incoming, message: discord.Message) -> None:
         """The polite refusal with the user's id (at most once per chat per hour)."""
-        refusal = self.core.refusal(inc)
+        refusal = await self.core.refusal(inc)
         if refusal is not None:
             await self._send_parts(message, [refusal.message])
 

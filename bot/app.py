@@ -62,9 +62,10 @@ async def run_bot(settings: Settings, *, ask_text: str | None = None, ask_contin
                 answer, answered = await console.ask_once(core, ask_text, fresh=not ask_continue)
                 print(answer)
                 return core.exit_code if core.exit_code is not None else 0 if answered else 1
-            if settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None:
-                return await run_console(settings, core)
-            return await run_platforms(settings, core)
+            async with core.capabilities.following():  # changes made by other processes load here too
+                if settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None:
+                    return await run_console(settings, core)
+                return await run_platforms(settings, core)
         finally:
             await llm.aclose()
 

@@ -25,7 +25,7 @@ from core.memory.tools import memory_tools
 from core.metrics import Metrics
 from core.reminders.buttons import press
 from core.settings import Settings
-from core.storage import conversations
+from core.storage import conversations, notices
 from core.storage.conversations import TurnSteps
 from core.storage.db import Pool
 from core.timeutil import Clock, system_clock, zone
@@ -79,7 +79,6 @@ class Core:
         self._admins = settings.admins
         self._allowed = settings.allowed_users
         self._locks: dict[str, _ChatLock] = {}
-        self._refused: dict[str, float] = {}
         self.task_listeners: list[Callable[[], None]] = []
         self.capabilities = manager.CapabilityManager(
             pool, self.registry, capabilities_dir or manager.MATERIALISED_DIR, settings.CAPABILITY_TIMEOUT, clock
@@ -103,7 +102,7 @@ class Core:
         user who may not use the bot the refusal (None when already given in this chat within the hour, unless
         `must_answer`: a slash command or button always gets one)."""
         if not self.is_allowed(inc):
-            return Error("not_allowed", self.refusal_text(inc)) if must_answer else self.refusal(inc)
+            return Error("not_allowed", self.refusal_text(inc)) if must_answer else await self.refusal(inc)
         if name == "tasks":
             return await self._commands.tasks(inc)
         if name == "timezone":
@@ -178,15 +177,10 @@ class Core:
         """ALLOWED_USERS (or `*`) plus the admins."""
         return self.is_admin(inc) or "*" in self._allowed or inc.user_key in self._allowed
 
-    def refusal(self, inc: Incoming) -> Error | None:
-        """The refusal for a user who may not use the bot (at most once per chat per hour)."""
-        now = time.monotonic()
-        last = self._refused.get(inc.chat_key)
-        if last is not None and now - last < REFUSAL_EVERY_S:
+    async def refusal(self, inc: Incoming) -> Error | None:
+        """The refusal for a user who may not use the bot (at most once per chat per hour, across all processes)."""
+        if not await notices.claim_refusal_notice(self.pool, inc.chat_key, REFUSAL_EVERY_S):
             return None
-        if len(self._refused) > 10000:  # forget refusals older than the window so the map stays small
-            self._refused = {k: t for k, t in self._refused.items() if now - t < REFUSAL_EVERY_S}
-        self._refused[inc.chat_key] = now
         return Error("not_allowed", self.refusal_text(inc))
 
     @staticmethod
@@ -200,7 +194,7 @@ class Core:
     async def handle(self, inc: Incoming, *, stream: bool = False) -> AsyncGenerator[Event, None]:
         """Answer one incoming message; yields nothing for a duplicate or an ignored message."""
         if not self.is_allowed(inc):
-            refusal = self.refusal(inc)
+            refusal = await self.refusal(inc)
             if refusal is not None:
                 yield refusal
             return

@@ -83,6 +83,8 @@ POOL_MIN_SIZE = 10  # connections the pool keeps open
 POOL_MAX_SIZE = 20  # connections the pool opens at most
 DISCARD_CLOSE_TIMEOUT_S = 5.0  # closing a connection whose session cannot be reset waits at most this
 DROP_RETRY_DELAYS = (0.0, 0.25, 1.0)  # seconds before each retry of a call whose connection was dropped
+CAPABILITY_LISTEN_RETRY_S = 1.0  # a lost capability-change listener connects again after this pause
+CAPABILITY_LISTEN_CHECK_S = 30.0  # a quiet listener checks its connection (SELECT 1) this often
 
 # Health and metrics (the HTTP server on PORT).
 READY_DB_TIMEOUT_S = 2.0  # /readyz: the database must answer SELECT 1 within this many seconds

@@ -441,7 +441,7 @@ class TelegramAdapter:
 
     async def _refuse(self, inc: Incoming, msg: Message) -> None:
         """The polite refusal with the user's id (rate-limited by the core)."""
-        refusal = self.core.refusal(inc)
+        refusal = await self.core.refusal(inc)
         if refusal is not None:
             await self._send_parts(msg, [esc(refusal.message)])
 

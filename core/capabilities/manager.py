@@ -11,7 +11,8 @@ import functools
 import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NoReturn
@@ -19,6 +20,7 @@ from typing import Any, Literal, NoReturn
 from pydantic import BaseModel, Field
 
 from core.capabilities import store
+from core.capabilities.listener import ChangeListener
 from core.capabilities.runtime import (
     CapabilityContext,
     Problem,
@@ -33,7 +35,7 @@ from core.capabilities.runtime import (
     syntax_problem,
 )
 from core.limits import CAPABILITY_RESULT_CHARS, truncate
-from core.storage.db import Pool
+from core.storage.db import Pool, connect_like
 from core.timeutil import Clock
 from core.tools.framework import Tool, ToolContext, ToolError, ToolRegistry
 
@@ -120,6 +122,8 @@ class CapabilityManager:
         self.pool, self.registry, self.directory, self.timeout, self.clock = pool, registry, directory, timeout, clock
         self.loaded: dict[str, Loaded] = {}
         self.runner = ThreadRunner()
+        self.listener = ChangeListener(lambda: connect_like(pool), self.refresh)
+        self._refresh_lock = asyncio.Lock()  # notifications are applied one at a time, in order
 
     def install(self) -> None:
         """Add the admin tools to the registry."""
@@ -181,6 +185,39 @@ class CapabilityManager:
             self._register(cap)
             report.loaded.append(f"{v.name} v{v.version}")
         return report
+
+    async def refresh(self, name: str | None = None) -> None:
+        """Bring the loaded capabilities (one, or all) in line with the database: load new current versions, drop
+        disabled or removed ones; one already loaded at its current version is left alone (so a process's own
+        change, notified back to it, costs one query)."""
+        async with self._refresh_lock:
+            if name is None:
+                versions = await store.enabled_current(self.pool)
+                gone = set(self.loaded) - {v.name for v in versions}
+            else:
+                v = await store.get_version(self.pool, name)
+                versions = [v] if v is not None and v.enabled else []
+                gone = set() if versions else {name}
+            for stale in gone:
+                self._unregister(stale)
+            for v in versions:
+                current = self.loaded.get(v.name)
+                if current is not None and current.version == v.version:
+                    continue
+                try:
+                    self._register(await self._load(v))
+                except LoadError as e:
+                    log.error("capability %s v%d could not be loaded: %s", v.name, v.version, e)
+                    self._unregister(v.name)
+
+    @asynccontextmanager
+    async def following(self) -> AsyncIterator[ChangeListener]:
+        """While inside, changes committed by any process (NOTIFY) are loaded here within moments."""
+        self.listener.start()
+        try:
+            yield self.listener
+        finally:
+            await self.listener.stop()
 
     async def _load(self, v: store.Version) -> Loaded:
         """Write the version to the directory and import it in a worker thread (under the timeout)."""

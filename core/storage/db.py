@@ -132,6 +132,16 @@ async def create_pool(dsn: str, *, min_size: int = POOL_MIN_SIZE, max_size: int 
     return pool
 
 
+async def connect_like(pool: Pool) -> asyncpg.Connection:
+    """A connection outside the pool to the pool's server, with its connect arguments (for LISTEN: the pool's
+    reset would UNLISTEN a pooled connection on release)."""
+    # asyncpg keeps what create_pool was given here; there is no public accessor for it
+    kept: Any = pool
+    args, kwargs = kept._connect_args, kept._connect_kwargs
+    conn: asyncpg.Connection = await asyncpg.connect(*args, **{"timeout": CONNECT_TIMEOUT_S, **kwargs})
+    return conn
+
+
 DEFAULT_PORT = 5432
 
 

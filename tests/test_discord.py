@@ -696,6 +696,22 @@ async def test_two_processes_split_two_shards_only_shard_0_syncs_and_each_messag
             await zero.stop()
 
 
+async def test_sharded_start_with_the_gateway_unreachable_is_one_line_at_once(
+    fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool, dc: FakeDiscord
+) -> None:
+    port = _closed_port()
+    core = make_core(
+        DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=f"ws://127.0.0.1:{port}/",
+        DISCORD_SHARD_COUNT="4", DISCORD_SHARD_IDS="2-3",
+    )  # fmt: skip
+    adapter = DiscordAdapter(core, core.settings, guild_ready_timeout=0.05)
+    with pytest.raises(StartupError) as failed:
+        await asyncio.wait_for(adapter.start(), 10)  # discord.py alone retries a shard every 5 s, logging errors
+    line = str(failed.value)
+    assert f"cannot reach the gateway at 127.0.0.1:{port}" in line and "DISCORD_GATEWAY_URL" in line, line
+    assert failed.value.exit_code == EXIT_UNREACHABLE and adapter.client.is_closed() and adapter._runner is None
+
+
 @pytest.mark.parametrize(
     ("count", "ids", "expected"),
     [

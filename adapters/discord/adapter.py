@@ -12,8 +12,11 @@ from typing import Any, Literal, cast
 
 import aiohttp
 import discord
+import yarl
 from discord import app_commands
 from discord.abc import Messageable
+from discord.gateway import DiscordWebSocket
+from discord.shard import Shard
 
 from adapters.discord.http import (
     EndpointHTTP,
@@ -225,6 +228,20 @@ class _ShardedClient(_Client, discord.AutoShardedClient):
     """The same client running the gateway shards DISCORD_SHARD_COUNT / DISCORD_SHARD_IDS name: Discord sends
     each shard the events of its own servers ((guild id >> 22) % count) and shard 0 the direct messages;
     on_ready comes once every shard of this process is ready."""
+
+    async def launch_shard(self, gateway: yarl.URL, shard_id: int, *, initial: bool = False) -> None:
+        """discord.py retries a shard that cannot connect every 5 s forever, logging each try as an error; while
+        starting, the failure ends connect() instead (start() reports it in one line)."""
+        if not (isinstance(self.http, EndpointHTTP) and self.http.fail_fast):
+            await super().launch_shard(gateway, shard_id, initial=initial)
+            return
+        connecting = DiscordWebSocket.from_client(self, initial=initial, gateway=gateway, shard_id=shard_id)
+        ws = await asyncio.wait_for(connecting, timeout=self.shard_connect_timeout)
+        # what discord.py's launch_shard does after connecting (its shard table and event queue are private)
+        shards: dict[int, Shard] = getattr(self, "_AutoShardedClient__shards")  # noqa: B009
+        queue: asyncio.PriorityQueue[Any] = getattr(self, "_AutoShardedClient__queue")  # noqa: B009
+        shards[shard_id] = shard = Shard(ws, self, queue.put_nowait)
+        shard.launch()
 
 
 class DiscordAdapter:

@@ -712,6 +712,33 @@ async def test_sharded_start_with_the_gateway_unreachable_is_one_line_at_once(
     assert failed.value.exit_code == EXIT_UNREACHABLE and adapter.client.is_closed() and adapter._runner is None
 
 
+async def test_a_shard_that_identifies_again_is_connected_again_in_status(
+    fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool
+) -> None:
+    """Both shards in one process; shard 0's session is invalidated: /status says disconnected, then (after
+    discord.py's 5 s identify pause) connected again, though on_ready does not come again for one shard."""
+    async with FakeDiscord(guild_shard=(1, 2)) as dc:
+        core = make_core(
+            DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url,
+            DISCORD_SHARD_COUNT="2",
+        )  # fmt: skip
+        adapter = DiscordAdapter(core, core.settings, guild_ready_timeout=0.05)
+        await adapter.start()
+        try:
+            assert core.status_board.adapters["discord"] == "assistant in 1 server(s), shards 0,1 of 2"
+            dropped = asyncio.create_task(adapter.client.wait_for("disconnect", timeout=5))
+            await dc.invalidate_session()
+            await dropped
+            await asyncio.sleep(0)  # the on_disconnect task was scheduled together with that wake-up
+            assert core.status_board.adapters["discord"].startswith("disconnected since")
+            assert await adapter.client.wait_for("shard_ready", timeout=10) == 0
+            await asyncio.sleep(0)  # the on_shard_ready task was scheduled together with that wake-up
+            assert dc.identified_shards == [[0, 2], [1, 2], [0, 2]]
+            assert core.status_board.adapters["discord"] == "assistant in 1 server(s), shards 0,1 of 2"
+        finally:
+            await adapter.stop()
+
+
 @pytest.mark.parametrize(
     ("count", "ids", "expected"),
     [

@@ -229,6 +229,11 @@ class _ShardedClient(_Client, discord.AutoShardedClient):
     each shard the events of its own servers ((guild id >> 22) % count) and shard 0 the direct messages;
     on_ready comes once every shard of this process is ready."""
 
+    async def on_shard_ready(self, shard_id: int) -> None:
+        """A shard identified again after start (on_ready comes only once all shards are ready together)."""
+        if self.adapter.started:
+            self.adapter.ready(self)
+
     async def launch_shard(self, gateway: yarl.URL, shard_id: int, *, initial: bool = False) -> None:
         """discord.py retries a shard that cannot connect every 5 s forever, logging each try as an error; while
         starting, the failure ends connect() instead (start() reports it in one line)."""
@@ -417,6 +422,11 @@ class DiscordAdapter:
             runner.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await runner
+
+    @property
+    def started(self) -> bool:
+        """Whether the first READY came (start() is done waiting)."""
+        return self._ready.is_set()
 
     def ready(self, client: _Client) -> None:
         """Record the connection for /status and wake start()."""

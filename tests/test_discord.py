@@ -669,6 +669,9 @@ async def test_two_processes_split_two_shards_only_shard_0_syncs_and_each_messag
             assert {c["name"] for c in dc.commands} >= {"ask", "tasks", "status"}
             assert core1.status_board.adapters["discord"] == "assistant in 1 server(s), shards 1 of 2"
             assert core0.status_board.adapters["discord"] == "assistant in 0 server(s), shards 0 of 2"
+            asking = Incoming(platform="discord", user_id=str(ALICE), chat_id="1", text="")
+            status = await core1.command(asking, "status")
+            assert isinstance(status, str) and "discord (assistant in 1 server(s), shards 1 of 2)" in status, status
             alice = dc.user(ALICE, "Alice")
             fake_llm.script(Reply(text="from the guild's shard"), Reply(text="from shard 0"))
             await dc.post_message(alice, "hello in the guild", mention_bot=True)

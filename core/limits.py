@@ -27,6 +27,7 @@ DISCORD_READY_TIMEOUT_S = 60.0  # start-up gives up on a gateway that does not s
 DISCORD_CUT_NOTE_S = 3.0  # at most this long to tell a user their answer was cut by a shutdown
 DISCORD_RETRY_FIRST_S = 2.0  # first pause before a new client replaces a gateway connection that died
 DISCORD_RETRY_MAX_S = 300.0  # the pause doubles up to this
+DISCORD_IDENTIFY_SPACING_S = 5.0  # discord.py waits this long before each further shard of a process identifies
 
 # Incoming messages and the access policy.
 MAX_INCOMING_CHARS = 16000  # longer messages are refused politely without calling the LLM

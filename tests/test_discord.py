@@ -16,6 +16,7 @@ import yarl
 from adapters.discord.adapter import CUT_SHORT, FAILED, TEXT_ONLY, DiscordAdapter
 from core.commands import STEPS_GONE, STEPS_NOT_YOURS
 from core.core import Core
+from core.limits import DISCORD_IDENTIFY_SPACING_S, DISCORD_READY_TIMEOUT_S
 from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, SettingsError, StartupError
 from core.storage.db import Pool
@@ -661,6 +662,7 @@ async def test_two_processes_split_two_shards_only_shard_0_syncs_and_each_messag
         one = DiscordAdapter(core1, core1.settings, guild_ready_timeout=0.05)
         zero = DiscordAdapter(core0, core0.settings, guild_ready_timeout=0.05)
         try:
+            assert one.ready_timeout == zero.ready_timeout == DISCORD_READY_TIMEOUT_S  # one shard each
             await one.start()  # first: had it synced, shard 0 would find the commands equal and upload nothing
             assert dc.identified_shards == [[1, 2]] and dc.command_puts == 0
             assert not [r for r in dc.requests if "/commands" in r[1]]
@@ -726,6 +728,8 @@ async def test_a_shard_that_identifies_again_is_connected_again_in_status(
             DISCORD_SHARD_COUNT="2",
         )  # fmt: skip
         adapter = DiscordAdapter(core, core.settings, guild_ready_timeout=0.05)
+        # discord.py identifies a process's shards 5 s apart: start() waits that much longer for each further one
+        assert adapter.ready_timeout == DISCORD_READY_TIMEOUT_S + DISCORD_IDENTIFY_SPACING_S
         await adapter.start()
         try:
             assert core.status_board.adapters["discord"] == "assistant in 1 server(s), shards 0,1 of 2"

@@ -44,6 +44,7 @@ from core import (
 )
 from core.limits import (
     DISCORD_CUT_NOTE_S,
+    DISCORD_IDENTIFY_SPACING_S,
     DISCORD_MESSAGE_LIMIT,
     DISCORD_READY_TIMEOUT_S,
     DISCORD_RETRY_FIRST_S,
@@ -313,10 +314,9 @@ class DiscordAdapter:
         await self.client.login(self.token)
         self._runner = asyncio.create_task(self._run(), name="discord-gateway")
         waiter = asyncio.create_task(self._ready.wait())
+        limit = self.ready_timeout
         try:
-            done, _ = await asyncio.wait(
-                {self._runner, waiter}, timeout=DISCORD_READY_TIMEOUT_S, return_when="FIRST_COMPLETED"
-            )
+            done, _ = await asyncio.wait({self._runner, waiter}, timeout=limit, return_when="FIRST_COMPLETED")
         finally:
             waiter.cancel()
         if self._ready.is_set():
@@ -328,7 +328,7 @@ class DiscordAdapter:
                 f"Discord: the gateway connection at {gateway} ended before READY", exit_code=EXIT_UNREACHABLE
             )
         raise StartupError(
-            f"Discord: the gateway at {gateway} did not say READY within {DISCORD_READY_TIMEOUT_S:.0f} s",
+            f"Discord: the gateway at {gateway} did not say READY within {limit:.0f} s",
             exit_code=EXIT_UNREACHABLE,
         )
 
@@ -422,6 +422,12 @@ class DiscordAdapter:
             runner.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await runner
+
+    @property
+    def ready_timeout(self) -> float:
+        """How long start() waits for READY: the shards of a process identify one after another, 5 s apart."""
+        more = 0 if self.shards is None else len(self.shards[1]) - 1
+        return DISCORD_READY_TIMEOUT_S + DISCORD_IDENTIFY_SPACING_S * more
 
     @property
     def started(self) -> bool:

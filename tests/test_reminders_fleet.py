@@ -19,6 +19,11 @@ from pathlib import Path
 
 import asyncpg
 
+from core.reminders.engine import ReminderEngine, ReminderMessage
+from core.reminders.scheduler import ReminderScheduler
+from core.storage.db import Pool
+from tests.conftest import FakeClock
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROCESSES = 3
 ONE_SHOTS = 300
@@ -183,3 +188,41 @@ async def test_a_process_killed_mid_send_loses_and_repeats_nothing(db_dsn: str, 
     assert taken_over >= held[-1] > 0  # what the victim held was delivered by the others after its lease
     assert all(len(w.records()) > 0 for w in others), [len(w.records()) for w in others]
     assert all("Traceback" not in log and "ERROR" not in log for log in logs), logs
+
+
+class HeldOutbox:
+    """A platform whose sends wait until the test releases them."""
+
+    def __init__(self) -> None:
+        """Nothing sent yet."""
+        self.sending = asyncio.Event()
+        self.release = asyncio.Event()
+        self.sent = 0
+
+    async def send_reminder(self, msg: ReminderMessage) -> str | None:
+        """Wait for the release, then count the send."""
+        self.sending.set()
+        await self.release.wait()
+        self.sent += 1
+        return str(self.sent)
+
+
+async def test_stop_lets_a_running_delivery_finish(pool: Pool, clock: FakeClock) -> None:
+    """SIGTERM in the middle of a send: stop() waits for it and records it (APScheduler's shutdown cancelled it,
+    logging an ERROR, and the reminder went out again from another process after the lease)."""
+    out = HeldOutbox()
+    sched = ReminderScheduler(ReminderEngine(pool, {"telegram": out}, clock), sweep_s=0.05)
+    await sched.start()
+    await pool.execute(
+        "WITH u AS (INSERT INTO users (platform, platform_user_id) VALUES ('telegram', '100') RETURNING id),"
+        " c AS (INSERT INTO chats (platform, platform_chat_id) VALUES ('telegram', '100') RETURNING id)"
+        " INSERT INTO tasks (user_id, chat_id, title, due_at) SELECT u.id, c.id, 'Deploy', $1 FROM u, c",
+        clock.now,
+    )
+    await asyncio.wait_for(out.sending.wait(), TIMEOUT_S)  # the sweep job found it due
+    stopping = asyncio.create_task(sched.stop())
+    await asyncio.sleep(0)  # stop() has begun
+    out.release.set()
+    await asyncio.wait_for(stopping, TIMEOUT_S)
+    assert out.sent == 1
+    assert await pool.fetchval("SELECT status FROM occurrences") == "delivered"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from core.limits import REMINDER_MAX_PLANNED, REMINDER_SWEEP_S
 from core.reminders.engine import ReminderEngine
@@ -32,6 +34,7 @@ class ReminderScheduler:
         self.scheduler = AsyncIOScheduler(timezone="UTC")
         self._planned: set[datetime] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._firing: set[asyncio.Task[Any]] = set()  # APScheduler jobs running now
         self._running = False
         self._again = False
         self._idle = asyncio.Event()
@@ -41,18 +44,31 @@ class ReminderScheduler:
     async def start(self) -> None:
         """Catch up on anything missed (downtime), then run the sweep and plan date jobs."""
         self.scheduler.start()
-        self.scheduler.add_job(self.sweep, "interval", seconds=self.sweep_s, id="sweep", max_instances=1,
-                               coalesce=True)  # fmt: skip
+        self.scheduler.add_job(self._job, "interval", [self.sweep], seconds=self.sweep_s, id="sweep",
+                               max_instances=1, coalesce=True)  # fmt: skip
         await self.sweep()
 
     async def stop(self) -> None:
         """Stop firing jobs and wait for a running tick to finish (none starts afterwards)."""
         self._stopped = True
-        self.scheduler.shutdown(wait=False)
+        self.scheduler.pause()
         for task in list(self._tasks):
             task.cancel()
+        await asyncio.sleep(0)  # jobs fired just before the pause register themselves in _firing
+        await asyncio.gather(*self._firing, return_exceptions=True)
         await self._idle.wait()
+        self.scheduler.shutdown(wait=False)  # would cancel the jobs still running: there are none
         await self.engine.close()
+
+    async def _job(self, run: Callable[[], Awaitable[None]]) -> None:
+        """An APScheduler job (sweep or wake), which stop() waits for instead of cancelling it mid-send."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._firing.add(task)
+        try:
+            await run()
+        finally:
+            self._firing.discard(task)
 
     async def sweep(self) -> None:
         """The interval job: skip stale occurrences, deliver what is due, plan the next date jobs."""
@@ -105,7 +121,7 @@ class ReminderScheduler:
             if when in self._planned:
                 continue
             self._planned.add(when)
-            self.scheduler.add_job(self.wake, DateTrigger(run_date=when), id=f"due:{when.isoformat()}",
+            self.scheduler.add_job(self._job, DateTrigger(run_date=when), [self.wake], id=f"due:{when.isoformat()}",
                                    replace_existing=True, misfire_grace_time=None)  # fmt: skip
 
     def tasks_changed(self) -> None:

@@ -94,7 +94,7 @@ async def reminders(settings: Settings, core: Core, outboxes: dict[str, Outbox])
     try:
         yield
     finally:
-        await scheduler.stop()
+        await scheduler.stop(settings.SHUTDOWN_GRACE_SECONDS)
         core.task_listeners.remove(scheduler.tasks_changed)
 
 

@@ -226,3 +226,20 @@ async def test_stop_lets_a_running_delivery_finish(pool: Pool, clock: FakeClock)
     await asyncio.wait_for(stopping, TIMEOUT_S)
     assert out.sent == 1
     assert await pool.fetchval("SELECT status FROM occurrences") == "delivered"
+
+
+async def test_stop_cuts_a_send_that_outlasts_the_grace(pool: Pool, clock: FakeClock) -> None:
+    """A send hanging at SIGTERM holds shutdown for at most the grace; its claim stays for a retry."""
+    out = HeldOutbox()
+    sched = ReminderScheduler(ReminderEngine(pool, {"telegram": out}, clock), sweep_s=0.05)
+    await sched.start()
+    await pool.execute(
+        "WITH u AS (INSERT INTO users (platform, platform_user_id) VALUES ('telegram', '100') RETURNING id),"
+        " c AS (INSERT INTO chats (platform, platform_chat_id) VALUES ('telegram', '100') RETURNING id)"
+        " INSERT INTO tasks (user_id, chat_id, title, due_at) SELECT u.id, c.id, 'Deploy', $1 FROM u, c",
+        clock.now,
+    )
+    await asyncio.wait_for(out.sending.wait(), TIMEOUT_S)
+    await asyncio.wait_for(sched.stop(grace=0.05), TIMEOUT_S)  # the send never finishes on its own
+    assert out.sent == 0
+    assert await pool.fetchval("SELECT status FROM occurrences") == "claimed"

@@ -48,14 +48,22 @@ class ReminderScheduler:
                                max_instances=1, coalesce=True)  # fmt: skip
         await self.sweep()
 
-    async def stop(self) -> None:
-        """Stop firing jobs and wait for a running tick to finish (none starts afterwards)."""
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop firing jobs and wait for a running tick to finish (none starts afterwards).
+
+        A send still running after `grace` seconds is cut: its claim stays, so it is retried after the lease."""
         self._stopped = True
         self.scheduler.pause()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.sleep(0)  # jobs fired just before the pause register themselves in _firing
-        await asyncio.gather(*self._firing, return_exceptions=True)
+        if self._firing:
+            _, late = await asyncio.wait(set(self._firing), timeout=grace)
+            for task in late:
+                task.cancel()
+            if late:
+                log.warning("%d reminder round(s) cut at shutdown after %g s", len(late), grace)
+                await asyncio.gather(*late, return_exceptions=True)
         await self._idle.wait()
         self.scheduler.shutdown(wait=False)  # would cancel the jobs still running: there are none
         await self.engine.close()

@@ -6,6 +6,8 @@ import json
 from contextlib import aclosing
 from typing import Any
 
+import asyncpg
+
 from core.core import Core
 from core.types import Assistant, Error, Event, Incoming
 
@@ -61,3 +63,22 @@ def tool_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
 def tool_names(request: dict[str, Any]) -> list[str]:
     """The names of the tools offered in an LLM request."""
     return [t["function"]["name"] for t in request.get("tools", [])]
+
+
+async def drop_blocked_statement(dsn: str, holder: asyncpg.Connection) -> None:
+    """Wait until a pooled backend waits for `holder`'s lock, then terminate every backend but the holder's."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            "DO $$ BEGIN WHILE NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock')"
+            " LOOP PERFORM pg_sleep(0.002); PERFORM pg_stat_clear_snapshot(); END LOOP; END $$"
+        )
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid NOT IN (pg_backend_pid(), $1)",
+            holder.get_server_pid(),
+        )
+    finally:
+        await conn.close()
+    await holder.execute("ROLLBACK")

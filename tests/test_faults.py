@@ -19,7 +19,7 @@ from core.storage.db import Pool, is_dropped
 from core.types import Error, ToolCall
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
-from tests.helpers import answer, final, incoming, run, tool_messages
+from tests.helpers import answer, drop_blocked_statement, final, incoming, run, tool_messages
 
 # ---- what the user sees when a tool fails or the answer is cut ------------------------------------
 
@@ -155,25 +155,6 @@ async def test_messages_after_dropped_idle_connections_are_answered(
     assert await pool.fetchval("SELECT count(*) FROM turns WHERE status = 'done'") == 4
 
 
-async def _drop_blocked_statement(dsn: str, holder: asyncpg.Connection) -> None:
-    """Wait until a pooled backend waits for `holder`'s lock, then terminate every backend but the holder's."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(
-            "DO $$ BEGIN WHILE NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock')"
-            " LOOP PERFORM pg_sleep(0.002); PERFORM pg_stat_clear_snapshot(); END LOOP; END $$"
-        )
-        await conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid NOT IN (pg_backend_pid(), $1)",
-            holder.get_server_pid(),
-        )
-    finally:
-        await conn.close()
-    await holder.execute("ROLLBACK")
-
-
 async def test_message_whose_statement_is_cut_by_a_dropped_connection_is_stored_and_answered(
     make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, db_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -184,7 +165,7 @@ async def test_message_whose_statement_is_cut_by_a_dropped_connection_is_stored_
     try:
         await holder.execute("BEGIN; SELECT * FROM users FOR UPDATE")  # begin_turn's user upsert will wait
         turn = asyncio.create_task(run(core, incoming("second", message_id="2")))
-        await _drop_blocked_statement(db_dsn, holder)
+        await drop_blocked_statement(db_dsn, holder)
         assert answer(await turn).text == "answered"
     finally:
         await holder.close()
@@ -206,7 +187,7 @@ async def test_answer_whose_write_is_cut_by_a_dropped_connection_is_stored_once(
         return Reply(text="All done.")
 
     async def drop() -> None:
-        await _drop_blocked_statement(db_dsn, holder)
+        await drop_blocked_statement(db_dsn, holder)
 
     dropping: list[asyncio.Future[None]] = []
     fake_llm.script(lock_the_turn)

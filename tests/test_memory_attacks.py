@@ -19,7 +19,7 @@ from core.tools.framework import ToolContext, ToolRegistry
 from core.types import ChatRef, UserRef
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
-from tests.helpers import answer, incoming, run, tool_names
+from tests.helpers import answer, drop_blocked_statement, incoming, run, tool_names
 from tests.test_faults import _drop_all_connections
 from tests.test_memory import ALICE, BOB, MEMORY_TOOLS, Person, turn
 
@@ -349,25 +349,6 @@ async def test_concurrent_appends_of_one_user_lose_nothing_and_keep_the_limits(
 # ---- 6. dropped database connections during a memory tool call --------------------------------------------------
 
 
-async def _drop_waiting(dsn: str, holder: asyncpg.Connection) -> None:
-    """Once a backend waits for `holder`'s lock, terminate every other backend, then let go of the lock."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(
-            "DO $$ BEGIN WHILE NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock')"
-            " LOOP PERFORM pg_sleep(0.002); PERFORM pg_stat_clear_snapshot(); END LOOP; END $$"
-        )
-        await conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND pid NOT IN (pg_backend_pid(), $1)",
-            holder.get_server_pid(),
-        )
-    finally:
-        await conn.close()
-    await holder.execute("ROLLBACK")
-
-
 @pytest.mark.parametrize(
     ("tool", "args", "lock"),
     [
@@ -392,7 +373,7 @@ async def test_a_connection_dropped_mid_call_writes_once_or_reports_a_clear_erro
         await holder.execute("BEGIN")
         await holder.execute(lock)
         call = asyncio.create_task(bob.call(tool, **args))
-        await _drop_waiting(db_dsn, holder)
+        await drop_blocked_statement(db_dsn, holder)
         env = await call
     finally:
         await holder.close()

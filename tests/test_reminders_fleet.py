@@ -207,29 +207,8 @@ class HeldOutbox:
         return str(self.sent)
 
 
-async def test_stop_lets_a_running_delivery_finish(pool: Pool, clock: FakeClock) -> None:
-    """SIGTERM in the middle of a send: stop() waits for it and records it (APScheduler's shutdown cancelled it,
-    logging an ERROR, and the reminder went out again from another process after the lease)."""
-    out = HeldOutbox()
-    sched = ReminderScheduler(ReminderEngine(pool, {"telegram": out}, clock), sweep_s=0.05)
-    await sched.start()
-    await pool.execute(
-        "WITH u AS (INSERT INTO users (platform, platform_user_id) VALUES ('telegram', '100') RETURNING id),"
-        " c AS (INSERT INTO chats (platform, platform_chat_id) VALUES ('telegram', '100') RETURNING id)"
-        " INSERT INTO tasks (user_id, chat_id, title, due_at) SELECT u.id, c.id, 'Deploy', $1 FROM u, c",
-        clock.now,
-    )
-    await asyncio.wait_for(out.sending.wait(), TIMEOUT_S)  # the sweep job found it due
-    stopping = asyncio.create_task(sched.stop())
-    await asyncio.sleep(0)  # stop() has begun
-    out.release.set()
-    await asyncio.wait_for(stopping, TIMEOUT_S)
-    assert out.sent == 1
-    assert await pool.fetchval("SELECT status FROM occurrences") == "delivered"
-
-
-async def test_stop_cuts_a_send_that_outlasts_the_grace(pool: Pool, clock: FakeClock) -> None:
-    """A send hanging at SIGTERM holds shutdown for at most the grace; its claim stays for a retry."""
+async def _sending_one(pool: Pool, clock: FakeClock) -> tuple[ReminderScheduler, HeldOutbox]:
+    """A running scheduler whose sweep found one due reminder and is held in its send."""
     out = HeldOutbox()
     sched = ReminderScheduler(ReminderEngine(pool, {"telegram": out}, clock), sweep_s=0.05)
     await sched.start()
@@ -240,6 +219,24 @@ async def test_stop_cuts_a_send_that_outlasts_the_grace(pool: Pool, clock: FakeC
         clock.now,
     )
     await asyncio.wait_for(out.sending.wait(), TIMEOUT_S)
+    return sched, out
+
+
+async def test_stop_lets_a_running_delivery_finish(pool: Pool, clock: FakeClock) -> None:
+    """SIGTERM in the middle of a send: stop() waits for it and records it (APScheduler's shutdown cancelled it,
+    logging an ERROR, and the reminder went out again from another process after the lease)."""
+    sched, out = await _sending_one(pool, clock)
+    stopping = asyncio.create_task(sched.stop())
+    await asyncio.sleep(0)  # stop() has begun
+    out.release.set()
+    await asyncio.wait_for(stopping, TIMEOUT_S)
+    assert out.sent == 1
+    assert await pool.fetchval("SELECT status FROM occurrences") == "delivered"
+
+
+async def test_stop_cuts_a_send_that_outlasts_the_grace(pool: Pool, clock: FakeClock) -> None:
+    """A send hanging at SIGTERM holds shutdown for at most the grace; its claim stays for a retry."""
+    sched, out = await _sending_one(pool, clock)
     await asyncio.wait_for(sched.stop(grace=0.05), TIMEOUT_S)  # the send never finishes on its own
     assert out.sent == 0
     assert await pool.fetchval("SELECT status FROM occurrences") == "claimed"

@@ -84,14 +84,21 @@ POOL_MIN_SIZE = 10  # connections the pool keeps open
 POOL_MAX_SIZE = 20  # connections the pool opens at most
 DISCARD_CLOSE_TIMEOUT_S = 5.0  # closing a connection whose session cannot be reset waits at most this
 DROP_RETRY_DELAYS = (0.0, 0.25, 1.0)  # seconds before each retry of a call whose connection was dropped
-CAPABILITY_LISTEN_RETRY_S = 1.0  # a lost capability-change listener connects again after this pause
-CAPABILITY_LISTEN_CHECK_S = 30.0  # a quiet listener checks its connection (SELECT 1) this often
+LISTEN_RETRY_S = 1.0  # a lost LISTEN connection (capability changes, inbox) connects again after this pause
+LISTEN_CHECK_S = 30.0  # a quiet listener checks its connection (SELECT 1) this often
 
 # Health and metrics (the HTTP server on PORT).
 READY_DB_TIMEOUT_S = 2.0  # /readyz: the database must answer SELECT 1 within this many seconds
 TURN_SECONDS_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0)  # bot_turn_seconds
 LLM_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0)  # bot_llm_request_seconds
 REMINDER_LATENESS_BUCKETS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0)
+
+# The fleet: the processes on one database, for /status (table `processes`).
+FLEET_BEAT_S = 15.0  # each process upserts its row this often
+FLEET_SEEN_S = 60.0  # /status lists the processes seen within this many seconds
+FLEET_FORGET = timedelta(days=1)  # a beat deletes the rows of processes not seen for this long (killed ones)
+FLEET_HOST_CHARS = 64  # a process's host name is stored cut to this
+FLEET_ADAPTER_CHARS = 80  # each adapter's "name (state)" is stored cut to this
 
 # Memory (core memory blocks, archival memory, conversation search).
 MEMORY_MAX_BLOCKS = 10  # human, persona and up to eight custom blocks: every block travels with every request

@@ -12,10 +12,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-import core.capabilities.listener
-from core.capabilities.listener import ChangeListener
+import core.storage.listen
+from core.capabilities.manager import CHANNEL
 from core.core import Core
 from core.storage.db import Pool, connect_like, create_pool
+from core.storage.listen import ChangeListener
 from core.types import Error
 from tests.conftest import MakeCore, MakeSettings
 from tests.fake_openai import FakeOpenAI
@@ -125,7 +126,7 @@ async def test_a_dropped_listener_connection_reconnects_and_catches_up(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(core.capabilities.listener, "CAPABILITY_LISTEN_RETRY_S", 0.01)
+    monkeypatch.setattr(core.storage.listen, "LISTEN_RETRY_S", 0.01)
     a = admin_core(make_core)
     b = core_b()
     may_connect = asyncio.Event()
@@ -139,7 +140,7 @@ async def test_a_dropped_listener_connection_reconnects_and_catches_up(
         pids.append(conn.get_server_pid())
         return conn
 
-    b.capabilities.listener = ChangeListener(gated, b.capabilities.refresh)
+    b.capabilities.listener = ChangeListener(CHANNEL, gated, b.capabilities.notified)
     async with b.capabilities.following() as listener:
         await listening(b)
         may_connect.clear()
@@ -153,13 +154,13 @@ async def test_a_dropped_listener_connection_reconnects_and_catches_up(
         # and it follows again
         await call(a, fake_llm, "manage_capability", {"action": "disable", "name": "greet"})
         await eventually(lambda: version_of(b, "greet") is None)
-    assert any("capability change listener lost its connection" in r.getMessage() for r in caplog.records)
+    assert any("capability_changed listener lost its connection" in r.getMessage() for r in caplog.records)
 
 
 async def test_an_unreachable_database_never_stops_the_listener(
     core_b: Callable[..., Core], monkeypatch: pytest.MonkeyPatch, pool_b: Pool
 ) -> None:
-    monkeypatch.setattr(core.capabilities.listener, "CAPABILITY_LISTEN_RETRY_S", 0.01)
+    monkeypatch.setattr(core.storage.listen, "LISTEN_RETRY_S", 0.01)
     b = core_b()
     attempts: list[int] = []
 
@@ -170,7 +171,7 @@ async def test_an_unreachable_database_never_stops_the_listener(
             raise ConnectionRefusedError("connection refused")
         return await connect_like(pool_b)
 
-    b.capabilities.listener = ChangeListener(refused, b.capabilities.refresh)
+    b.capabilities.listener = ChangeListener(CHANNEL, refused, b.capabilities.notified)
     async with b.capabilities.following():
         await listening(b)
     assert len(attempts) == 3

@@ -20,7 +20,6 @@ from typing import Any, Literal, NoReturn
 from pydantic import BaseModel, Field
 
 from core.capabilities import store
-from core.capabilities.listener import ChangeListener
 from core.capabilities.runtime import (
     CapabilityContext,
     Problem,
@@ -36,6 +35,7 @@ from core.capabilities.runtime import (
 )
 from core.limits import CAPABILITY_RESULT_CHARS, truncate
 from core.storage.db import Pool, connect_like
+from core.storage.listen import ChangeListener
 from core.timeutil import Clock
 from core.tools.framework import Tool, ToolContext, ToolError, ToolRegistry
 
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 MATERIALISED_DIR = Path(__file__).resolve().parent.parent / "capabilities" / "_materialised"
 NAME_PATTERN = r"^[a-z][a-z0-9_]{1,47}$"
+CHANNEL = "capability_changed"  # sql/007_fleet.sql's trigger notifies it on every committed change
 EXIT_RESTART = 42  # restart(mode="full") exits with this code; bot/loop.sh and Procfile platforms start again
 
 CODE_HELP = (
@@ -52,6 +53,15 @@ CODE_HELP = (
     "their rows of users, tasks, occurrences; capability_user_id() is the speaker's users.id). Return "
     "JSON-serialisable data. Blocking code is fine (own thread)."
 )
+
+
+def changed_name(payload: str) -> str | None:
+    """The capability a change notification names, or None for "reload them all" (also for a payload we cannot read)."""
+    try:
+        name = json.loads(payload).get("name")
+    except (ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _filename(name: str) -> str:
@@ -122,7 +132,7 @@ class CapabilityManager:
         self.pool, self.registry, self.directory, self.timeout, self.clock = pool, registry, directory, timeout, clock
         self.loaded: dict[str, Loaded] = {}
         self.runner = ThreadRunner()
-        self.listener = ChangeListener(lambda: connect_like(pool), self.refresh)
+        self.listener = ChangeListener(CHANNEL, lambda: connect_like(pool), self.notified)
         self._refresh_lock = asyncio.Lock()  # notifications are applied one at a time, in order
 
     def install(self) -> None:
@@ -185,6 +195,10 @@ class CapabilityManager:
             self._register(cap)
             report.loaded.append(f"{v.name} v{v.version}")
         return report
+
+    async def notified(self, payload: str | None) -> None:
+        """A change notification (None: the listener (re)connected): refresh what it names."""
+        await self.refresh(None if payload is None else changed_name(payload))
 
     async def refresh(self, name: str | None = None) -> None:
         """Bring the loaded capabilities (one, or all) in line with the database: load new current versions, drop

@@ -1,42 +1,31 @@
-"""Capability changes made by other processes: LISTEN on a dedicated connection, refresh on every notification."""
+"""Notifications from other processes: LISTEN on a dedicated connection, a callback per notification."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 
-from core.limits import CAPABILITY_LISTEN_CHECK_S, CAPABILITY_LISTEN_RETRY_S, CONNECT_TIMEOUT_S
+from core.limits import CONNECT_TIMEOUT_S, LISTEN_CHECK_S, LISTEN_RETRY_S
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "capability_changed"  # sql/007_fleet.sql's trigger notifies it on every committed change
 _LOST = object()  # queued when the listening connection closes
 
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
 Refresh = Callable[[str | None], Awaitable[object]]
 
 
-def changed_name(payload: str) -> str | None:
-    """The capability a notification names, or None for "reload them all" (also for a payload we cannot read)."""
-    try:
-        name = json.loads(payload).get("name")
-    except (ValueError, AttributeError):
-        return None
-    return name if isinstance(name, str) else None
-
-
 class ChangeListener:
-    """Follows CHANNEL on its own connection (a pooled one gets UNLISTEN on release) and reconnects when it drops."""
+    """Follows a channel on its own connection (a pooled one gets UNLISTEN on release) and reconnects when it drops."""
 
-    def __init__(self, connect: Connect, refresh: Refresh) -> None:
-        """`refresh(name)` brings one capability (None: all) in line with the database."""
-        self._connect, self._refresh = connect, refresh
+    def __init__(self, channel: str, connect: Connect, refresh: Refresh) -> None:
+        """`refresh(payload)` is called per notification, and with None after each (re)connect: catch up on all."""
+        self.channel, self._connect, self._refresh = channel, connect, refresh
         self.listening = asyncio.Event()  # set while LISTEN is active and the catch-up refresh is done
         self.connections = 0  # how many times LISTEN was established
         self._task: asyncio.Task[None] | None = None
@@ -44,7 +33,7 @@ class ChangeListener:
     def start(self) -> None:
         """Start following in the background (connecting, too, so a database that is down delays nothing)."""
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="capability change listener")
+            self._task = asyncio.create_task(self._run(), name=f"listener for {self.channel}")
 
     async def stop(self) -> None:
         """Stop following and close the connection."""
@@ -62,11 +51,11 @@ class ChangeListener:
                 await self._follow()
             except Exception as e:
                 log.warning(
-                    "capability change listener lost its connection (%s: %s); connecting again in %g s",
-                    type(e).__name__, e, CAPABILITY_LISTEN_RETRY_S,
+                    "the %s listener lost its connection (%s: %s); connecting again in %g s",
+                    self.channel, type(e).__name__, e, LISTEN_RETRY_S,
                 )  # fmt: skip
             self.listening.clear()
-            await asyncio.sleep(CAPABILITY_LISTEN_RETRY_S)
+            await asyncio.sleep(LISTEN_RETRY_S)
 
     async def _follow(self) -> None:
         """One connection's life: LISTEN, catch up on what was missed, then refresh per notification."""
@@ -78,18 +67,18 @@ class ChangeListener:
         conn = await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
         try:
             conn.add_termination_listener(lambda _conn: queue.put_nowait(_LOST))
-            await conn.add_listener(CHANNEL, notified)
+            await conn.add_listener(self.channel, notified)
             self.connections += 1
             await self._refresh(None)  # changes made before LISTEN (at start, or while the connection was down)
             self.listening.set()
             while True:
                 try:
-                    item = await asyncio.wait_for(queue.get(), CAPABILITY_LISTEN_CHECK_S)
+                    item = await asyncio.wait_for(queue.get(), LISTEN_CHECK_S)
                 except TimeoutError:
                     await conn.fetchval("SELECT 1", timeout=CONNECT_TIMEOUT_S)  # a silently dead connection fails
                     continue
                 if item is _LOST:
                     raise ConnectionError("the listening connection was closed")
-                await self._refresh(changed_name(str(item)))
+                await self._refresh(str(item))
         finally:
             conn.terminate()

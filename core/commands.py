@@ -11,12 +11,13 @@ from typing import Literal, Protocol
 from zoneinfo import ZoneInfo
 
 from core.agent.llm import LLM
+from core.limits import FLEET_SEEN_S
 from core.memory.blocks import normalise_name
 from core.memory.manage import delete_memory_line, memory_overview, wipe_memory
 from core.reminders import recurrence
 from core.reminders.engine import SUPERSEDED, replan_zones
 from core.settings import Settings
-from core.storage import conversations
+from core.storage import conversations, fleet
 from core.storage.db import Pool
 from core.timeutil import Clock, fmt_local, system_clock, valid_zone, zone
 from core.tools.framework import ToolError
@@ -79,6 +80,7 @@ class StatusBoard:
     adapters: dict[str, str] = field(default_factory=dict)  # name → state
     last_poll: dict[str, datetime] = field(default_factory=dict)  # adapter → last successful poll (UTC)
     failed_deliveries: int = 0
+    process_id: str | None = None  # this process's id in the fleet while it beats (core/storage/fleet.py)
 
 
 def _uptime(seconds: float) -> str:
@@ -239,7 +241,23 @@ class Commands:
                 f"- failed reminder deliveries (7 days): {failed}"
                 + (f" ({board.failed_deliveries} since this start)" if board.failed_deliveries else "")
             )
+        lines += await self._fleet(board.process_id)
         return "\n".join(lines)
+
+    async def _fleet(self, me: str | None) -> list[str]:
+        """This process's id and the processes seen in the last minute (nothing while no process beats)."""
+        procs = await fleet.seen(self.core.pool, timedelta(seconds=FLEET_SEEN_S))
+        if [p.id for p in procs] == [me]:
+            return [f"- this process: `{me}`, the only one seen in the last minute"]
+        lines = [f"- this process: `{me}`"] if me else []
+        if procs or me:
+            n = f"{len(procs)} process" + ("" if len(procs) == 1 else "es")
+            lines.append(f"- fleet: {n} seen in the last minute" + (":" if procs else ""))
+        for p in procs:
+            mark = " (this one)" if p.id == me else ""
+            adapters = ", ".join(p.adapters) or "no adapters"
+            lines.append(f"  - `{p.id}`{mark}: {adapters} · version {p.version} · seen {round(p.seen_s_ago)} s ago")
+        return lines
 
     async def _delivery_counts(self) -> tuple[int, int]:
         """Reminder occurrences failed in the last 7 days, and ones waiting for a retry (from the database)."""

@@ -2,6 +2,8 @@
 
 Run with `uv run --with procrastinate --with pgqueuer python bench/inbox_queues.py` (about 70 s);
 a queue whose library is not installed (or, for the hand-written one, whose module is not there yet) is skipped.
+The hand-written inbox runs on the bot's own worker (core.inbox.Inbox) when it exists, else on a loop of this file
+around core.storage.inbox's put / claim / finish.
 PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server in a temp dir, as bench.common does.
 
 Each queue gets the same messages and a handler that records when it starts and ends (and optionally waits a
@@ -37,6 +39,7 @@ import asyncio
 import contextlib
 import importlib
 import importlib.metadata
+import importlib.util
 import itertools
 import json
 import logging
@@ -65,8 +68,8 @@ CRASH_WAIT_S = 20.0  # part 4 gives up waiting for the re-run after this
 CRASH_TIMEOUT_S = 2.0  # heartbeat timeout / lease used in part 4 (both sides)
 CRASH_WORK_S = 0.05  # handler time in part 4, so that message 2 running alongside the re-run would show
 CRASH_TICK_S = 0.5  # heartbeat, lease renewal, polling and stalled-job sweep interval in part 4
-DEFAULT_POLL_S = 5.0  # the hand-written worker's idle poll (besides LISTEN)
-DEFAULT_LEASE_S = 60.0  # the hand-written worker's lease outside part 4
+DEFAULT_POLL_S = 1.0  # the hand-written worker's idle poll (besides LISTEN), unless core.limits.INBOX_POLL_S
+DEFAULT_LEASE_S = 30.0  # the hand-written worker's lease outside part 4, unless core.limits.INBOX_LEASE_S
 UPDATE_TEXT = "x" * 200  # the message text inside each fake update
 PLATFORM = "telegram"
 
@@ -340,8 +343,9 @@ class HandWritten:
 
     async def start(self, handler: Handler, concurrency: int, *, fast_recovery: bool = False) -> None:
         """Start the claim loop."""
-        lease = CRASH_TIMEOUT_S if fast_recovery else DEFAULT_LEASE_S
-        poll = CRASH_TICK_S if fast_recovery else DEFAULT_POLL_S
+        limits = importlib.import_module("core.limits")
+        lease = CRASH_TIMEOUT_S if fast_recovery else float(getattr(limits, "INBOX_LEASE_S", DEFAULT_LEASE_S))
+        poll = CRASH_TICK_S if fast_recovery else float(getattr(limits, "INBOX_POLL_S", DEFAULT_POLL_S))
         self.stopping.clear()
         self.worker = asyncio.create_task(self._work(handler, concurrency, lease, poll))
 
@@ -398,6 +402,43 @@ class HandWritten:
 
     async def close(self) -> None:
         """The pool belongs to the caller."""
+
+
+class CoreInbox(HandWritten):
+    """The same table driven by the bot's own worker, core.inbox.Inbox (put wakes it; LISTEN for other processes)."""
+
+    version = "core.inbox.Inbox (working tree)"
+
+    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
+        """One Inbox for enqueues and serving; a fresh one after each stop."""
+        super().__init__(pool, dsn)
+        self.core_inbox: Any = importlib.import_module("core.inbox")
+        self.metrics: Any = importlib.import_module("core.metrics")
+        self.box: Any = self._new_box(fast_recovery=False)
+
+    def _new_box(self, *, fast_recovery: bool) -> Any:
+        """An Inbox with the bot's limits, or part 4's short lease and poll."""
+        fast = {"lease_s": CRASH_TIMEOUT_S, "poll_s": CRASH_TICK_S} if fast_recovery else {}
+        return self.core_inbox.Inbox(self.pool, self.owner, self.metrics.Metrics(), **fast)
+
+    async def enqueue(self, msg: Message) -> bool:
+        """Inbox.put(): False for a redelivery."""
+        return bool(await self.box.put(PLATFORM, msg.key, msg.chat, msg.payload()))
+
+    async def start(self, handler: Handler, concurrency: int, *, fast_recovery: bool = False) -> None:
+        """serve() the platform with `concurrency` updates at a time."""
+        self.box = self._new_box(fast_recovery=fast_recovery)
+        self.box.concurrency = concurrency
+
+        async def run(item: Any) -> None:
+            await handler(item.payload["update_id"], item.chat_key, item.payload["message"]["seq"])
+
+        self.box.serve(PLATFORM, run)
+
+    async def stop(self) -> None:
+        """stop() with a grace long enough for every running handler."""
+        await self.box.stop(DONE_TIMEOUT_S)
+        self.box = self._new_box(fast_recovery=False)
 
 
 # ---------------------------------------------------------------- the parts
@@ -627,7 +668,7 @@ async def build_queue(
         queue = PgQueuer(pool)
     else:
         pool = await create_pool(dsn, min_size=pool_size, max_size=pool_size)
-        queue = HandWritten(pool, dsn)
+        queue = CoreInbox(pool, dsn) if importlib.util.find_spec("core.inbox") else HandWritten(pool, dsn)
     await queue.open(install)
     return queue, pool
 
@@ -714,10 +755,10 @@ async def main_async(args: argparse.Namespace) -> None:
 def print_tables(rows: list[tuple[Queue, Latency, Burst, Dedupe, Crash | None, float]], pool_note: str) -> None:
     """The figures, one line per queue and part."""
     print(f"\n1. latency, {LATENCY_MESSAGES} messages at {LATENCY_RATE:g}/s (ms)")
-    print(f"{'queue':<14} {'version':<12} {'enqueue p50':>11} {'p99':>7} {'→ start p50':>12} {'p99':>7} {'max':>7}")
+    print(f"{'queue':<14} {'version':<16} {'enqueue p50':>11} {'p99':>7} {'→ start p50':>12} {'p99':>7} {'max':>7}")
     for q, lat, *_ in rows:
         print(
-            f"{q.name:<14} {q.version[:12]:<12} {fmt_ms(lat.put_p50):>11} {fmt_ms(lat.put_p99):>7} "
+            f"{q.name:<14} {q.version.split(' ')[0]:<16} {fmt_ms(lat.put_p50):>11} {fmt_ms(lat.put_p99):>7} "
             f"{fmt_ms(lat.p50):>12} {fmt_ms(lat.p99):>7} {fmt_ms(lat.max):>7}"
         )
     print(f"\n2. burst, {BURST_CHATS * BURST_PER_CHAT} messages, {BURST_PER_CHAT} per chat over {BURST_CHATS} chats")

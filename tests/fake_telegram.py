@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import errno
 import itertools
 import json
 import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import SplitResult, urlsplit
 
-from aiohttp import web
+from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTimeout, ServerDisconnectedError, web
 
 from tests.loopback import LoopbackServer
 
@@ -24,7 +26,10 @@ __all__ = [
     "KICKED",
     "MAX_TEXT_LENGTH",
     "NOT_STARTED",
+    "SECRET_HEADER",
     "TOKEN",
+    "UPDATE_TYPES",
+    "WEBHOOK_CONFLICT",
     "FakeTelegram",
     "HtmlError",
     "auto_entities",
@@ -40,6 +45,51 @@ NOT_MODIFIED = (
 )
 QUERY_TOO_OLD = "Bad Request: query is too old and response timeout expired or query ID is invalid"
 CONFLICT = "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"
+WEBHOOK_CONFLICT = (
+    "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first"
+)
+SET_WEBHOOK_CONFLICT = "Conflict: terminated by setWebhook request"  # a waiting getUpdates when a webhook is set
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+# Update types in the Bot API server's order (its getWebhookInfo lists allowed_updates in this order)
+UPDATE_TYPES = (
+    "message",
+    "edited_message",
+    "channel_post",
+    "edited_channel_post",
+    "inline_query",
+    "chosen_inline_result",
+    "callback_query",
+    "custom_event",
+    "custom_query",
+    "shipping_query",
+    "pre_checkout_query",
+    "poll",
+    "poll_answer",
+    "my_chat_member",
+    "chat_member",
+    "chat_join_request",
+    "chat_boost",
+    "removed_chat_boost",
+    "message_reaction",
+    "message_reaction_count",
+    "business_connection",
+    "business_message",
+    "edited_business_message",
+    "deleted_business_messages",
+    "purchased_paid_media",
+    "managed_bot",
+    "guest_message",
+)
+_ALL_TYPES = frozenset(UPDATE_TYPES)
+# without allowed_updates a bot gets every type but these
+_DEFAULT_ALLOWED = _ALL_TYPES - {"chat_member", "message_reaction", "message_reaction_count"}
+_WEBHOOK_PORTS = frozenset({80, 88, 443, 8443})
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})  # accepted (even http) so tests can receive
+_CHAT_QUEUE = frozenset({"message", "edited_message", "channel_post", "edited_channel_post"})  # one queue per chat
+_SECRET_RE = re.compile(r"[A-Za-z0-9_-]*")
+SECRET_TOKEN_MAX = 256
+DEFAULT_MAX_CONNECTIONS = 40
+MAX_CONNECTIONS = 100
 # Telegram's refusals of a chat (for refuse_chat)
 BLOCKED = "Forbidden: bot was blocked by the user"
 NOT_STARTED = "Forbidden: bot can't initiate conversation with a user"
@@ -541,11 +591,115 @@ def _check_markup(markup: Any) -> None:
                 raise _bad(f"inline keyboard button URL '{url}' is invalid: Unsupported URL protocol")
 
 
+def _parse_allowed(raw: Any) -> frozenset[str] | None:
+    """allowed_updates as the Bot API server reads it: None keeps the previous setting, no known type is the default."""
+    if not isinstance(raw, list) or not raw or not all(isinstance(name, str) for name in raw):
+        return None  # missing, not JSON, not an array or not all strings: the server keeps what it had
+    known = frozenset(name.lower() for name in raw) & _ALL_TYPES
+    return known or _DEFAULT_ALLOWED
+
+
+def _update_type(update: dict[str, Any]) -> str:
+    """The type of an Update: its one field besides update_id."""
+    return next((key for key in update if key != "update_id"), "")
+
+
+def _queue_key(update: dict[str, Any]) -> tuple[str, Any]:
+    """The webhook queue of an update: one request at a time per chat (callback queries: per user), like Telegram."""
+    kind = _update_type(update)
+    body = update.get(kind)
+    if isinstance(body, dict):
+        chat = body.get("chat")
+        if isinstance(chat, dict) and "id" in chat:
+            family = "chat" if kind in _CHAT_QUEUE else "business" if "business" in kind else kind
+            return family, chat["id"]
+        sender = body.get("from")
+        if isinstance(sender, dict) and "id" in sender:
+            return kind, sender["id"]
+    return "update", update.get("update_id")  # its own queue
+
+
+def _max_connections(raw: Any) -> int:
+    """setWebhook's max_connections as the server reads it: default 40, a non-number is 0, clamped to 1..100."""
+    try:
+        wanted = DEFAULT_MAX_CONNECTIONS if raw is None or raw == "" else int(raw)
+    except (TypeError, ValueError):
+        wanted = 0
+    return min(max(wanted, 1), MAX_CONNECTIONS)
+
+
+def _split_url(url: str) -> tuple[SplitResult, int]:
+    """A webhook URL (https:// when it names no scheme) and its port; 400 when Telegram could not parse it."""
+    full = url if "://" in url else f"https://{url}"
+    invalid = _bad("invalid webhook URL specified")
+    try:
+        parts = urlsplit(full)
+        port = parts.port
+    except ValueError:
+        raise invalid from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname or any(c.isspace() or ord(c) < 32 for c in url):
+        raise invalid
+    return parts, port if port is not None else (443 if scheme == "https" else 80)
+
+
+def _origin(parts: SplitResult, port: int) -> str:
+    """scheme://host:port of a URL, normalised (the key of a route)."""
+    return f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}:{port}"
+
+
+@dataclass
+class _Webhook:
+    """The webhook that is set, and how its deliveries went."""
+
+    url: str
+    target: str  # where the POSTs go: url itself, or its local route
+    secret: str
+    max_connections: int
+    ip_address: str
+    params: dict[str, Any]
+    last_error_date: int = 0
+    last_error_message: str = ""
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass
+class _Outcome:
+    """One POST of an update: the HTTP status, or the connection error."""
+
+    status: int | None
+    error: str = ""
+    retry_after: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        """A 2xx answer."""
+        return self.status is not None and 200 <= self.status <= 299
+
+    @property
+    def recorded(self) -> int | str:
+        """What webhook_attempts records: the status, or the error."""
+        return self.status if self.status is not None else self.error
+
+
+@dataclass
+class _Delivery:
+    """Retry state of the updates being delivered to the webhook."""
+
+    in_flight: dict[int, asyncio.Task[None]] = field(default_factory=dict)
+    retry_at: dict[int, float] = field(default_factory=dict)  # loop time of the next attempt
+    fail_counts: dict[int, int] = field(default_factory=dict)
+
+
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
 class FakeTelegram(LoopbackServer):
-    """A fake Telegram Bot API server on 127.0.0.1 for the real PTB (use base_url with ApplicationBuilder)."""
+    """A fake Telegram Bot API server on 127.0.0.1 for the real PTB (use base_url with ApplicationBuilder).
+
+    Long polling by default; after setWebhook it POSTs each update to the webhook like Telegram: one request at a
+    time per chat, at most max_connections at once, each retried until a 2xx (see webhook_attempts).
+    """
 
     handler_cancellation = True  # a long poll PTB gave up on (stopping) ends with its connection
 
@@ -562,6 +716,21 @@ class FakeTelegram(LoopbackServer):
         self.commands: list[dict[str, Any]] | None = None
         self.callback_answers: list[dict[str, Any]] = []
         self.get_updates_ok = 0
+        # webhook mode
+        self.webhook_attempts: list[tuple[int, int | str]] = []  # (update_id, HTTP status or connection error)
+        self.webhook_failures = 0  # attempts that got no 2xx
+        self.webhook_peak_in_flight = 0  # most POSTs the fake had open at once
+        self.webhook_backoff = 0.05  # seconds before the 2nd retry (the 1st is at once, like Telegram); doubles
+        self.webhook_backoff_max = 0.5  # the retry pause stops doubling here (Telegram: 60-120 s)
+        self.webhook_timeout = 30.0  # a POST without an answer within this fails
+        self.set_webhook_every = 1.0  # like Telegram, a 2nd setWebhook (with a url) within this gets a 429
+        self._hook: _Webhook | None = None
+        self._routes: dict[str, str] = {}  # public origin -> local origin
+        self._allowed = _DEFAULT_ALLOWED
+        self._delivery = _Delivery()
+        self._delivered: dict[int, dict[str, Any]] = {}  # acknowledged updates, for redeliver()
+        self._session: ClientSession | None = None
+        self._last_set_webhook = -float("inf")
         self._updates: deque[dict[str, Any]] = deque()
         self._last_update_id = 0
         self._last_message_id: dict[int | str, int] = {}
@@ -580,6 +749,7 @@ class FakeTelegram(LoopbackServer):
         self._app.router.add_route("*", "/{tail:.*}", self._handle)
         self._methods: dict[str, Handler] = {
             "getme": self._get_me,
+            "setwebhook": self._set_webhook,
             "deletewebhook": self._delete_webhook,
             "getwebhookinfo": self._get_webhook_info,
             "getupdates": self._get_updates,
@@ -600,14 +770,21 @@ class FakeTelegram(LoopbackServer):
     # lifecycle
 
     async def start(self) -> None:
-        """Bind 127.0.0.1 on an ephemeral port."""
+        """Bind 127.0.0.1 on an ephemeral port (and resume delivering to a webhook set before a stop)."""
         self._closing = False
         await super().start()
+        if self._hook is not None and self._hook.task is None:
+            self._hook.task = asyncio.create_task(self._deliver(self._hook))
 
     async def stop(self) -> None:
-        """Answer every waiting getUpdates at once (empty) and shut the server down."""
+        """Answer every waiting getUpdates at once (empty), stop webhook deliveries and shut the server down."""
         self._closing = True
         self._notify()
+        if self._hook is not None:
+            await self._stop_delivery(self._hook)
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
         await super().stop()
 
     @property
@@ -618,7 +795,19 @@ class FakeTelegram(LoopbackServer):
     # scripting
 
     def push_update(self, update: dict[str, Any]) -> int:
-        """Queue a raw Update dict for getUpdates (assigning a monotonic update_id if missing); return the id."""
+        """Queue a raw Update (for getUpdates or the webhook), assigning a monotonic update_id if missing; return it.
+
+        Like Telegram, an update of a type the bot did not ask for (allowed_updates) is dropped.
+        """
+        update_id = self._prepare(update)
+        if _update_type(update) in _ALL_TYPES - self._allowed:
+            return update_id
+        self._updates.append(update)
+        self._notify()
+        return update_id
+
+    def _prepare(self, update: dict[str, Any]) -> int:
+        """Give update an id if it has none and remember its messages and callback query; return the id."""
         update_id = update.get("update_id")
         if not isinstance(update_id, int):
             update_id = self._last_update_id + 1
@@ -632,8 +821,6 @@ class FakeTelegram(LoopbackServer):
             self._open_callbacks.add(str(query.get("id")))
             if isinstance(query.get("message"), dict):
                 self._register_message(query["message"])
-        self._updates.append(update)
-        self._notify()
         return update_id
 
     def message_update(
@@ -733,13 +920,230 @@ class FakeTelegram(LoopbackServer):
             ) from None
         return self.sent
 
+    # webhook mode
+
+    @property
+    def webhook(self) -> dict[str, Any] | None:
+        """What the bot set with setWebhook (max_connections as Telegram clamped it), or None without a webhook."""
+        hook = self._hook
+        if hook is None:
+            return None
+        return {
+            "url": hook.url,
+            "secret_token": hook.secret,
+            "max_connections": hook.max_connections,
+            "allowed_updates": hook.params.get("allowed_updates"),
+            "drop_pending_updates": hook.params.get("drop_pending_updates") is True,
+            "ip_address": hook.params.get("ip_address"),
+        }
+
+    def route_webhook(self, public: str, local: str) -> None:
+        """Deliver webhooks for the public origin (e.g. https://bot.example.com) to local (http://127.0.0.1:PORT).
+
+        Stands for DNS plus a TLS-terminating reverse proxy: setWebhook checks the public URL like Telegram
+        (https, ports 80/88/443/8443); the path and query are kept. Without a route only loopback hosts are
+        accepted (http too, any port); any other host fails to resolve.
+        """
+        parts, port = _split_url(public)
+        self._routes[_origin(parts, port)] = local.rstrip("/")
+
+    async def post_webhook(self, update: dict[str, Any], *, secret: str | None, url: str | None = None) -> int:
+        """POST update once with this secret header (None: none), as anyone could; return the HTTP status.
+
+        Goes to url, or by default where the webhook's POSTs go. Not Telegram's delivery: nothing is queued,
+        retried or recorded in webhook_attempts (the update gets an update_id and its messages are known).
+        """
+        target = url if url is not None else self._require_hook().target
+        self._prepare(update)
+        outcome = await self._post(target, update, secret)
+        if outcome.status is None:
+            raise ConnectionError(outcome.error)
+        return outcome.status
+
+    async def redeliver(self, update_id: int) -> int:
+        """POST an already acknowledged update again, as Telegram does when it missed the 200; return the status."""
+        hook = self._require_hook()
+        update = self._delivered.get(update_id)
+        if update is None:
+            raise KeyError(f"update {update_id} was not delivered to the webhook")
+        outcome = await self._post(hook.target, update, hook.secret)
+        self.webhook_attempts.append((update_id, outcome.recorded))
+        if not outcome.ok:
+            self._record_error(hook, outcome)
+        self._notify()
+        if outcome.status is None:
+            raise ConnectionError(outcome.error)
+        return outcome.status
+
+    async def wait_webhook_idle(self, timeout: float = 5.0) -> None:
+        """Wait until every pushed update was acknowledged (by a 2xx from the webhook, or a getUpdates offset)."""
+        try:
+            await self.wait_for(lambda: not self._updates, timeout)
+        except TimeoutError:
+            pending = [u["update_id"] for u in self._updates]
+            raise TimeoutError(
+                f"updates {pending} still pending after {timeout}s; attempts: {self.webhook_attempts[-8:]!r}; "
+                f"webhook: {self._hook.url if self._hook else None!r}"
+            ) from None
+
+    def _require_hook(self) -> _Webhook:
+        """The webhook that is set (a test error without one)."""
+        if self._hook is None:
+            raise RuntimeError("no webhook is set")
+        return self._hook
+
+    def _client(self) -> ClientSession:
+        """The HTTP client the webhook POSTs go through (made on first use, closed by stop())."""
+        if self._session is None:
+            self._session = ClientSession()
+        return self._session
+
+    async def _post(self, url: str, update: dict[str, Any], secret: str | None) -> _Outcome:
+        """POST update as JSON to url with the secret header (when given); the status or the connection error."""
+        headers = {SECRET_HEADER: secret} if secret else {}
+        try:
+            async with self._client().post(
+                url, json=update, headers=headers, timeout=ClientTimeout(total=self.webhook_timeout)
+            ) as response:
+                await response.read()
+                retry_after = response.headers.get("Retry-After", "")
+                return _Outcome(
+                    response.status,
+                    f"Wrong response from the webhook: {response.status} {response.reason or ''}".rstrip(),
+                    float(retry_after) if retry_after.isdigit() else None,
+                )
+        except ClientConnectorError as e:
+            refused = e.os_error.errno == errno.ECONNREFUSED
+            return _Outcome(None, "Connection refused" if refused else "Can't connect to the webhook")
+        except ServerDisconnectedError:
+            return _Outcome(None, "Webhook connection closed")
+        except TimeoutError:
+            return _Outcome(None, "Timeout expired")
+        except ClientError as e:
+            return _Outcome(None, f"Webhook connection error: {type(e).__name__}")
+
+    async def _deliver(self, hook: _Webhook) -> None:
+        """Deliver pending updates to hook until cancelled: start what is ready, then wait for a change or a retry."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                wakeup = self._wakeup
+                next_at = self._launch(hook, loop.time())
+                delay = None if next_at is None else max(next_at - loop.time(), 0.0)
+                try:
+                    async with asyncio.timeout(delay):
+                        await wakeup.wait()
+                except TimeoutError:
+                    pass
+        finally:
+            tasks = list(self._delivery.in_flight.values())
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks)
+            self._delivery = _Delivery()
+
+    def _launch(self, hook: _Webhook, now: float) -> float | None:
+        """Start a POST for the first pending update of each idle queue; return when a held-back retry is due."""
+        state = self._delivery
+        seen: set[tuple[str, Any]] = set()
+        next_at: float | None = None
+        for update in list(self._updates):
+            if len(state.in_flight) >= hook.max_connections:
+                break
+            key = _queue_key(update)
+            if key in seen:
+                continue
+            seen.add(key)  # only the head of a queue may go; the rest wait for its 2xx
+            update_id = update["update_id"]
+            if update_id in state.in_flight:
+                continue
+            due = state.retry_at.get(update_id, now)
+            if due > now:
+                next_at = due if next_at is None else min(next_at, due)
+                continue
+            state.in_flight[update_id] = asyncio.create_task(self._attempt(hook, update))
+            self.webhook_peak_in_flight = max(self.webhook_peak_in_flight, len(state.in_flight))
+        return next_at
+
+    async def _attempt(self, hook: _Webhook, update: dict[str, Any]) -> None:
+        """POST one update once: a 2xx acknowledges it, anything else schedules a retry."""
+        update_id = update["update_id"]
+        state = self._delivery
+        try:
+            outcome = await self._post(hook.target, update, hook.secret)
+            self.webhook_attempts.append((update_id, outcome.recorded))
+            if outcome.ok:
+                self._acknowledge(update)
+                return
+            self._record_error(hook, outcome)
+            fails = state.fail_counts[update_id] = state.fail_counts.get(update_id, 0) + 1
+            pause = 0.0 if fails == 1 else min(self.webhook_backoff * 2 ** (fails - 2), self.webhook_backoff_max)
+            if outcome.retry_after is not None:
+                pause = outcome.retry_after
+            state.retry_at[update_id] = asyncio.get_running_loop().time() + pause
+        finally:
+            state.in_flight.pop(update_id, None)
+            self._notify()
+
+    def _acknowledge(self, update: dict[str, Any]) -> None:
+        """Forget a delivered update (keeping it for redeliver())."""
+        update_id = update["update_id"]
+        self._updates = deque(u for u in self._updates if u is not update)
+        self._delivered[update_id] = update
+        self._delivery.retry_at.pop(update_id, None)
+        self._delivery.fail_counts.pop(update_id, None)
+
+    def _record_error(self, hook: _Webhook, outcome: _Outcome) -> None:
+        """Count a failed delivery and show it in getWebhookInfo."""
+        self.webhook_failures += 1
+        hook.last_error_date = int(time.time())
+        hook.last_error_message = outcome.error
+
+    async def _stop_delivery(self, hook: _Webhook) -> None:
+        """Cancel hook's delivery task and wait for it (its unacknowledged updates stay pending)."""
+        task, hook.task = hook.task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
+
+    async def _close_webhook(self) -> None:
+        """Remove the webhook, if any."""
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            await self._stop_delivery(hook)
+
+    def _new_webhook(self, url: str, params: dict[str, Any]) -> _Webhook:
+        """Validate setWebhook's parameters like Telegram (400s) and build the webhook."""
+        parts, port = _split_url(url)
+        secret = params.get("secret_token")
+        secret = "" if secret is None else str(secret)
+        if len(secret) > SECRET_TOKEN_MAX:
+            raise _bad("secret token is too long")
+        if not _SECRET_RE.fullmatch(secret):
+            raise _bad("secret token contains unallowed characters")
+        route = self._routes.get(_origin(parts, port))
+        host = (parts.hostname or "").lower()
+        target = parts.geturl()
+        if route is not None:
+            target = route + (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        if host not in _LOOPBACK_HOSTS:
+            if parts.scheme.lower() != "https":
+                raise _bad("bad webhook: An HTTPS URL must be provided for webhook")
+            if port not in _WEBHOOK_PORTS:
+                raise _bad("bad webhook: Webhook can be set up only on ports 80, 88, 443 or 8443")
+            if route is None:
+                raise _bad("bad webhook: Failed to resolve host: Name or service not known")
+        ip_address = str(params.get("ip_address") or urlsplit(target).hostname or "")
+        return _Webhook(url, target, secret, _max_connections(params.get("max_connections")), ip_address, params)
+
     # internals
 
     def _recent(self) -> str:
-        """A short description of the last calls, for timeout messages."""
-        return "recent calls: " + repr(
-            [(m, {k: v for k, v in p.items() if k != "reply_markup"}) for m, p in self.calls[-8:]]
-        )
+        """A short description of the last calls (and webhook attempts), for timeout messages."""
+        calls = [(m, {k: v for k, v in p.items() if k != "reply_markup"}) for m, p in self.calls[-8:]]
+        attempts = f"; webhook attempts: {self.webhook_attempts[-8:]!r}" if self.webhook_attempts else ""
+        return f"recent calls: {calls!r}{attempts}"
 
     def _next_message_id(self, chat_id: int | str) -> int:
         """Allocate the next message id of a chat (shared by incoming and outgoing messages)."""
@@ -867,18 +1271,73 @@ class FakeTelegram(LoopbackServer):
             "has_main_web_app": False,
         }
 
+    async def _set_webhook(self, params: dict[str, Any]) -> bool:
+        """setWebhook as the Bot API server does it (an empty url deletes the webhook)."""
+        url = params.get("url")
+        url = "" if url is None else str(url)
+        if not url:
+            return await self._delete_webhook(params)
+        now = time.monotonic()
+        if now < self._last_set_webhook + self.set_webhook_every:
+            raise _ApiError(429, "Too Many Requests: retry after 1", 1)
+        self._last_set_webhook = now
+        drop = params.get("drop_pending_updates") is True
+        allowed = _parse_allowed(params.get("allowed_updates"))
+        hook = self._hook
+        if hook is not None and not drop and hook.params.get("url") == url and self._same_webhook(hook, params):
+            self._allowed = allowed or self._allowed
+            return True  # "Webhook is already set"
+        # like the real server: the old webhook goes first, then the new one is checked (a bad one leaves none)
+        await self._close_webhook()
+        if drop:
+            self._updates.clear()
+        new = self._new_webhook(url, params)
+        self._allowed = allowed or self._allowed
+        self._hook = new
+        new.task = asyncio.create_task(self._deliver(new))
+        self._notify()  # a waiting getUpdates ends with a 409
+        return True
+
+    @staticmethod
+    def _same_webhook(hook: _Webhook, params: dict[str, Any]) -> bool:
+        """Whether params set hook again unchanged (same secret, max_connections and ip_address)."""
+        return (
+            str(params.get("secret_token") or "") == hook.secret
+            and _max_connections(params.get("max_connections")) == hook.max_connections
+            and params.get("ip_address") == hook.params.get("ip_address")
+        )
+
     async def _delete_webhook(self, params: dict[str, Any]) -> bool:
-        """deleteWebhook (drop_pending_updates forgets queued updates)."""
+        """deleteWebhook: back to getUpdates; undelivered updates stay pending unless drop_pending_updates."""
+        await self._close_webhook()
         if params.get("drop_pending_updates") is True:
             self._updates.clear()
+        self._notify()
         return True
 
     async def _get_webhook_info(self, params: dict[str, Any]) -> dict[str, Any]:
-        """getWebhookInfo: never a webhook."""
-        return {"url": "", "has_custom_certificate": False, "pending_update_count": len(self._updates)}
+        """getWebhookInfo with the fields the Bot API server sends."""
+        hook = self._hook
+        info: dict[str, Any] = {
+            "url": hook.url if hook else "",
+            "has_custom_certificate": False,
+            "pending_update_count": len(self._updates),
+        }
+        if hook is not None:
+            if hook.last_error_date:
+                info["last_error_date"] = hook.last_error_date
+                info["last_error_message"] = hook.last_error_message
+            info["max_connections"] = hook.max_connections
+            info["ip_address"] = hook.ip_address
+        if self._allowed != _DEFAULT_ALLOWED:
+            info["allowed_updates"] = [name for name in UPDATE_TYPES if name in self._allowed]
+        return info
 
     async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         """getUpdates: confirm below offset, then long-poll up to timeout seconds for updates."""
+        if self._hook is not None:
+            raise _ApiError(409, WEBHOOK_CONFLICT)
+        self._allowed = _parse_allowed(params.get("allowed_updates")) or self._allowed
         offset = _as_int(params.get("offset"), "offset", 0)
         limit = min(max(_as_int(params.get("limit"), "limit", 100), 1), 100)
         timeout = params.get("timeout")
@@ -902,8 +1361,12 @@ class FakeTelegram(LoopbackServer):
                     await self._wakeup.wait()
             except TimeoutError:
                 break
+            if self._hook is not None:
+                raise _ApiError(409, SET_WEBHOOK_CONFLICT)
             if generation != self._poll_generation:
                 raise _ApiError(409, CONFLICT)
+        if self._hook is not None:
+            raise _ApiError(409, SET_WEBHOOK_CONFLICT)
         return list(itertools.islice(self._updates, limit))
 
     async def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import html
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from aiohttp import web
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters, Update
 from telegram.error import BadRequest, Conflict, EndPointNotFound, Forbidden, InvalidToken, RetryAfter
 from telegram.ext import (
@@ -26,11 +28,13 @@ from tests.fake_telegram import (
     BLOCKED,
     CHAT_NOT_FOUND,
     NOT_STARTED,
+    SECRET_HEADER,
     FakeTelegram,
     HtmlError,
     parse_html,
     utf16_len,
 )
+from tests.loopback import LoopbackServer
 
 App = Application[Any, Any, Any, Any, Any, Any]
 
@@ -348,3 +352,237 @@ async def test_dropped_get_updates_recovers(fake: FakeTelegram, allowed_errors: 
         assert fake.get_updates_ok >= 1
     finally:
         await _shutdown(app)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# webhook mode
+
+SECRET = "s3cret_Token-1"
+
+
+class Receiver(LoopbackServer):
+    """A bot's webhook endpoint: checks the secret header, records updates, answers scripted statuses."""
+
+    def __init__(self, secret: str = SECRET) -> None:
+        """Answer 200 to POST /hook with the right secret (403 otherwise) unless `statuses` says else."""
+        super().__init__()
+        self.secret = secret
+        self.received: list[tuple[int, str | None]] = []  # (update_id, secret header) of accepted POSTs
+        self.statuses: deque[int] = deque()  # answers for the next accepted POSTs (then 200)
+        self.held: list[int] = []  # update ids of POSTs waiting for `release`
+        self.release: asyncio.Event | None = None  # when set to an Event, POSTs wait for it before answering
+        self.in_flight = 0
+        self.peak = 0
+        self._app.router.add_post("/hook", self._hook)
+
+    @property
+    def url(self) -> str:
+        """The webhook URL to set."""
+        return f"{self.origin}/hook"
+
+    def ids(self) -> list[int]:
+        """Update ids of the accepted POSTs, in order."""
+        return [update_id for update_id, _ in self.received]
+
+    async def _hook(self, request: web.Request) -> web.Response:
+        """One webhook POST."""
+        if request.headers.get(SECRET_HEADER) != self.secret:
+            return web.Response(status=403)
+        update = await request.json()
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            if self.release is not None:
+                self.held.append(update["update_id"])
+                self._notify()
+                await self.release.wait()
+            status = self.statuses.popleft() if self.statuses else 200
+            if status == 200:
+                self.received.append((update["update_id"], request.headers.get(SECRET_HEADER)))
+            return web.Response(status=status)
+        finally:
+            self.in_flight -= 1
+            self._notify()
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    """A started webhook receiver on 127.0.0.1."""
+    async with Receiver() as server:
+        yield server
+
+
+async def test_set_webhook_is_checked_like_telegram(fake: FakeTelegram, bot: Bot) -> None:
+    """Bad URLs and secrets get Telegram's 400s; max_connections is clamped; a 2nd setWebhook within 1 s is a 429."""
+    fake.set_webhook_every = 0
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        ("https://exa mple.com/hook", {}, "invalid webhook URL specified"),
+        ("https://127.0.0.1:8443/hook", {"secret_token": "a" * 257}, "secret token is too long"),
+        ("https://127.0.0.1:8443/hook", {"secret_token": "no spaces"}, "secret token contains unallowed characters"),
+        ("https://127.0.0.1:8443/hook", {"secret_token": "base64+/="}, "secret token contains unallowed characters"),
+        ("http://bot.example.com/hook", {}, "bad webhook: An HTTPS URL must be provided for webhook"),
+        ("https://bot.example.com:8080/hook", {}, "bad webhook: Webhook can be set up only on ports 80, 88, 443"),
+        ("https://bot.example.com/hook", {}, "bad webhook: Failed to resolve host"),
+    ]
+    for url, extra, error in cases:
+        with pytest.raises(BadRequest, match=f"(?i){error}"):
+            await bot.set_webhook(url, **extra)
+        assert fake.webhook is None
+
+    assert await bot.set_webhook("http://127.0.0.1:9/hook", secret_token="a" * 256, max_connections=1000)
+    info = await bot.get_webhook_info()
+    assert (info.url, info.max_connections, info.ip_address) == ("http://127.0.0.1:9/hook", 100, "127.0.0.1")
+    assert info.allowed_updates == () and not info.has_custom_certificate and info.pending_update_count == 0
+    fake.route_webhook("https://bot.example.com", "http://127.0.0.1:9")
+    assert await bot.set_webhook("https://bot.example.com/tg?x=1", max_connections=0)
+    assert fake.webhook is not None and fake.webhook["max_connections"] == 1
+    assert fake.webhook["url"] == "https://bot.example.com/tg?x=1" and fake.webhook["secret_token"] == ""
+    with pytest.raises(BadRequest, match=r"(?i)secret token contains unallowed characters"):
+        await bot.set_webhook("https://bot.example.com/tg", secret_token="a:b")
+    assert fake.webhook is None  # like Telegram: the old webhook is closed before the new one is checked
+
+    fake.set_webhook_every = 1.0  # Telegram's limit: the last setWebhook was a moment ago
+    with pytest.raises(RetryAfter):
+        await bot.set_webhook("http://127.0.0.1:9/b")
+    assert fake.webhook is None
+    assert await bot.delete_webhook()  # not limited
+    assert (await bot.get_webhook_info()).url == ""
+
+
+async def test_webhook_delivers_in_order_with_the_secret(fake: FakeTelegram, bot: Bot, receiver: Receiver) -> None:
+    """Pushed updates are POSTed in order with the secret header; unwanted types are dropped; info is real."""
+    early = fake.push_update(fake.message_update("sent while polling"))
+    assert await bot.set_webhook(
+        receiver.url, secret_token=SECRET, allowed_updates=["message", "callback_query"], max_connections=5
+    )
+    assert fake.webhook == {
+        "url": receiver.url,
+        "secret_token": SECRET,
+        "max_connections": 5,
+        "allowed_updates": ["message", "callback_query"],
+        "drop_pending_updates": False,
+        "ip_address": None,
+    }
+    chat_a = [fake.push_update(fake.message_update(f"a{i}", chat_id=1)) for i in range(4)]
+    chat_b = [fake.push_update(fake.message_update(f"b{i}", chat_id=2)) for i in range(3)]
+    edited = fake.message_update("edited")
+    edited["edited_message"] = edited.pop("message")
+    fake.push_update(edited)  # not in allowed_updates: Telegram never sends it
+    await fake.wait_webhook_idle()
+    ids = receiver.ids()
+    assert sorted(ids) == sorted([early, *chat_a, *chat_b])
+    assert [i for i in ids if i in chat_a] == chat_a and [i for i in ids if i in chat_b] == chat_b
+    assert {secret for _, secret in receiver.received} == {SECRET}
+    assert fake.webhook_failures == 0 and all(status == 200 for _, status in fake.webhook_attempts)
+    info = await bot.get_webhook_info()
+    assert info.url == receiver.url and info.pending_update_count == 0 and info.max_connections == 5
+    assert info.allowed_updates == ("message", "callback_query") and info.last_error_date is None
+    with pytest.raises(Conflict, match="can't use getUpdates method while webhook is active"):
+        await bot.get_updates(timeout=0)
+
+
+async def test_webhook_one_request_per_chat_and_max_connections(
+    fake: FakeTelegram, bot: Bot, receiver: Receiver
+) -> None:
+    """A chat's next update waits for the 2xx of its previous one; at most max_connections POSTs are open."""
+    receiver.release = asyncio.Event()
+    assert await bot.set_webhook(receiver.url, secret_token=SECRET, max_connections=2)
+    first_a = fake.push_update(fake.message_update("a1", chat_id=1))
+    fake.push_update(fake.message_update("a2", chat_id=1))
+    first_b = fake.push_update(fake.message_update("b1", chat_id=2))
+    fake.push_update(fake.message_update("c1", chat_id=3))
+    await receiver.wait_for(lambda: len(receiver.held) == 2)
+    assert receiver.held == [first_a, first_b]  # not a2 (same chat as a1), not c1 (two already open)
+    assert (await bot.get_webhook_info()).pending_update_count == 4
+    receiver.release.set()
+    await fake.wait_webhook_idle()
+    assert receiver.peak == 2 and fake.webhook_peak_in_flight == 2
+    assert receiver.ids().index(first_a) < receiver.ids().index(first_a + 1)
+
+
+async def test_webhook_retries_until_a_2xx(fake: FakeTelegram, bot: Bot, receiver: Receiver) -> None:
+    """Errors and refused connections are retried (the chat's next update waits) and shown in getWebhookInfo."""
+    fake.set_webhook_every = 0
+    receiver.statuses.extend([500, 503])
+    assert await bot.set_webhook(receiver.url, secret_token=SECRET)
+    first = fake.push_update(fake.message_update("one"))
+    second = fake.push_update(fake.message_update("two"))
+    await fake.wait_webhook_idle()
+    assert fake.webhook_attempts == [(first, 500), (first, 503), (first, 200), (second, 200)]
+    assert receiver.ids() == [first, second] and fake.webhook_failures == 2
+    info = await bot.get_webhook_info()
+    assert info.last_error_message == "Wrong response from the webhook: 503 Service Unavailable"
+    assert info.last_error_date is not None
+
+    gone = Receiver()
+    await gone.start()
+    gone_url = gone.url
+    await gone.stop()
+    assert await bot.set_webhook(gone_url, secret_token=SECRET)
+    third = fake.push_update(fake.message_update("three"))
+    await fake.wait_for(lambda: fake.webhook_failures >= 5, what="three refused connections")
+    info = await bot.get_webhook_info()
+    assert info.last_error_message == "Connection refused" and info.pending_update_count == 1
+    assert await bot.set_webhook(receiver.url, secret_token=SECRET)  # a new URL gets what is still pending
+    await fake.wait_webhook_idle()
+    assert receiver.ids() == [first, second, third]
+    assert (await bot.get_webhook_info()).last_error_date is None  # a new webhook starts without errors
+
+
+async def test_wrong_secret_and_redelivery(fake: FakeTelegram, bot: Bot, receiver: Receiver) -> None:
+    """post_webhook sends any secret once (a wrong one gets the receiver's 403); redeliver repeats an update."""
+    with pytest.raises(RuntimeError, match="no webhook"):
+        await fake.post_webhook(fake.message_update("x"), secret=SECRET)
+    assert await bot.set_webhook(receiver.url, secret_token=SECRET)
+    forged = fake.message_update("forged")
+    assert await fake.post_webhook(forged, secret="wrong") == 403
+    assert await fake.post_webhook(forged, secret=None) == 403
+    assert receiver.received == [] and fake.webhook_attempts == [] and fake.webhook_failures == 0
+    assert isinstance(forged["update_id"], int)
+
+    update_id = fake.push_update(fake.message_update("hello"))
+    await fake.wait_webhook_idle()
+    assert await fake.redeliver(update_id) == 200
+    assert receiver.ids() == [update_id, update_id]
+    assert fake.webhook_attempts == [(update_id, 200), (update_id, 200)]
+    with pytest.raises(KeyError):
+        await fake.redeliver(update_id + 1)
+
+
+async def test_delete_webhook_goes_back_to_polling(fake: FakeTelegram, bot: Bot, receiver: Receiver) -> None:
+    """setWebhook ends a waiting long poll; deleteWebhook hands undelivered updates to getUpdates (or drops them)."""
+    poll = asyncio.create_task(bot.get_updates(timeout=10))
+    await fake.wait_for(lambda: any(m == "getUpdates" for m, _ in fake.calls))
+    assert await bot.set_webhook(receiver.url, secret_token=SECRET)
+    with pytest.raises(Conflict, match="terminated by setWebhook request"):
+        await poll
+
+    receiver.release = asyncio.Event()
+    update_id = fake.push_update(fake.message_update("in flight"))
+    await receiver.wait_for(lambda: receiver.held == [update_id])
+    assert await bot.delete_webhook()  # the open POST is abandoned without a 2xx
+    assert fake.webhook is None
+    assert [u.update_id for u in await bot.get_updates(timeout=0)] == [update_id]
+    assert await bot.get_updates(offset=update_id + 1, timeout=0) == ()
+
+    fake.push_update(fake.message_update("dropped"))
+    assert (await bot.get_webhook_info()).pending_update_count == 1
+    assert await bot.delete_webhook(drop_pending_updates=True)
+    assert (await bot.get_webhook_info()).pending_update_count == 0
+    receiver.release.set()
+
+
+async def test_stop_cancels_delivery(receiver: Receiver) -> None:
+    """stop() ends a delivery that is retrying without leaving a task behind."""
+    fake = FakeTelegram()
+    await fake.start()
+    try:
+        async with Bot(fake.token, base_url=fake.base_url) as bot:
+            assert await bot.set_webhook(receiver.url, secret_token="not-the-receivers")
+        fake.push_update(fake.message_update("refused"))
+        await fake.wait_for(lambda: fake.webhook_failures >= 3, what="three 403s")
+    finally:
+        await fake.stop()
+    names = {getattr(task.get_coro(), "__qualname__", "") for task in asyncio.all_tasks()}
+    assert not names & {"FakeTelegram._deliver", "FakeTelegram._attempt"}
+    assert fake.webhook_attempts[0][1] == 403 and receiver.received == []

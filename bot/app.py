@@ -15,12 +15,14 @@ from adapters.telegram import TelegramAdapter
 from bot.web import WebServer
 from core import Core, Outbox, Settings
 from core.agent.llm import LLM
+from core.commands import app_version
 from core.memory.embeddings import Embedder, openai_embedder, prepare_embeddings
 from core.metrics import Metrics
 from core.reminders.engine import ReminderEngine
 from core.reminders.scheduler import ReminderScheduler
 from core.storage.db import Pool, check_database, create_pool
 from core.storage.embedded import EmbeddedPostgres, start_embedded
+from core.storage.fleet import beating
 from core.storage.migrations import migrate
 from core.timeutil import system_clock
 
@@ -139,8 +141,12 @@ async def run_platforms(settings: Settings, core: Core) -> int:
         loop.add_signal_handler(sig, on_signal)
     core.stop_listeners.append(stop.set)  # restart(mode="full"), after its answer was sent
     started: list[TelegramAdapter | DiscordAdapter] = []
-    # health and metrics while polling only when PORT is set (webhook mode will always serve it)
-    web = WebServer(core, [a.platform for a in adapters], settings.PORT) if settings.serve_http else None
+    # health and metrics while polling only when PORT is set; webhook mode always serves it (Telegram posts there)
+    webhook = settings.TELEGRAM_WEBHOOK_URL is not None
+    web = WebServer(core, [a.platform for a in adapters], settings.PORT) if settings.serve_http or webhook else None
+    for adapter in adapters:
+        if web is not None and isinstance(adapter, TelegramAdapter) and adapter.webhook_path is not None:
+            web.app.router.add_post(adapter.webhook_path, adapter.on_webhook)
     try:
         if web is not None:  # first, so /healthz answers during a slow start (/readyz waits for the adapters)
             await web.start()
@@ -149,10 +155,13 @@ async def run_platforms(settings: Settings, core: Core) -> int:
             started.append(adapter)
             log.info("%s adapter started", adapter.platform)
         outboxes: dict[str, Outbox] = {a.platform: a for a in started}
-        async with reminders(settings, core, outboxes):
+        async with beating(core.pool, core.status_board, app_version()), reminders(settings, core, outboxes):
             await stop.wait()
-        # SIGTERM/SIGINT or a full restart: let other chats' running answers finish (bounded) before adapters stop
-        await core.drain(settings.SHUTDOWN_GRACE_SECONDS)
+        # SIGTERM/SIGINT or a full restart: take no new updates; running answers finish within the grace, the
+        # rest are cut and handed back to other processes; then the adapters stop
+        started_drain = loop.time()
+        await core.inbox.stop(settings.SHUTDOWN_GRACE_SECONDS)
+        await core.drain(max(0.0, settings.SHUTDOWN_GRACE_SECONDS - (loop.time() - started_drain)))
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

@@ -8,6 +8,7 @@ from core.reminders.buttons import BUTTONS
 from core.reminders.engine import DeliveryRefused, Outbox, ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, Settings, StartupError
 from core.storage.conversations import TurnSteps
+from core.storage.inbox import InboxItem
 from core.types import RESTARTING, Assistant, AssistantDelta, ChatKind, Error, Event, Incoming, Step
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "DeliveryRefused",
     "Error",
     "Event",
+    "InboxItem",
     "Incoming",
     "Outbox",
     "ReminderMessage",

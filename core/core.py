@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import secrets
+import socket
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
@@ -18,6 +21,7 @@ from core.agent.prompt import system_prompt
 from core.agent.replay import build_replay
 from core.capabilities import manager
 from core.commands import HELP, RESET_DONE, STEPS_GONE, STEPS_NOT_YOURS, CommandName, Commands, StatusBoard
+from core.inbox import Inbox
 from core.limits import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, MAX_INCOMING_CHARS, REFUSAL_EVERY_S
 from core.memory.blocks import render_prompt_section
 from core.memory.embeddings import Embedder
@@ -92,6 +96,8 @@ class Core:
         self.status_board = StatusBoard()  # adapters report into it; /status shows it
         self.metrics = metrics if metrics is not None else Metrics()  # bot/ passes the process's (also the LLM's)
         self._commands = Commands(self)
+        self.process_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"  # in leases and /status
+        self.inbox = Inbox(pool, self.process_id, self.metrics)  # platform updates, stored before acknowledged
 
     # ---- the front door adapters call (besides handle, reset, is_allowed, refusal) -----------------
 
@@ -235,6 +241,12 @@ class Core:
             return True
         return False
 
+    async def _stored_answer(self, turn_id: int, text: str) -> Assistant:
+        """A stored final answer with its steps, as the turn's event."""
+        found = await conversations.turn_steps(self.pool, turn_id)
+        steps, elapsed = (found.steps, found.elapsed_s) if found is not None else ((), 0.0)
+        return Assistant(text, turn_id, steps, elapsed)
+
     async def close_abandoned_turns(self) -> int:
         """At start: close turns a dead process left running (safe while other processes run turns)."""
         older_than = timedelta(seconds=self.settings.AGENT_TOTAL_TIMEOUT) + ABANDONED_MARGIN
@@ -328,6 +340,10 @@ class Core:
         )  # fmt: skip
         user, chat, turn_id, rows, due = start.user, start.chat, start.turn_id, start.history, start.due
         if turn_id is None:
+            stored = await conversations.stored_answer(self.pool, inc) if inc.redelivered else None
+            if stored is not None:  # answered before its process died: send that answer (it may not have gone out)
+                yield await self._stored_answer(*stored)
+                return
             log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
         is_admin = admin and (not group or self.admins_only(inc.platform, rows))

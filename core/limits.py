@@ -18,6 +18,7 @@ TELEGRAM_DRAFT_EVERY_S = 0.6  # at most this often a streamed draft is updated
 TELEGRAM_PREVIEW_TIMEOUT_S = 2.0  # a typing action or draft that takes longer is not worth waiting for
 TELEGRAM_POLL_TIMEOUT_S = 30  # long polling: getUpdates waits up to this long for an update
 TELEGRAM_REQUEST_TIMEOUT_S = 5.0  # read and connect timeout of a Bot API call (a poll gets its own wait on top)
+TELEGRAM_POLL_RETRY_MAX_S = 30.0  # a failing getUpdates is retried at once, then after 1, 2, 4… s up to this
 TELEGRAM_POLL_READ_MARGIN_S = 10.0  # a poll's read timeout is its long-poll wait plus this
 TELEGRAM_CONNECTIONS = 64  # the Bot API connection pool
 DISCORD_MESSAGE_LIMIT = 2000  # Discord's content limit per message
@@ -127,3 +128,13 @@ def truncate(text: str, limit: int, *, one_line: bool = False) -> str:
         flat = " ".join(text.split())
         return flat if len(flat) <= limit else flat[: limit - 1] + "…"
     return text if len(text) <= limit else text[:limit] + f"… [truncated, {len(text) - limit} more characters]"
+
+
+# The inbox (sql/008): platform updates stored before they are acknowledged, taken by any process.
+INBOX_LEASE_S = 30.0  # a taken update is this process's until then (renewed every third of it while it runs)
+INBOX_POLL_S = 1.0  # an idle process looks for updates this often even without a notification
+INBOX_CONCURRENCY = 64  # updates (so chats) one process handles at the same time
+INBOX_KEEP_DONE_S = 2 * 24 * 3600.0  # handled updates are kept this long so a redelivery is recognised
+INBOX_FORGET_BATCH = 1000  # at most this many handled updates are deleted per renewal round
+INBOX_RETRY_S = 1.0  # a failed claim or finish (database down) is tried again after this pause
+INBOX_WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

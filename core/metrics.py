@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from core.limits import LLM_SECONDS_BUCKETS, REMINDER_LATENESS_BUCKETS, TURN_SECONDS_BUCKETS
+from core.limits import INBOX_WAIT_BUCKETS, LLM_SECONDS_BUCKETS, REMINDER_LATENESS_BUCKETS, TURN_SECONDS_BUCKETS
 
 TOOL_OUTCOMES = frozenset({"ok", "invalid_args", "unknown_function", "tool_error", "timeout", "forbidden"})
 UNKNOWN_TOOL = "unknown"  # the label of a call to a name the registry does not hold (the model made it up)
@@ -39,6 +39,12 @@ class Metrics:
         self.reminders_failed = Counter("bot_reminders_failed", "Reminders that ended undelivered", registry=r)
         self.reminder_lateness = Histogram("bot_reminder_lateness_seconds", "Delivery time minus due time (s)",
                                            registry=r, buckets=REMINDER_LATENESS_BUCKETS)  # fmt: skip
+        self.inbox_depth = Gauge("bot_inbox_depth", "Updates stored and not yet handled, all processes", registry=r)
+        self.inbox_age = Gauge("bot_inbox_oldest_seconds", "Age of the oldest update not yet handled (s)", registry=r)
+        self.inbox_wait = Histogram("bot_inbox_wait_seconds", "From storing an update to a process taking it (s)",
+                                    registry=r, buckets=INBOX_WAIT_BUCKETS)  # fmt: skip
+        self.inbox_retaken = Counter("bot_inbox_retaken", "Updates taken again (lease ran out or handed back)",
+                                     registry=r)  # fmt: skip
 
     def turn(self, outcome: str, seconds: float) -> None:
         """One finished turn."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
 from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote, urlsplit
@@ -95,6 +98,9 @@ class Settings(BaseSettings):
     LLM_BASE_URL: str | None = None
     TELEGRAM_BOT_TOKEN: SecretStr | None = None
     TELEGRAM_API_BASE_URL: str | None = None
+    TELEGRAM_WEBHOOK_URL: str | None = None  # public https URL: webhook mode (served on PORT) instead of polling
+    TELEGRAM_WEBHOOK_SECRET: SecretStr | None = None  # the webhook's secret_token; unset: derived from the bot token
+    TELEGRAM_WEBHOOK_MAX_CONNECTIONS: int = Field(default=40, ge=1, le=100)  # Telegram's parallel webhook requests
     DISCORD_BOT_TOKEN: SecretStr | None = None
     DISCORD_API_BASE_URL: str | None = None
     DISCORD_GATEWAY_URL: str | None = None
@@ -177,6 +183,7 @@ class Settings(BaseSettings):
         "LLM_MODEL",
         "LLM_BASE_URL",
         "TELEGRAM_API_BASE_URL",
+        "TELEGRAM_WEBHOOK_URL",
         "DISCORD_API_BASE_URL",
         "DISCORD_GATEWAY_URL",
         "DISCORD_SHARD_COUNT",
@@ -187,7 +194,37 @@ class Settings(BaseSettings):
         """Treat an empty variable as unset."""
         return None if isinstance(v, str) and not v.strip() else v
 
-    @field_validator("DATABASE_URL", "LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "DISCORD_BOT_TOKEN", mode="before")
+    @field_validator("TELEGRAM_WEBHOOK_URL")
+    @classmethod
+    def _check_webhook_url(cls, v: str | None) -> str | None:
+        """Telegram posts only to https (plain http is accepted for a local test server on loopback)."""
+        if v is None:
+            return v
+        parts = urlsplit(v.strip())
+        if parts.scheme == "https" and parts.hostname:
+            return v.strip()
+        if parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1"):
+            return v.strip()
+        raise ValueError(
+            "must be the public https:// URL that Telegram posts updates to, e.g. https://bot.example.com/telegram"
+        )
+
+    @field_validator("TELEGRAM_WEBHOOK_SECRET")
+    @classmethod
+    def _check_webhook_secret(cls, v: SecretStr | None) -> SecretStr | None:
+        """Telegram's secret_token: 1-256 characters, only A-Z, a-z, 0-9, _ and -."""
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", v.get_secret_value()):
+            raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and - (Telegram's secret_token)")
+        return v
+
+    @field_validator(
+        "DATABASE_URL",
+        "LLM_API_KEY",
+        "TELEGRAM_BOT_TOKEN",
+        "TELEGRAM_WEBHOOK_SECRET",
+        "DISCORD_BOT_TOKEN",
+        mode="before",
+    )
     @classmethod
     def _empty_secret_is_unset(cls, v: object) -> object:
         """Treat an empty secret as unset."""
@@ -197,6 +234,16 @@ class Settings(BaseSettings):
     def serve_http(self) -> bool:
         """Whether PORT was given (environment, `.env` or an override): polling mode serves HTTP only then."""
         return "PORT" in self.model_fields_set
+
+    @property
+    def webhook_secret(self) -> str:
+        """The webhook's secret_token: TELEGRAM_WEBHOOK_SECRET, or one derived from the bot token (the same in every
+        process, never logged)."""
+        if self.TELEGRAM_WEBHOOK_SECRET is not None:
+            return self.TELEGRAM_WEBHOOK_SECRET.get_secret_value()
+        assert self.TELEGRAM_BOT_TOKEN is not None
+        token = self.TELEGRAM_BOT_TOKEN.get_secret_value().encode()
+        return hmac.new(token, b"telegram webhook secret_token", hashlib.sha256).hexdigest()
 
     @property
     def admins(self) -> frozenset[str]:
@@ -223,8 +270,10 @@ class Settings(BaseSettings):
 
     def secret_values(self) -> list[str]:
         """Every secret value (tokens, keys, the database URL and its password), longest first."""
-        values = [s.get_secret_value() for s in (self.DATABASE_URL, self.LLM_API_KEY, self.TELEGRAM_BOT_TOKEN,
-                                                  self.DISCORD_BOT_TOKEN) if s is not None]  # fmt: skip
+        given = (self.DATABASE_URL, self.LLM_API_KEY, self.TELEGRAM_BOT_TOKEN, self.DISCORD_BOT_TOKEN)
+        values = [s.get_secret_value() for s in given if s is not None]
+        if self.TELEGRAM_BOT_TOKEN is not None:
+            values.append(self.webhook_secret)  # given or derived
         if self.DATABASE_URL is not None:
             try:
                 password = urlsplit(self.DATABASE_URL.get_secret_value()).password or ""

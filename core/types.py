@@ -25,6 +25,7 @@ class Incoming:
     message_id: str | None = None
     reply_to: str | None = None
     attachments: tuple[str, ...] = ()
+    redelivered: bool = False  # handled before by a process that died or was cut: finish its turn, answer once
 
     @property
     def user_key(self) -> str:

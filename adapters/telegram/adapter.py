@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import re
 import time
 from collections.abc import Sequence
 from contextlib import aclosing
-from datetime import timedelta
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit
 
+from aiohttp import web
 from telegram import (
     BotCommand,
     CallbackQuery,
@@ -25,7 +27,15 @@ from telegram import (
     Update,
 )
 from telegram.constants import ChatAction, ChatType, ParseMode
-from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, NetworkError, TelegramError
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
 from telegram.ext import (
     Application,
     ApplicationBuilder,
@@ -47,6 +57,7 @@ from core import (
     Core,
     DeliveryRefused,
     Error,
+    InboxItem,
     Incoming,
     ReminderMessage,
     Settings,
@@ -56,6 +67,7 @@ from core.limits import (
     TELEGRAM_DRAFT_CHARS,
     TELEGRAM_DRAFT_EVERY_S,
     TELEGRAM_POLL_READ_MARGIN_S,
+    TELEGRAM_POLL_RETRY_MAX_S,
     TELEGRAM_POLL_TIMEOUT_S,
     TELEGRAM_PREVIEW_TIMEOUT_S,
     TELEGRAM_TYPING_AFTER_S,
@@ -96,6 +108,10 @@ COMMANDS = [
 ]
 
 App = Application[Any, Any, Any, Any, Any, Any]
+HANDLED_UPDATES = [Update.MESSAGE, Update.CALLBACK_QUERY]  # allowed_updates: what the handlers take
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+# True while the update being handled was taken before by a process that died or was cut (see core.inbox)
+_redelivered: ContextVar[bool] = ContextVar("telegram_update_redelivered", default=False)
 
 
 class TelegramAdapter:
@@ -128,6 +144,12 @@ class TelegramAdapter:
         self.app: App = builder.build()
         self.username = ""
         self.bot_id = 0
+        self.webhook_url = settings.TELEGRAM_WEBHOOK_URL  # None: long polling
+        self.webhook_path = (urlsplit(self.webhook_url).path or "/") if self.webhook_url else None
+        self._secret = settings.webhook_secret.encode()
+        self._max_connections = settings.TELEGRAM_WEBHOOK_MAX_CONNECTIONS
+        self._grace = settings.SHUTDOWN_GRACE_SECONDS
+        self._poller: asyncio.Task[None] | None = None
         self._add_handlers()
 
     def _add_handlers(self) -> None:
@@ -180,26 +202,43 @@ class TelegramAdapter:
             raise
 
     async def _start(self) -> None:
-        """Initialize (getMe), register the commands, start long polling and the handlers."""
+        """Initialize (getMe), register the commands, set the webhook or start long polling, then take stored
+        updates from the inbox (either way, an update is stored before Telegram is told it arrived)."""
         await self.app.initialize()
         me = self.app.bot
         self.username, self.bot_id = me.username or "", me.id
         await me.set_my_commands(COMMANDS)
-        assert self.app.updater is not None
-        await self.app.updater.start_polling(
-            poll_interval=0,
-            timeout=timedelta(seconds=self.poll_timeout),
-            allowed_updates=[Update.MESSAGE, Update.CALLBACK_QUERY],
-            error_callback=self._on_poll_error,
-        )
+        if self.webhook_url is not None:
+            await self._set_webhook()
+        else:
+            await me.delete_webhook()  # getUpdates is refused while a webhook is set
+            self._poller = asyncio.create_task(self._poll(), name="telegram long polling")
         await self.app.start()
-        self.core.report_state("telegram", f"@{self.username}")
+        self.core.inbox.serve("telegram", self._on_stored)
+        self.core.report_state("telegram", f"@{self.username}" + (" (webhook)" if self.webhook_url else ""))
+
+    async def _set_webhook(self) -> None:
+        """setWebhook; when several processes start at once Telegram refuses the later calls for a second (429),
+        which is fine once the webhook points at our URL."""
+        try:
+            await self.app.bot.set_webhook(
+                self.webhook_url, secret_token=self._secret.decode(), allowed_updates=HANDLED_UPDATES,
+                max_connections=self._max_connections,
+            )  # fmt: skip
+        except RetryAfter:
+            if (await self.app.bot.get_webhook_info()).url != self.webhook_url:
+                raise
 
     async def stop(self) -> None:
-        """Stop polling and the application, in reverse order; sends still waiting out a 429 give up."""
+        """Stop polling and the application, in reverse order; sends still waiting out a 429 give up. The webhook
+        stays set: other processes go on receiving it."""
         self.rate_limiter.stop_waiting()
-        if self.app.updater is not None and self.app.updater.running:
-            await self.app.updater.stop()
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+        await self.core.inbox.stop(self._grace)  # nothing left to do when the process drained it already
         if self.app.running:
             await self.app.stop()
         await self.app.shutdown()
@@ -209,9 +248,54 @@ class TelegramAdapter:
         """Remember the last successful poll for /status."""
         self.core.report_poll("telegram")
 
-    def _on_poll_error(self, error: TelegramError) -> None:
-        """Network trouble while polling is retried by PTB; it never stops the bot."""
-        log.warning("Telegram polling error (will retry): %s", error)
+    # ---- receiving: webhook or long polling into the inbox, then any process handles it -------------------
+
+    async def _poll(self) -> None:
+        """Long polling: store each batch in the inbox, and only then confirm it (the next offset); trouble is
+        retried with a growing pause (at once the first time), and never stops the bot."""
+        offset, pause = 0, 0.0
+        while True:
+            try:
+                updates = await self.app.bot.get_updates(
+                    offset=offset, timeout=self.poll_timeout, allowed_updates=HANDLED_UPDATES
+                )
+                for update in updates:
+                    await self._store(update.to_dict(), update)
+                    offset = update.update_id + 1
+                pause = 0.0
+            except Exception as e:
+                log.warning("Telegram polling error (will retry in %g s): %s", pause, _one_line(e))
+                await asyncio.sleep(pause)
+                pause = min(max(pause * 2, 1.0), TELEGRAM_POLL_RETRY_MAX_S)
+
+    async def on_webhook(self, request: web.Request) -> web.Response:
+        """Telegram's POST of one update: 403 without the right secret; 200 only once it is stored in the inbox
+        (503 while the database is away: Telegram delivers it again later)."""
+        given = request.headers.get(SECRET_HEADER, "").encode()
+        if not hmac.compare_digest(given, self._secret):
+            return web.Response(status=403, text="wrong or missing secret token")
+        try:
+            data = await request.json()
+            update = Update.de_json(data, self.app.bot)
+        except Exception:
+            return web.Response(status=400, text="not a Telegram update")
+        try:
+            await self._store(data, update)
+        except Exception as e:
+            log.warning("could not store a Telegram update (%s); Telegram will deliver it again", _one_line(e))
+            return web.Response(status=503, text="try again later")
+        return web.Response(text="ok")
+
+    async def _store(self, data: dict[str, Any], update: Update) -> None:
+        """Put an update in the inbox under its chat (updates of one chat are handled one at a time, in order)."""
+        chat, user = update.effective_chat, update.effective_user
+        key = f"telegram:{chat.id}" if chat else f"telegram:user:{user.id}" if user else "telegram:-"
+        await self.core.inbox.put("telegram", update.update_id, key, data)
+
+    async def _on_stored(self, item: InboxItem) -> None:
+        """Handle a stored update with the handlers (in this task, so `_redelivered` reaches _incoming)."""
+        _redelivered.set(item.attempts > 1)
+        await self.app.process_update(Update.de_json(item.payload, self.app.bot))
 
     # ---- translation -------------------------------------------------------------------------
 
@@ -244,6 +328,7 @@ class TelegramAdapter:
             user_name=user.full_name,
             message_id=str(msg.message_id),
             reply_to=str(msg.reply_to_message.message_id) if msg.reply_to_message else None,
+            redelivered=_redelivered.get(),
         )
 
     # ---- handlers ----------------------------------------------------------------------------
@@ -506,9 +591,9 @@ def _refusal(e: TelegramError) -> str | None:
     return None
 
 
-def _one_line(e: TelegramError) -> str:
-    """The error's message on one line, without a bot token."""
-    return " ".join(redact_token(str(e)).split())
+def _one_line(e: BaseException) -> str:
+    """The error's message on one line (its type when it says nothing), without a bot token."""
+    return " ".join(redact_token(str(e)).split()) or type(e).__name__
 
 
 def _host(base_url: str | None) -> str:

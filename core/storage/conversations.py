@@ -26,10 +26,17 @@ WITH u AS (
 ), t AS (
     INSERT INTO turns (chat_id, user_id, platform_message_id) SELECT c.id, u.id, $8 FROM u, c WHERE $10
     ON CONFLICT (chat_id, platform_message_id) WHERE platform_message_id IS NOT NULL
-    DO UPDATE SET user_id = EXCLUDED.user_id  -- only on a retry ($11): take back our own unanswered turn
-    WHERE $11 AND turns.status = 'running' AND turns.user_id = EXCLUDED.user_id
-        AND NOT EXISTS (SELECT 1 FROM messages x WHERE x.turn_id = turns.id AND x.role <> 'user')
+    DO UPDATE SET user_id = EXCLUDED.user_id, status = 'running', finished_at = NULL
+    WHERE turns.user_id = EXCLUDED.user_id AND (
+        -- a retried statement ($11 = 1) takes back our own unanswered turn
+        ($11 = 1 AND turns.status = 'running'
+            AND NOT EXISTS (SELECT 1 FROM messages x WHERE x.turn_id = turns.id AND x.role <> 'user'))
+        -- a redelivered update ($11 = 2: its first handler died or was cut) runs again unless an answer was stored
+        OR ($11 = 2 AND NOT EXISTS (
+            SELECT 1 FROM messages x WHERE x.turn_id = turns.id AND x.role = 'assistant' AND x.tool_calls IS NULL)))
     RETURNING id, chat_id, user_id, xmax = 0 AS fresh
+), gone AS (  -- the half-done steps of a redelivered turn: it starts over
+    DELETE FROM messages WHERE $11 = 2 AND turn_id = (SELECT id FROM t WHERE NOT t.fresh) AND role <> 'user'
 ), m AS (
     INSERT INTO messages (chat_id, turn_id, user_id, role, content, author_name, platform_message_id)
     SELECT t.chat_id, t.id, t.user_id, 'user', $9, $3, $8 FROM t WHERE t.fresh
@@ -128,13 +135,15 @@ async def begin_turn(
     With `authors`, each history row carries `author_id` (the platform id of the user whose turn it is) and
     `platform_message_id`; without, both are null. With `memory`, the speaker's core memory blocks come along
     (only for turns where personal memory applies: never in groups). Retried on a dropped connection; a retry takes back
-    the turn an earlier attempt may have committed (same platform message id, still running, unanswered).
+    the turn an earlier attempt may have committed (same platform message id, still running, unanswered). A
+    redelivered message (its first handler died) takes its turn back and starts it over unless an answer was stored.
     """
 
     def attempt(retry: bool) -> Awaitable[Record | None]:
+        mode = 2 if inc.redelivered else 1 if retry else 0  # $11: see _BEGIN_SQL
         return pool.fetchrow(
             _BEGIN_WITH_CONTEXT_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
-            inc.chat_kind, inc.chat_title, inc.message_id, inc.text, True, retry, history - 1, due_before,
+            inc.chat_kind, inc.chat_title, inc.message_id, inc.text, True, mode, history - 1, due_before,
             due_limit, authors, memory,
         )  # fmt: skip
 
@@ -154,7 +163,7 @@ async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef,
     """Upsert the speaking user and the chat and return their references (no turn is opened)."""
     args = (inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id, inc.chat_kind, inc.chat_title)
     row = await retry_dropped(
-        lambda: pool.fetchrow(_BEGIN_SQL, *args, inc.message_id, inc.text, False, False),
+        lambda: pool.fetchrow(_BEGIN_SQL, *args, inc.message_id, inc.text, False, 0),
         "identifying a user",
         pool=pool,
     )
@@ -202,6 +211,21 @@ async def finish_turn_with_answer(pool: Pool, chat: ChatRef, turn_id: int, text:
         pool=pool,
         again=lambda: pool.execute(_FINISH_ONCE_SQL, chat.id, turn_id, text, status, steps),
     )
+
+
+_STORED_ANSWER_SQL = """
+SELECT t.id, m.content FROM chats c
+JOIN turns t ON t.chat_id = c.id AND t.platform_message_id = $4
+JOIN messages m ON m.turn_id = t.id AND m.role = 'assistant' AND m.tool_calls IS NULL
+WHERE c.platform = $1 AND c.platform_chat_id = $2 AND c.thread_id = $3
+ORDER BY m.id DESC LIMIT 1
+"""
+
+
+async def stored_answer(pool: Pool, inc: Incoming) -> tuple[int, str] | None:
+    """The turn id and final answer stored for this platform message, if its turn got that far."""
+    row = await pool.fetchrow(_STORED_ANSWER_SQL, inc.platform, inc.chat_id, inc.thread_id, inc.message_id)
+    return None if row is None else (row["id"], row["content"] or "")
 
 
 async def close_abandoned_turns(pool: Pool, older_than: timedelta) -> int:

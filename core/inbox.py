@@ -1,0 +1,183 @@
+"""The inbox worker: takes stored updates (stored by any process) and hands each to its adapter, one per chat."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from core.limits import (
+    INBOX_CONCURRENCY,
+    INBOX_FORGET_BATCH,
+    INBOX_KEEP_DONE_S,
+    INBOX_LEASE_S,
+    INBOX_POLL_S,
+    INBOX_RETRY_S,
+)
+from core.metrics import Metrics
+from core.storage import inbox as store
+from core.storage.db import Pool, connect_like, retry_dropped
+from core.storage.inbox import InboxItem
+from core.storage.listen import ChangeListener
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "inbox"  # sql/008_inbox.sql's trigger notifies it when an update is stored
+Handler = Callable[[InboxItem], Awaitable[None]]
+
+
+class Inbox:
+    """Stores updates before they are acknowledged and runs them here, in order per chat, across all processes."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        owner: str,
+        metrics: Metrics,
+        *,
+        concurrency: int = INBOX_CONCURRENCY,
+        lease_s: float = INBOX_LEASE_S,
+        poll_s: float = INBOX_POLL_S,
+    ) -> None:
+        """`owner` names this process in the leases it takes."""
+        self.pool, self.owner, self.metrics = pool, owner, metrics
+        self.concurrency, self.lease_s, self.poll_s = concurrency, lease_s, poll_s
+        self._handlers: dict[str, Handler] = {}
+        self._running: dict[int, tuple[InboxItem, asyncio.Task[None]]] = {}
+        self._wake = asyncio.Event()
+        self._taking = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listener = ChangeListener(CHANNEL, lambda: connect_like(pool), self._notified)
+
+    async def put(self, platform: str, update_id: int, chat_key: str, payload: dict[str, Any]) -> bool:
+        """Store an update (committed when this returns: only then may the platform be told); False for a redelivery.
+        A dropped connection is retried: storing twice stores once."""
+        new = await retry_dropped(
+            lambda: store.put(self.pool, platform, update_id, chat_key, payload), "storing an update", pool=self.pool
+        )
+        if new and platform in self._handlers:
+            self._wake.set()  # this process may take it at once (others hear the notification)
+        return new
+
+    def serve(self, platform: str, handler: Handler) -> None:
+        """Run `platform`'s stored updates in this process with `handler` (starts taking work on first use)."""
+        self._handlers[platform] = handler
+        self._wake.set()
+        if not self._taking:
+            self._taking = True
+            self._listener.start()
+            self._tasks = [
+                asyncio.create_task(self._take(), name="inbox taker"),
+                asyncio.create_task(self._renew(), name="inbox lease renewal"),
+            ]
+
+    @property
+    def held(self) -> int:
+        """How many updates this process is handling now."""
+        return len(self._running)
+
+    async def stop(self, grace: float) -> int:
+        """Take no new updates; let running ones finish for up to `grace` s, then cut them and hand their leases
+        back so another process takes them at once. Returns how many were handed back."""
+        self._taking = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        await self._listener.stop()
+        running = [task for _, task in self._running.values()]
+        if running:
+            log.info("waiting up to %g s for %d update(s) being handled", grace, len(running))
+            await asyncio.wait(running, timeout=grace)
+        late = dict(self._running)
+        for _, task in late.values():
+            task.cancel()
+        if late:
+            await asyncio.wait([task for _, task in late.values()], timeout=1.0)
+            try:
+                handed = await store.release(self.pool, self.owner, list(late))
+            except Exception as e:  # the leases run out on their own
+                log.warning("could not hand back %d update(s) (%s); they are retaken after the lease", len(late), e)
+                handed = 0
+            log.warning("%d update(s) cut at shutdown and handed back to other processes", handed)
+        return len(late)
+
+    async def _notified(self, _payload: str | None) -> None:
+        """An update was stored somewhere (or the listener reconnected): look for work."""
+        self._wake.set()
+
+    async def _take(self) -> None:
+        """Claim what may run now while there is room; otherwise wait for a wake-up or the next poll."""
+        while True:
+            self._wake.clear()
+            free = self.concurrency - len(self._running)
+            if free > 0 and self._handlers:
+                try:
+                    items = await store.claim(self.pool, self.owner, list(self._handlers), self.lease_s, free)
+                except Exception as e:
+                    log.warning("could not take updates from the inbox (%s); trying again", _reason(e))
+                    await asyncio.sleep(INBOX_RETRY_S)
+                    continue
+                for item in items:
+                    self._start(item)
+                if len(items) == free:
+                    continue  # there may be more
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+
+    def _start(self, item: InboxItem) -> None:
+        """Handle one claimed update in its own task."""
+        self.metrics.inbox_wait.observe(item.waited_s)
+        if item.attempts > 1:
+            self.metrics.inbox_retaken.inc()
+        task = asyncio.create_task(self._handle(item), name=f"inbox {item.platform} {item.update_id}")
+        self._running[item.update_id] = (item, task)
+
+    async def _handle(self, item: InboxItem) -> None:
+        """Run the adapter's handler, then mark the update done (a failure is logged: the update is not retried)."""
+        try:
+            await self._handlers[item.platform](item)
+        except asyncio.CancelledError:
+            self._running.pop(item.update_id, None)
+            raise  # cut at shutdown: stop() hands it back
+        except Exception:
+            log.exception("handling %s update %d failed", item.platform, item.update_id)
+        try:
+            await self._finish(item)
+        finally:
+            self._running.pop(item.update_id, None)
+            self._wake.set()  # the chat's next update may go now
+
+    async def _finish(self, item: InboxItem) -> None:
+        """Mark done, trying again while the database is away (else the update would run again after its lease)."""
+        while True:
+            try:
+                await retry_dropped(lambda: store.finish(self.pool, item), "finishing an update", pool=self.pool)
+                return
+            except Exception as e:
+                log.warning("could not mark %s update %d done (%s); trying again", item.platform, item.update_id,
+                            _reason(e))  # fmt: skip
+                await asyncio.sleep(INBOX_RETRY_S)
+
+    async def _renew(self) -> None:
+        """Keep the leases of running updates, and refresh the depth metrics and forget old handled updates."""
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                if self._running:
+                    await store.renew(self.pool, self.owner, list(self._running), self.lease_s)
+                depth, age = await store.depth(self.pool)
+                self.metrics.inbox_depth.set(depth)
+                self.metrics.inbox_age.set(age)
+                await store.forget_done(self.pool, INBOX_KEEP_DONE_S, INBOX_FORGET_BATCH)
+            except Exception as e:
+                log.warning("could not renew inbox leases (%s); trying again", _reason(e))
+
+
+def _reason(e: BaseException) -> str:
+    """One line: the error's type and message."""
+    return f"{type(e).__name__}: {e}"

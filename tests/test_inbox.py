@@ -1,0 +1,205 @@
+"""Telegram webhook mode and the inbox: the secret, redeliveries, per-chat order across processes, a dead worker,
+hand-back on SIGTERM. Each "process" is a Core with its Telegram adapter and HTTP server on the one test database."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from adapters.telegram import TelegramAdapter
+from bot.web import WebServer
+from core.core import Core
+from core.inbox import Inbox
+from core.storage.db import Pool
+from tests.conftest import MakeCore
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.fake_telegram import FakeTelegram
+from tests.test_web import free_port
+
+StartProc = Callable[..., Awaitable["Proc"]]
+
+
+@dataclass
+class Proc:
+    """One bot process in webhook mode."""
+
+    core: Core
+    adapter: TelegramAdapter
+    url: str
+
+    async def post(self, tg: FakeTelegram, update: dict[str, Any]) -> int:
+        """POST an update to this process as Telegram does (with the secret)."""
+        return await tg.post_webhook(update, secret=self.core.settings.webhook_secret, url=self.url)
+
+
+@pytest.fixture
+async def start_proc(tg: FakeTelegram, make_core: MakeCore) -> AsyncIterator[StartProc]:
+    """Start webhook-mode processes (stopped at the end); `lease_s` shortens the inbox lease."""
+    tg.set_webhook_every = 0  # several processes set the same webhook at start
+    async with AsyncExitStack() as stack:
+
+        async def start(lease_s: float = 30.0, **overrides: Any) -> Proc:
+            port = free_port()
+            url = f"http://127.0.0.1:{port}/telegram"
+            core = make_core(
+                TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url, TELEGRAM_WEBHOOK_URL=url,
+                ALLOWED_USERS="*", **overrides,
+            )  # fmt: skip
+            core.inbox = Inbox(core.pool, core.process_id, core.metrics, lease_s=lease_s, poll_s=0.05)
+            adapter = TelegramAdapter(core, core.settings, poll_timeout=1)
+            web = WebServer(core, ["telegram"], port, host="127.0.0.1")
+            assert adapter.webhook_path == "/telegram"
+            web.app.router.add_post(adapter.webhook_path, adapter.on_webhook)
+            await web.start()
+            stack.push_async_callback(web.stop)
+            await adapter.start()
+            stack.push_async_callback(adapter.stop)
+            return Proc(core, adapter, url)
+
+        yield start
+
+
+def echo(delay: float = 0.0) -> Callable[[dict[str, Any]], Reply]:
+    """A model that answers "re: <the last user message>"."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        last = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
+        return Reply(text=f"re: {last}", delay=delay)
+
+    return respond
+
+
+class Hold:
+    """A model whose first request waits until released (a turn caught in the middle); later ones echo."""
+
+    def __init__(self) -> None:
+        """Nothing asked yet."""
+        self.asked = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, body: dict[str, Any]) -> Reply:
+        """Hold the first request."""
+        if not self.asked.is_set():
+            self.asked.set()
+            await self.release.wait()
+            return Reply(text="from the first worker")
+        return echo()(body)
+
+
+async def die(proc: Proc) -> None:
+    """The process dies (as with kill -9, in this test process): its handlers stop where they are and its leases
+    are neither renewed nor handed back."""
+    inbox = proc.core.inbox
+    dead = [task for _, task in inbox._running.values()] + inbox._tasks
+    for task in dead:
+        task.cancel()
+    await asyncio.wait(dead)
+    inbox._running.clear()
+    inbox._tasks = []
+
+
+async def test_webhook_is_set_with_a_secret_and_a_wrong_secret_gets_403(
+    start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    p = await start_proc()
+    assert tg.webhook is not None
+    assert tg.webhook["url"] == p.url and tg.webhook["secret_token"] == p.core.settings.webhook_secret
+    assert tg.webhook["allowed_updates"] == ["message", "callback_query"] and tg.webhook["max_connections"] == 40
+    assert len(p.core.settings.webhook_secret) == 64  # derived from the bot token, the same in every process
+    for secret in ("wrong", None, p.core.settings.webhook_secret[:-1]):
+        assert await tg.post_webhook(tg.message_update("sneaky"), secret=secret, url=p.url) == 403
+    assert await pool.fetchval("SELECT count(*) FROM inbox") == 0
+    fake_llm.default = echo()
+    tg.push_update(tg.message_update("hello"))  # the fake delivers it to the webhook with the secret
+    [sent] = await tg.wait_sent(1)
+    assert sent["text"] == "re: hello"
+    assert not any(m["content"] == "sneaky" for r in fake_llm.requests for m in r["messages"])
+
+
+async def test_a_redelivered_update_is_stored_once_and_answered_once(
+    start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    await start_proc()
+    fake_llm.default = echo()
+    update_id = tg.push_update(tg.message_update("one"))
+    await tg.wait_sent(1)
+    assert await tg.redeliver(update_id) == 200  # Telegram did not see our 200 and sends it again
+    tg.push_update(tg.message_update("two"))
+    await tg.wait_sent(2)
+    await asyncio.sleep(0.1)  # room for a wrong third answer
+    assert [s["text"] for s in tg.sent] == ["re: one", "re: two"]
+    assert await pool.fetchval("SELECT count(*) FROM inbox WHERE done_at IS NOT NULL") == 2
+
+
+async def test_one_chat_is_answered_in_order_across_two_processes(
+    start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI
+) -> None:
+    a, b = await start_proc(), await start_proc()
+    fake_llm.default = echo(delay=0.1)
+    for n in range(1, 4):  # three messages of each chat, alternating between the processes, all stored at once
+        for chat in (1001, 1002):
+            proc = a if (n + chat) % 2 else b
+            assert await proc.post(tg, tg.message_update(f"{chat}-{n}", chat_id=chat, user_id=chat)) == 200
+    await tg.wait_sent(6)
+    for chat in (1001, 1002):
+        assert [s["text"] for s in tg.sent if s["chat_id"] == chat] == [f"re: {chat}-{n}" for n in range(1, 4)]
+    # one at a time per chat: each request already saw the answer to the message before
+    for chat in (1001, 1002):
+        asked = [r["messages"] for r in fake_llm.requests if f"{chat}-" in r["messages"][-1]["content"]]
+        assert [m["content"] for m in asked[2] if m["role"] == "assistant"] == [f"re: {chat}-1", f"re: {chat}-2"]
+
+
+async def test_a_worker_that_dies_mid_turn_loses_nothing_and_the_answer_comes_once(
+    start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    hold = Hold()
+    fake_llm.default = hold
+    a = await start_proc(lease_s=0.5)
+    assert await a.post(tg, tg.message_update("are you there?")) == 200
+    await asyncio.wait_for(hold.asked.wait(), 5)
+    await die(a)
+    await start_proc(lease_s=0.5)  # another process takes it once the lease has run out
+    [sent] = await tg.wait_sent(1)
+    assert sent["text"] == "re: are you there?"
+    hold.release.set()
+    await asyncio.sleep(0.1)
+    assert len(tg.sent) == 1
+    assert await pool.fetchval("SELECT count(*) FROM messages WHERE role = 'user'") == 1
+    assert await pool.fetchval("SELECT status FROM turns") == "done"
+    assert await pool.fetchval("SELECT attempts FROM inbox") == 2
+
+
+async def test_an_answer_stored_before_the_worker_died_is_sent_not_recomputed(
+    start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    fake_llm.default = echo()
+    a = await start_proc(lease_s=0.5)
+    tg.fail_next("sendMessage", status=429, retry_after=60)  # the answer is stored, its send waits out a 429
+    assert await a.post(tg, tg.message_update("remember me")) == 200
+    await tg.wait_for(lambda: any(m == "sendMessage" for m, _ in tg.calls))
+    await die(a)
+    await start_proc(lease_s=0.5)
+    [sent] = await tg.wait_sent(1)
+    assert sent["text"] == "re: remember me"
+    assert len(fake_llm.requests) == 1  # the stored answer was sent; the model was not asked again
+
+
+async def test_sigterm_hands_a_running_update_back_to_another_process_at_once(
+    start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    hold = Hold()
+    fake_llm.default = hold
+    a = await start_proc()  # the default 30 s lease: only a hand-back lets b answer within the test
+    assert await a.post(tg, tg.message_update("quick question")) == 200
+    await asyncio.wait_for(hold.asked.wait(), 5)
+    await start_proc()
+    assert await a.core.inbox.stop(0.05) == 1  # SIGTERM: the grace is over, the update goes back
+    [sent] = await tg.wait_sent(1)
+    assert sent["text"] == "re: quick question"
+    assert await pool.fetchval("SELECT count(*) FROM messages WHERE role = 'user'") == 1
+    assert a.core.inbox.held == 0

@@ -13,6 +13,7 @@ from core.limits import (
     INBOX_FORGET_BATCH,
     INBOX_KEEP_DONE_S,
     INBOX_LEASE_S,
+    INBOX_MAX_ATTEMPTS,
     INBOX_POLL_S,
     INBOX_RETRY_S,
 )
@@ -140,7 +141,10 @@ class Inbox:
     async def _handle(self, item: InboxItem) -> None:
         """Run the adapter's handler, then mark the update done (a failure is logged: the update is not retried)."""
         try:
-            await self._handlers[item.platform](item)
+            if item.attempts > INBOX_MAX_ATTEMPTS:  # it took down every process that tried it: give up on it
+                log.warning("%s update %d given up after %d attempts", item.platform, item.update_id, item.attempts - 1)
+            else:
+                await self._handlers[item.platform](item)
         except asyncio.CancelledError:
             self._running.pop(item.update_id, None)
             raise  # cut at shutdown: stop() hands it back

@@ -132,6 +132,7 @@ def truncate(text: str, limit: int, *, one_line: bool = False) -> str:
 
 # The inbox (sql/008): platform updates stored before they are acknowledged, taken by any process.
 INBOX_LEASE_S = 30.0  # a taken update is this process's until then (renewed every third of it while it runs)
+INBOX_MAX_ATTEMPTS = 3  # an update whose process died this often while handling it is given up (logged)
 INBOX_POLL_S = 1.0  # an idle process looks for updates this often even without a notification
 INBOX_CONCURRENCY = 64  # updates (so chats) one process handles at the same time
 INBOX_KEEP_DONE_S = 2 * 24 * 3600.0  # handled updates are kept this long so a redelivery is recognised

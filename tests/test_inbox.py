@@ -203,3 +203,19 @@ async def test_sigterm_hands_a_running_update_back_to_another_process_at_once(
     assert sent["text"] == "re: quick question"
     assert await pool.fetchval("SELECT count(*) FROM messages WHERE role = 'user'") == 1
     assert a.core.inbox.held == 0
+
+
+async def test_an_update_that_took_down_three_processes_is_given_up(
+    start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI, pool: Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_llm.default = echo()
+    p = await start_proc()
+    await p.core.inbox.stop(0)  # not taking updates while the poisoned one is planted
+    assert await p.post(tg, tg.message_update("poison")) == 200
+    await pool.execute("UPDATE inbox SET attempts = 3")  # three processes died handling it
+    p.core.inbox.serve("telegram", p.adapter._on_stored)
+    async with asyncio.timeout(5):
+        while not await pool.fetchval("SELECT done_at IS NOT NULL FROM inbox"):
+            await asyncio.sleep(0.02)
+    assert any("given up after 3 attempts" in r.getMessage() for r in caplog.records)
+    assert tg.sent == [] and fake_llm.requests == []

@@ -1,0 +1,517 @@
+"""Scale-out: Telegram webhooks pushed round-robin to 1, 2 and 4 bot processes on one PostgreSQL.
+
+Run with `uv run python -m bench.scale_out` (`--users N` for a shorter run).
+
+Each bot process is the real `python -m bot` in webhook mode (TELEGRAM_WEBHOOK_URL, PORT) against
+tests.fake_telegram.FakeTelegram, with the fake model (tests.fake_openai) in its own process answering every
+turn after 1 s with a text naming the message it answers. The bench plays Telegram: it POSTs each update to
+process i's /telegram round-robin with the secret header, retrying on a non-200 or a connection error on the
+next process, and sends a user's next message only after the previous POST got its 200 (as Telegram does
+per chat). Every (chat, message) must be answered exactly once and each chat's answers in order. Wall time
+runs from the first POST to the last answer. A last run SIGKILLs one of 4 processes in the middle: its held
+updates come back after the inbox lease (core.limits.INBOX_LEASE_S) and must still be answered once.
+PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server in a temp dir.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import argparse
+import asyncio
+import itertools
+import logging
+import os
+import re
+import signal
+import socket
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import asyncpg
+
+from bench.common import REPO_ROOT, CpuSample, bench_database, cpu_sample, load_average, quiet_logging, server_info
+from core.limits import INBOX_CONCURRENCY, INBOX_LEASE_S
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.fake_telegram import FakeTelegram
+
+USERS = 1000
+MESSAGES = 3
+MODEL_DELAY_S = 1.0
+PROCESS_COUNTS = (1, 2, 4)
+KILL_PROCESSES = 4
+GOAL_SPEEDUP = 3.0  # 4 processes vs one
+SECRET = "scale-out-bench-secret"
+USER_BASE = 500_000  # chat id == user id (private chats); each run takes the next block of ids
+PUSH_CONNECTIONS = 100  # the bench's open POSTs at most (Telegram: max_connections per bot)
+READY_TIMEOUT_S = 60.0
+READY_POLL_S = 0.1
+RETRY_PAUSE_S = 0.05
+STOP_TIMEOUT_S = 40.0
+DRAIN_TIMEOUT_S = 15.0
+TAG = re.compile(r"u(\d+) m(\d+)")
+
+
+# ---------------------------------------------------------------- the fake model, in its own process
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    """The text of the last user message in a chat completions request."""
+    for msg in reversed(body.get("messages", [])):
+        if msg.get("role") == "user":
+            content = msg.get("content")
+            if isinstance(content, list):
+                return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            return str(content or "")
+    return ""
+
+
+def echo_responder(delay: float) -> Any:
+    """A responder that answers after `delay` naming the message (`u<i> m<n>`) it answers."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        found = TAG.search(_last_user_text(body))
+        return Reply(text=f"answer to {found.group(0)}" if found else "ok", delay=delay)
+
+    return respond
+
+
+async def serve_llm(delay: float) -> None:
+    """Child process body: print `PORT <n>`, serve until stdin closes."""
+    # a killed bot leaves model calls whose connection is gone: aiohttp logs each with a traceback
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    fake = FakeOpenAI(default=echo_responder(delay))
+    async with fake:
+        print(f"PORT {fake.base_url.rsplit(':', 1)[1].split('/')[0]}", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+
+class LLMProcess:
+    """The fake model in a child process (its CPU is neither the bench's nor the bot's)."""
+
+    def __init__(self, delay: float) -> None:
+        """Configure the reply delay."""
+        self.delay = delay
+        self.proc: asyncio.subprocess.Process | None = None
+        self.base_url = ""
+
+    async def __aenter__(self) -> LLMProcess:
+        """Start the child and wait for its port."""
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.scale_out", "--serve-llm", repr(self.delay), cwd=str(REPO_ROOT),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = (await asyncio.wait_for(self.proc.stdout.readline(), READY_TIMEOUT_S)).decode().strip()
+        if not line.startswith("PORT "):
+            await self.__aexit__()
+            raise RuntimeError(f"fake model process did not start (said {line!r})")
+        self.base_url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """End its input and wait; kill it if it lingers."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), DRAIN_TIMEOUT_S)
+        except TimeoutError:
+            with suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+
+# ---------------------------------------------------------------- the fake Bot API
+
+
+class CountingTelegram(FakeTelegram):
+    """FakeTelegram that remembers when each sendMessage arrived and lets every process set its webhook."""
+
+    def __init__(self) -> None:
+        """The default test bot; setWebhook is never refused for coming too soon."""
+        super().__init__()
+        self.set_webhook_every = 0.0
+        self.sent_at: list[float] = []
+
+    async def _send_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Record the arrival time in step with `sent`."""
+        result = await super()._send_message(params)
+        self.sent_at.append(time.monotonic())
+        return result
+
+    def reset(self) -> None:
+        """Forget what was sent (between runs)."""
+        self.sent.clear()
+        self.sent_at.clear()
+
+
+# ---------------------------------------------------------------- bot processes
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """user + system CPU seconds of a live process (Linux /proc), else None."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Bot:
+    """One `python -m bot` process in webhook mode."""
+
+    proc: asyncio.subprocess.Process
+    port: int
+    log: Path
+    cpu_mark: float = 0.0
+
+    @property
+    def url(self) -> str:
+        """Where Telegram (the bench) posts updates."""
+        return f"http://127.0.0.1:{self.port}/telegram"
+
+    def cpu_since_mark(self) -> float | None:
+        """CPU seconds since `mark_cpu`."""
+        now = cpu_seconds(self.proc.pid)
+        return None if now is None else now - self.cpu_mark
+
+    def mark_cpu(self) -> None:
+        """Remember the CPU used so far."""
+        self.cpu_mark = cpu_seconds(self.proc.pid) or 0.0
+
+
+async def start_bot(dsn: str, tg: FakeTelegram, llm_url: str, tmp: Path, index: int) -> Bot:
+    """Launch one bot process (its log in tmp)."""
+    port = free_port()
+    data = tmp / f"data-{index}"
+    data.mkdir(parents=True, exist_ok=True)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "DISCORD_", "LLM_"))},
+        "DATABASE_URL": dsn,
+        "DATA_DIR": str(data),
+        "TELEGRAM_BOT_TOKEN": tg.token,
+        "TELEGRAM_API_BASE_URL": tg.base_url,
+        "TELEGRAM_WEBHOOK_URL": f"http://127.0.0.1:{port}/telegram",
+        "TELEGRAM_WEBHOOK_SECRET": SECRET,
+        "PORT": str(port),
+        "LLM_PROVIDER": "openai",
+        "LLM_BASE_URL": llm_url,
+        "LLM_API_KEY": "bench",
+        "LLM_MODEL": "fake-model",
+        "ALLOWED_USERS": "*",
+        "ADMINS": "",
+        "DEFAULT_TIMEZONE": "UTC",
+    }
+    log = tmp / f"bot-{index}.log"
+    with log.open("ab") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", cwd=str(tmp), env={**env, "PYTHONPATH": str(REPO_ROOT)},
+            stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+        )  # fmt: skip
+    return Bot(proc, port, log)
+
+
+async def wait_ready(http: aiohttp.ClientSession, bot: Bot) -> None:
+    """Poll GET /readyz until 200; fail with the process's log tail if it exits or takes too long."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if bot.proc.returncode is not None:
+            break
+        with suppress(aiohttp.ClientError):
+            async with http.get(f"http://127.0.0.1:{bot.port}/readyz") as r:
+                if r.status == 200:
+                    return
+        await asyncio.sleep(READY_POLL_S)
+    tail = bot.log.read_text(errors="replace")[-2000:]
+    raise RuntimeError(f"bot on port {bot.port} not ready (exit {bot.proc.returncode}):\n{tail}")
+
+
+async def stop_bot(bot: Bot) -> None:
+    """SIGTERM (a graceful stop), SIGKILL if it lingers."""
+    if bot.proc.returncode is None:
+        with suppress(ProcessLookupError):
+            bot.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(bot.proc.wait(), STOP_TIMEOUT_S)
+        except TimeoutError:
+            with suppress(ProcessLookupError):
+                bot.proc.kill()
+    await bot.proc.wait()
+
+
+# ---------------------------------------------------------------- one run
+
+
+@dataclass
+class Outcome:
+    """What one run measured."""
+
+    processes: int
+    expected: int
+    wall_s: float
+    answered: int  # distinct (chat, message) answered
+    lost: int
+    duplicated: int
+    out_of_order: int  # chats whose answers came in another order
+    post_retries: int
+    cpu_s: list[float | None] = field(default_factory=list)
+    killed: bool = False
+    others: Others | None = None
+
+    @property
+    def rate(self) -> float:
+        """Answers per second over the wall time."""
+        return self.answered / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Others:
+    """CPU over a run outside the bots: the whole host, PostgreSQL, the bench (fake Bot API) and the fake model."""
+
+    host_share: float  # busy share of all cores
+    postgres_s: float
+    bench_s: float
+    model_s: float | None
+
+
+@dataclass
+class Meter:
+    """CPU counters at the start of a run."""
+
+    postmaster: int | None
+    model_pid: int
+    host: CpuSample | None = None
+    bench: float = 0.0
+    model: float | None = None
+
+    def start(self) -> None:
+        """Take the starting counters."""
+        self.host, self.bench, self.model = (
+            cpu_sample(self.postmaster),
+            time.process_time(),
+            cpu_seconds(self.model_pid),
+        )
+
+    def stop(self) -> Others | None:
+        """What was used since `start` (None without /proc)."""
+        now, model = cpu_sample(self.postmaster), cpu_seconds(self.model_pid)
+        if now is None or self.host is None:
+            return None
+        total = now.host_total - self.host.host_total
+        return Others(
+            (now.host_busy - self.host.host_busy) / total if total > 0 else 0.0,
+            now.postgres - self.host.postgres,
+            time.process_time() - self.bench,
+            None if model is None or self.model is None else model - self.model,
+        )
+
+
+class Pusher:
+    """Plays Telegram: POSTs updates round-robin, retrying on the next process until a 200."""
+
+    def __init__(self, http: aiohttp.ClientSession, tg: FakeTelegram, bots: Sequence[Bot], ids: itertools.count[int]):
+        """Push to `bots` with update ids from `ids`."""
+        self.http, self.tg, self.bots, self.ids = http, tg, list(bots), ids
+        self.turn = itertools.count()
+        self.retries = 0
+
+    async def post(self, update: dict[str, Any]) -> None:
+        """Deliver one update (stored durably once a process says 200)."""
+        while True:
+            bot = self.bots[next(self.turn) % len(self.bots)]
+            try:
+                async with self.http.post(
+                    bot.url, json=update, headers={"X-Telegram-Bot-Api-Secret-Token": SECRET}
+                ) as r:
+                    if r.status == 200:
+                        return
+            except (aiohttp.ClientError, OSError):
+                pass
+            self.retries += 1
+            await asyncio.sleep(RETRY_PAUSE_S)
+
+    async def user(self, uid: int, index: int) -> None:
+        """One user's messages in order, each after the previous one was acknowledged."""
+        for n in range(1, MESSAGES + 1):
+            update = self.tg.message_update(f"u{index} m{n}", chat_id=uid, user_id=uid, first_name=f"U{index}")
+            update["update_id"] = next(self.ids)
+            await self.post(update)
+
+
+def check(tg: CountingTelegram, uids: Sequence[int]) -> tuple[int, int, int, int]:
+    """(answered, lost, duplicated, chats out of order) from the fake's sendMessages to these chats."""
+    wanted = set(uids)
+    per_chat: dict[int, list[int]] = defaultdict(list)
+    for entry in tg.sent:
+        chat = int(entry["chat_id"])
+        found = TAG.search(str(entry.get("text", "")))
+        if chat in wanted and found:
+            per_chat[chat].append(int(found.group(2)))
+    answered = sum(len(set(v)) for v in per_chat.values())
+    duplicated = sum(len(v) - len(set(v)) for v in per_chat.values())
+    out_of_order = sum(1 for v in per_chat.values() if v != sorted(v))
+    return answered, len(uids) * MESSAGES - answered, duplicated, out_of_order
+
+
+async def open_updates(dsn: str) -> int:
+    """Updates stored but not handled yet."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM inbox WHERE done_at IS NULL"))
+    finally:
+        await conn.close()
+
+
+async def wait_drained(dsn: str) -> int:
+    """Wait (at most DRAIN_TIMEOUT_S) until every stored update was handled; return how many are still open."""
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while True:
+        left = await open_updates(dsn)
+        if not left or time.monotonic() >= deadline:
+            return left
+        await asyncio.sleep(READY_POLL_S)
+
+
+async def run(
+    dsn: str, tg: CountingTelegram, llm_url: str, meter: Meter, procs: int, users: int, block: int,
+    ids: itertools.count[int], *, kill: bool = False,
+) -> Outcome:  # fmt: skip
+    """Start `procs` bots, push users × MESSAGES updates, wait for every answer (killing one bot midway if asked)."""
+    uids = [USER_BASE + block * users + i for i in range(users)]
+    expected = users * MESSAGES
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp_name:
+        tmp = Path(tmp_name)
+        bots = await asyncio.gather(*(start_bot(dsn, tg, llm_url, tmp, i) for i in range(procs)))
+        connector = aiohttp.TCPConnector(limit=PUSH_CONNECTIONS)
+        async with aiohttp.ClientSession(connector=connector) as http:
+            try:
+                await asyncio.gather(*(wait_ready(http, b) for b in bots))
+                tg.reset()
+                for b in bots:
+                    b.mark_cpu()
+                pusher = Pusher(http, tg, bots, ids)
+                meter.start()
+                t0 = time.monotonic()
+                pushing = asyncio.gather(*(pusher.user(uid, i) for i, uid in enumerate(uids)))
+                cpu: list[float | None] = []
+                if kill:
+                    await tg.wait_for(lambda: len(tg.sent) >= expected // 2, 600.0, what="half the answers")
+                    cpu = [b.cpu_since_mark() for b in bots]
+                    bots[-1].proc.kill()
+                    await bots[-1].proc.wait()
+                    pusher.bots = bots[:-1]
+                await pushing
+                await tg.wait_for(
+                    lambda: len(tg.sent) >= expected and check(tg, uids)[1] == 0, 600.0, what="every answer"
+                )
+                wall = tg.sent_at[-1] - t0
+                others = meter.stop()
+                live = [b.cpu_since_mark() for b in bots if b.proc.returncode is None]
+                cpu = [*live, cpu[-1]] if kill else live
+                await wait_drained(dsn)  # a late duplicate would come before the inbox empties
+                answered, lost, duplicated, disorder = check(tg, uids)
+                return Outcome(
+                    procs, expected, wall, answered, lost, duplicated, disorder, pusher.retries, cpu, kill, others
+                )
+            finally:
+                await asyncio.gather(*(stop_bot(b) for b in bots))
+
+
+# ---------------------------------------------------------------- report
+
+
+def fmt_cpu(cpu: Sequence[float | None], wall: float) -> str:
+    """CPU seconds per process and its share of one core over the wall time."""
+    return ", ".join("?" if c is None else f"{c:.1f}s ({100 * c / wall:.0f}%)" for c in cpu)
+
+
+def report(outcomes: Sequence[Outcome]) -> None:
+    """Print the side-by-side table and the verdicts."""
+    print(f"\n{'procs':>5} {'answers':>8} {'wall s':>7} {'ans/s':>7} {'speedup':>7} {'lost':>5} {'dup':>4} "
+          f"{'order':>5} {'retry':>5}  CPU per process (share of one core)")  # fmt: skip
+    base = next((o.rate for o in outcomes if o.processes == 1 and not o.killed), 0.0)
+    for o in outcomes:
+        name = f"{o.processes}{'*' if o.killed else ''}"
+        speed = f"{o.rate / base:.2f}x" if base else "-"
+        print(f"{name:>5} {o.answered:>8} {o.wall_s:>7.1f} {o.rate:>7.1f} {speed:>7} {o.lost:>5} {o.duplicated:>4} "
+              f"{o.out_of_order:>5} {o.post_retries:>5}  {fmt_cpu(o.cpu_s, o.wall_s)}")  # fmt: skip
+    print("\nCPU besides the bots over each run (seconds; host: busy share of all cores)")
+    for o in outcomes:
+        if o.others is not None:
+            x = o.others
+            model = "?" if x.model_s is None else f"{x.model_s:.1f}"
+            name = f"{o.processes}{'*' if o.killed else ''}"
+            print(f"{name:>5} host {100 * x.host_share:.0f}%, PostgreSQL {x.postgres_s:.1f}, "
+                  f"bench + fake Bot API {x.bench_s:.1f}, fake model {model}")  # fmt: skip
+    if any(o.killed for o in outcomes):
+        print(f"  * one of {KILL_PROCESSES} processes SIGKILLed at half the answers (its CPU is the last figure, "
+              f"up to the kill); its held updates return after the {INBOX_LEASE_S:g} s lease")  # fmt: skip
+    ok = all(o.lost == 0 and o.duplicated == 0 and o.out_of_order == 0 for o in outcomes)
+    print(f"exactly once, in order: {'ok' if ok else 'FAILED'}")
+    four = next((o.rate for o in outcomes if o.processes == 4 and not o.killed), None)
+    if base and four is not None:
+        print(f"4 processes vs 1: {four / base:.2f}x (goal >= {GOAL_SPEEDUP:g}x): "
+              f"{'ok' if four / base >= GOAL_SPEEDUP else 'MISSED'}")  # fmt: skip
+
+
+async def bench(users: int, counts: Sequence[int], kill: bool) -> None:
+    """Every run on one database, one fake Bot API and one fake model."""
+    quiet_logging()
+    async with bench_database() as db, LLMProcess(MODEL_DELAY_S) as llm, CountingTelegram() as tg:
+        info = await server_info(db.dsn)
+        print(f"PostgreSQL {info.version} ({db.description}), {load_average()}")
+        print(f"{users} users x {MESSAGES} messages, model {MODEL_DELAY_S:g} s per answer, "
+              f"{INBOX_CONCURRENCY} chats at once per process")  # fmt: skip
+        ids = itertools.count(1)
+        assert llm.proc is not None
+        meter = Meter(info.postmaster, llm.proc.pid)
+        outcomes: list[Outcome] = []
+        for block, procs in enumerate(counts):
+            outcomes.append(await run(db.dsn, tg, llm.base_url, meter, procs, users, block, ids))
+            print(f"  {procs} process(es): {outcomes[-1].wall_s:.1f} s", flush=True)
+        if kill:
+            outcomes.append(
+                await run(db.dsn, tg, llm.base_url, meter, KILL_PROCESSES, users, len(counts), ids, kill=True)
+            )
+            print(f"  {KILL_PROCESSES} processes, one killed: {outcomes[-1].wall_s:.1f} s", flush=True)
+        report(outcomes)
+
+
+def main() -> None:
+    """Parse the arguments and run."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--users", type=int, default=USERS)
+    parser.add_argument("--procs", type=int, nargs="+", default=list(PROCESS_COUNTS))
+    parser.add_argument("--no-kill", action="store_true", help="skip the SIGKILL run")
+    parser.add_argument("--serve-llm", type=float, metavar="DELAY", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_llm is not None:
+        asyncio.run(serve_llm(args.serve_llm))
+        return
+    asyncio.run(bench(args.users, args.procs, not args.no_kill))
+
+
+if __name__ == "__main__":
+    main()

@@ -39,6 +39,7 @@ from typing import Any
 
 import aiohttp
 import asyncpg
+from telegram.constants import FloodLimit
 
 from bench.common import REPO_ROOT, CpuSample, bench_database, cpu_sample, load_average, quiet_logging, server_info
 from core.limits import INBOX_CONCURRENCY, INBOX_LEASE_S
@@ -59,6 +60,8 @@ READY_POLL_S = 0.1
 RETRY_PAUSE_S = 0.05
 STOP_TIMEOUT_S = 40.0
 DRAIN_TIMEOUT_S = 15.0
+ANSWER_TIMEOUT_S = 600.0
+LIMITER_RATE = float(FloodLimit.MESSAGES_PER_SECOND)  # PTB's AIORateLimiter: sendMessages per second per process
 TAG = re.compile(r"u(\d+) m(\d+)")
 
 
@@ -279,6 +282,7 @@ class Outcome:
     cpu_s: list[float | None] = field(default_factory=list)
     killed: bool = False
     others: Others | None = None
+    retaken: int = 0  # updates taken more than once (the killed process's, after its lease)
 
     @property
     def rate(self) -> float:
@@ -336,6 +340,7 @@ class Pusher:
         self.http, self.tg, self.bots, self.ids = http, tg, list(bots), ids
         self.turn = itertools.count()
         self.retries = 0
+        self.update_ids: list[int] = []
 
     async def post(self, update: dict[str, Any]) -> None:
         """Deliver one update (stored durably once a process says 200)."""
@@ -357,6 +362,7 @@ class Pusher:
         for n in range(1, MESSAGES + 1):
             update = self.tg.message_update(f"u{index} m{n}", chat_id=uid, user_id=uid, first_name=f"U{index}")
             update["update_id"] = next(self.ids)
+            self.update_ids.append(update["update_id"])
             await self.post(update)
 
 
@@ -380,6 +386,16 @@ async def open_updates(dsn: str) -> int:
     conn = await asyncpg.connect(dsn)
     try:
         return int(await conn.fetchval("SELECT count(*) FROM inbox WHERE done_at IS NULL"))
+    finally:
+        await conn.close()
+
+
+async def retaken(dsn: str, update_ids: list[int]) -> int:
+    """How many of these updates were taken more than once."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        sql = "SELECT count(*) FROM inbox WHERE update_id = ANY($1::bigint[]) AND attempts > 1"
+        return int(await conn.fetchval(sql, update_ids))
     finally:
         await conn.close()
 
@@ -417,14 +433,14 @@ async def run(
                 pushing = asyncio.gather(*(pusher.user(uid, i) for i, uid in enumerate(uids)))
                 cpu: list[float | None] = []
                 if kill:
-                    await tg.wait_for(lambda: len(tg.sent) >= expected // 2, 600.0, what="half the answers")
+                    await tg.wait_for(lambda: len(tg.sent) >= expected // 2, ANSWER_TIMEOUT_S, what="half the answers")
                     cpu = [b.cpu_since_mark() for b in bots]
                     bots[-1].proc.kill()
                     await bots[-1].proc.wait()
                     pusher.bots = bots[:-1]
                 await pushing
                 await tg.wait_for(
-                    lambda: len(tg.sent) >= expected and check(tg, uids)[1] == 0, 600.0, what="every answer"
+                    lambda: len(tg.sent) >= expected and check(tg, uids)[1] == 0, ANSWER_TIMEOUT_S, what="every answer"
                 )
                 wall = tg.sent_at[-1] - t0
                 others = meter.stop()
@@ -432,8 +448,20 @@ async def run(
                 cpu = [*live, cpu[-1]] if kill else live
                 await wait_drained(dsn)  # a late duplicate would come before the inbox empties
                 answered, lost, duplicated, disorder = check(tg, uids)
+                again = await retaken(dsn, pusher.update_ids)
                 return Outcome(
-                    procs, expected, wall, answered, lost, duplicated, disorder, pusher.retries, cpu, kill, others
+                    procs,
+                    expected,
+                    wall,
+                    answered,
+                    lost,
+                    duplicated,
+                    disorder,
+                    pusher.retries,
+                    cpu,
+                    kill,
+                    others,
+                    again,
                 )
             finally:
                 await asyncio.gather(*(stop_bot(b) for b in bots))
@@ -468,6 +496,12 @@ def report(outcomes: Sequence[Outcome]) -> None:
     if any(o.killed for o in outcomes):
         print(f"  * one of {KILL_PROCESSES} processes SIGKILLed at half the answers (its CPU is the last figure, "
               f"up to the kill); its held updates return after the {INBOX_LEASE_S:g} s lease")  # fmt: skip
+        for o in outcomes:
+            if o.killed:
+                print(f"    updates taken again by the survivors: {o.retaken}")
+    per_chats = INBOX_CONCURRENCY / MODEL_DELAY_S
+    print(f"per-process ceilings: {INBOX_CONCURRENCY} chats at once / {MODEL_DELAY_S:g} s model = {per_chats:g} "
+          f"answers/s; PTB's rate limiter {LIMITER_RATE:g} sendMessage/s")  # fmt: skip
     ok = all(o.lost == 0 and o.duplicated == 0 and o.out_of_order == 0 for o in outcomes)
     print(f"exactly once, in order: {'ok' if ok else 'FAILED'}")
     four = next((o.rate for o in outcomes if o.processes == 4 and not o.killed), None)

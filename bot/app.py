@@ -159,9 +159,7 @@ async def run_platforms(settings: Settings, core: Core) -> int:
             await stop.wait()
         # SIGTERM/SIGINT or a full restart: take no new updates; running answers finish within the grace, the
         # rest are cut and handed back to other processes; then the adapters stop
-        started_drain = loop.time()
-        await core.inbox.stop(settings.SHUTDOWN_GRACE_SECONDS)
-        await core.drain(max(0.0, settings.SHUTDOWN_GRACE_SECONDS - (loop.time() - started_drain)))
+        await core.drain(settings.SHUTDOWN_GRACE_SECONDS)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

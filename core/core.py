@@ -277,14 +277,20 @@ class Core:
             task.add_done_callback(self._turn_tasks.discard)
 
     async def drain(self, timeout: float) -> int:
-        """Turn new messages away, let running answers finish for up to `timeout` s, then cut the rest.
+        """Take no more stored updates and turn other new messages away, let running answers finish for up to
+        `timeout` s, then cut the rest (stored updates go back to the inbox for another process or the next start).
 
         Returns how many were cut. Called on SIGTERM/SIGINT and on a full restart, before adapters stop.
         """
         self.draining = True
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        # stored updates: none taken from now on; running ones finish within the grace or go back to other processes
+        handed_back = await self.inbox.stop(timeout, self._hurry)
+        timeout = max(0.0, timeout - (loop.time() - started))
         running = {t for t in self._turn_tasks if t is not asyncio.current_task() and not t.done()}
         if not running:
-            return 0
+            return handed_back
         log.info("waiting up to %g s for %d running answer(s)", timeout, len(running))
         finished: asyncio.Future[Any] = asyncio.gather(*running, return_exceptions=True)
         hurried: asyncio.Future[Any] = asyncio.ensure_future(self._hurry.wait())
@@ -296,7 +302,7 @@ class Core:
         if late:
             log.warning("%d running answer(s) cut at shutdown (SHUTDOWN_GRACE_SECONDS=%g)", len(late), timeout)
             await asyncio.wait(late, timeout=1.0)
-        return len(late)
+        return handed_back + len(late)
 
     def hurry(self) -> None:
         """Stop waiting in drain() now (a second SIGINT/SIGTERM)."""

@@ -79,9 +79,9 @@ class Inbox:
         """How many updates this process is handling now."""
         return len(self._running)
 
-    async def stop(self, grace: float) -> int:
+    async def stop(self, grace: float, hurry: asyncio.Event | None = None) -> int:
         """Take no new updates; let running ones finish for up to `grace` s, then cut them and hand their leases
-        back so another process takes them at once. Returns how many were handed back."""
+        back so another process takes them at once (`hurry` set: stop waiting). Returns how many were handed back."""
         self._taking = False
         for task in self._tasks:
             task.cancel()
@@ -93,7 +93,10 @@ class Inbox:
         running = [task for _, task in self._running.values()]
         if running:
             log.info("waiting up to %g s for %d update(s) being handled", grace, len(running))
-            await asyncio.wait(running, timeout=grace)
+            finished: asyncio.Future[Any] = asyncio.gather(*running, return_exceptions=True)
+            hurried = asyncio.ensure_future((hurry or asyncio.Event()).wait())
+            await asyncio.wait({finished, hurried}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            hurried.cancel()
         late = dict(self._running)
         for _, task in late.values():
             task.cancel()
@@ -113,7 +116,7 @@ class Inbox:
 
     async def _take(self) -> None:
         """Claim what may run now while there is room; otherwise wait for a wake-up or the next poll."""
-        while True:
+        while self._taking:
             self._wake.clear()
             free = self.concurrency - len(self._running)
             if free > 0 and self._handlers:
@@ -123,12 +126,17 @@ class Inbox:
                     log.warning("could not take updates from the inbox (%s); trying again", _reason(e))
                     await asyncio.sleep(INBOX_RETRY_S)
                     continue
+                if not self._taking:  # stopped while claiming: give them back at once
+                    await store.release(self.pool, self.owner, [i.update_id for i in items])
+                    return
                 for item in items:
                     self._start(item)
                 if len(items) == free:
                     continue  # there may be more
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow the cancel from stop()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                async with asyncio.timeout(self.poll_s):
+                    await self._wake.wait()
 
     def _start(self, item: InboxItem) -> None:
         """Handle one claimed update in its own task."""

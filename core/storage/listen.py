@@ -64,7 +64,8 @@ class ChangeListener:
         def notified(_conn: Any, _pid: int, _channel: str, payload: object) -> None:
             queue.put_nowait(payload)
 
-        conn = await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            conn = await self._connect()
         try:
             conn.add_termination_listener(lambda _conn: queue.put_nowait(_LOST))
             await conn.add_listener(self.channel, notified)
@@ -72,8 +73,9 @@ class ChangeListener:
             await self._refresh(None)  # changes made before LISTEN (at start, or while the connection was down)
             self.listening.set()
             while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), LISTEN_CHECK_S)
+                try:  # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow the cancel from stop()
+                    async with asyncio.timeout(LISTEN_CHECK_S):
+                        item = await queue.get()
                 except TimeoutError:
                     await conn.fetchval("SELECT 1", timeout=CONNECT_TIMEOUT_S)  # a silently dead connection fails
                     continue

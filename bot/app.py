@@ -155,7 +155,8 @@ async def run_platforms(settings: Settings, core: Core) -> int:
             started.append(adapter)
             log.info("%s adapter started", adapter.platform)
         outboxes: dict[str, Outbox] = {a.platform: a for a in started}
-        async with beating(core.pool, core.status_board, app_version()), reminders(settings, core, outboxes):
+        in_fleet = beating(core.pool, core.status_board, app_version(), process_id=core.process_id)
+        async with in_fleet, reminders(settings, core, outboxes):
             await stop.wait()
         # SIGTERM/SIGINT or a full restart: take no new updates; running answers finish within the grace, the
         # rest are cut and handed back to other processes; then the adapters stop

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
-import socket
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
@@ -29,8 +26,8 @@ from core.memory.tools import memory_tools
 from core.metrics import Metrics
 from core.reminders.buttons import press
 from core.settings import Settings
-from core.storage import conversations, notices
-from core.storage.conversations import TurnSteps
+from core.storage import conversations, fleet, notices
+from core.storage.conversations import StoredAnswer, TurnSteps
 from core.storage.db import Pool
 from core.timeutil import Clock, system_clock, zone
 from core.tools.framework import ToolContext, ToolRegistry
@@ -96,7 +93,7 @@ class Core:
         self.status_board = StatusBoard()  # adapters report into it; /status shows it
         self.metrics = metrics if metrics is not None else Metrics()  # bot/ passes the process's (also the LLM's)
         self._commands = Commands(self)
-        self.process_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"  # in leases and /status
+        self.process_id = fleet.new_process_id()  # in /status and in the inbox leases it holds
         self.inbox = Inbox(pool, self.process_id, self.metrics)  # platform updates, stored before acknowledged
 
     # ---- the front door adapters call (besides handle, reset, is_allowed, refusal) -----------------
@@ -241,11 +238,19 @@ class Core:
             return True
         return False
 
-    async def _stored_answer(self, turn_id: int, text: str) -> Assistant:
+    async def _stored_answer(self, stored: StoredAnswer) -> Assistant:
         """A stored final answer with its steps, as the turn's event."""
-        found = await conversations.turn_steps(self.pool, turn_id)
+        found = await conversations.turn_steps(self.pool, stored.turn_id)
         steps, elapsed = (found.steps, found.elapsed_s) if found is not None else ((), 0.0)
-        return Assistant(text, turn_id, steps, elapsed)
+        return Assistant(stored.text, stored.turn_id, steps, elapsed, sent_parts=stored.sent_parts)
+
+    async def mark_sent(self, turn_id: int, parts: int) -> None:
+        """Record that the platform accepted the first `parts` parts of a turn's answer, so a process that takes the
+        update again sends only the rest (best effort: a failure only risks sending a part twice)."""
+        try:
+            await conversations.mark_sent(self.pool, turn_id, parts)
+        except Exception as e:
+            log.warning("could not record a sent answer of turn %d (%s)", turn_id, type(e).__name__)
 
     async def close_abandoned_turns(self) -> int:
         """At start: close turns a dead process left running (safe while other processes run turns)."""
@@ -347,8 +352,8 @@ class Core:
         user, chat, turn_id, rows, due = start.user, start.chat, start.turn_id, start.history, start.due
         if turn_id is None:
             stored = await conversations.stored_answer(self.pool, inc) if inc.redelivered else None
-            if stored is not None:  # answered before its process died: send that answer (it may not have gone out)
-                yield await self._stored_answer(*stored)
+            if stored is not None:  # answered before its process died: send what of it did not go out
+                yield await self._stored_answer(stored)
                 return
             log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return

@@ -110,6 +110,7 @@ class Assistant:
     steps: tuple[Step, ...] = ()
     elapsed_s: float = 0.0
     cut_short: str | None = None
+    sent_parts: int = 0  # a stored answer sent again: how many of its parts the platform already has
     type: Literal["assistant"] = "assistant"
 
 

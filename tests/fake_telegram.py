@@ -741,6 +741,7 @@ class FakeTelegram(LoopbackServer):
         self._callback_ids = itertools.count(4_000_000_000_000_000_001)
         self._scoped_commands: dict[str, list[dict[str, Any]]] = {}
         self._failures: dict[str, deque[_Failure]] = {}
+        self._passes: dict[str, int] = {}  # calls let through before the queued failures (fail_next's `after`)
         self._refused: dict[int | str, str] = {}  # chat id → Telegram's refusal
         self._drops = 0
         self._poll_generation = 0
@@ -894,12 +895,15 @@ class FakeTelegram(LoopbackServer):
         description: str = "Too Many Requests: retry after 1",
         retry_after: int | None = 1,
         times: int = 1,
+        after: int = 0,
     ) -> None:
-        """Make the next `times` calls of method fail (retry_after is only sent with status 429)."""
+        """Make the next `times` calls of method fail, once `after` more calls went through (retry_after is only
+        sent with status 429)."""
         if description == "Too Many Requests: retry after 1" and retry_after is not None:
             description = f"Too Many Requests: retry after {retry_after}"
         queue = self._failures.setdefault(method.lower(), deque())
         queue.extend(_Failure(status, description, retry_after if status == 429 else None) for _ in range(times))
+        self._passes[method.lower()] = after
 
     def refuse_chat(self, chat_id: int | str, description: str = BLOCKED) -> None:
         """From now on refuse every message to chat_id like Telegram does (403 "Forbidden: …", else 400)."""
@@ -1589,7 +1593,9 @@ class FakeTelegram(LoopbackServer):
             if refusal is not None:
                 return self._error(_ApiError(403 if refusal.startswith("Forbidden") else 400, refusal))
             failures = self._failures.get(key)
-            if failures:
+            if failures and self._passes.get(key, 0) > 0:
+                self._passes[key] -= 1
+            elif failures:
                 f = failures.popleft()
                 return self._error(_ApiError(f.status, f.description, f.retry_after))
             handler = self._methods.get(key)

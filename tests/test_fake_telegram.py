@@ -268,6 +268,12 @@ async def test_retry_after_and_unknown_method(fake: FakeTelegram, bot: Bot, monk
     await bot.send_message(1001, "hi")
     assert [s["text"] for s in fake.sent] == ["hi"]
     assert [m for m, _ in fake.calls].count("sendMessage") == 2
+    fake.fail_next("sendMessage", status=429, retry_after=1, after=1)  # the next call goes through, then one fails
+    await bot.send_message(1001, "let through")
+    with pytest.raises(RetryAfter):
+        await bot.send_message(1001, "held back")
+    await bot.send_message(1001, "fine again")
+    assert [s["text"] for s in fake.sent] == ["hi", "let through", "fine again"]
     with pytest.raises(EndPointNotFound):
         await bot.do_api_request("noSuchMethod")
 

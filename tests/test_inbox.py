@@ -220,3 +220,51 @@ async def test_an_update_that_took_down_three_processes_is_given_up(
         await asyncio.sleep(0.02)
     assert any("given up after 3 attempts" in r.getMessage() for r in caplog.records)
     assert tg.sent == [] and fake_llm.requests == []
+
+
+async def test_an_answer_sent_before_the_worker_died_is_not_sent_again(
+    start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    hold = Hold()
+    fake_llm.default = hold
+    a = await start_proc(lease_s=0.5)
+    assert await a.post(tg, tg.message_update("ping")) == 200
+    await asyncio.wait_for(hold.asked.wait(), 5)
+    async with pool.acquire() as con, con.transaction():
+        await con.execute("SELECT 1 FROM inbox FOR UPDATE")  # the worker cannot mark the update done…
+        hold.release.set()
+        [sent] = await tg.wait_sent(1)
+        for _ in range(250):  # …but it records the sent answer right after Telegram took it
+            if await pool.fetchval("SELECT sent_parts FROM turns") == 1:
+                break
+            await asyncio.sleep(0.02)
+        await die(a)  # and dies before the inbox knows
+    assert await pool.fetchval("SELECT done_at IS NULL FROM inbox")
+    await start_proc(lease_s=0.5)
+    for _ in range(250):
+        if await pool.fetchval("SELECT done_at IS NOT NULL FROM inbox"):
+            break
+        await asyncio.sleep(0.02)
+    assert await pool.fetchval("SELECT attempts FROM inbox") == 2  # taken again by the second process…
+    assert [s["text"] for s in tg.sent] == [sent["text"]] == ["from the first worker"]  # …which sent nothing more
+    assert len(fake_llm.requests) == 1
+
+
+async def test_only_the_parts_not_yet_sent_are_sent_by_the_next_worker(
+    start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    long_answer = "first half. " * 400 + "second half. " * 100  # 6,100 characters: two Telegram messages
+    fake_llm.default = Reply(text=long_answer)
+    a = await start_proc(lease_s=0.5)
+    tg.fail_next("sendMessage", status=429, retry_after=60, after=1)  # part 2 waits out a long 429
+    assert await a.post(tg, tg.message_update("tell me a long story")) == 200
+    await tg.wait_for(lambda: sum(m == "sendMessage" for m, _ in tg.calls) == 2)
+    assert await pool.fetchval("SELECT sent_parts FROM turns") == 1
+    await die(a)
+    await start_proc(lease_s=0.5)
+    await tg.wait_sent(2)
+    await asyncio.sleep(0.1)  # room for a wrong third message
+    first, second = (s["text"] for s in tg.sent)
+    assert first.startswith("first half.") and second.rstrip().endswith("second half.")
+    assert len(tg.sent) == 2 and len(fake_llm.requests) == 1
+    assert await pool.fetchval("SELECT sent_parts FROM turns") == 2

@@ -103,10 +103,11 @@ async def test_two_beating_processes_each_list_both_with_their_adapters_and_vers
 async def test_a_single_process_is_one_readable_line(make_core: MakeCore, pool: Pool) -> None:
     core = make_core(ADMINS="telegram:1")
     assert "this process" not in await status(core) and "fleet" not in await status(core)  # not beating: as before
-    async with beating(pool, core.status_board, "1.4.0") as me:
+    async with beating(pool, core.status_board, "1.4.0", process_id=core.process_id) as me:
         text = await status(core)
         assert text.endswith(f"\n- this process: `{me.id}`, the only one seen in the last minute")
         assert "fleet:" not in text
+        assert me.id == core.process_id == core.inbox.owner  # the id /status shows is the one in its inbox leases
 
 
 async def test_a_process_not_seen_for_a_minute_is_not_listed_and_one_gone_a_day_is_deleted(

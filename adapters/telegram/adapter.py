@@ -8,7 +8,7 @@ import hmac
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
 from contextvars import ContextVar
 from typing import Any
@@ -504,14 +504,28 @@ class TelegramAdapter:
                     if isinstance(event, AssistantDelta) and draft is not None:
                         await draft.add(event.text)
                     elif isinstance(event, Assistant):
-                        parts = render_reply(event.text, event.steps, event.elapsed_s)
-                        await self._send_parts(msg, parts)
+                        await self._send_answer(msg, event)
                     elif isinstance(event, Error):
                         await self._send_parts(msg, [esc(event.message)])
         finally:
             typing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await typing
+
+    async def _send_answer(self, msg: Message, answer: Assistant) -> None:
+        """Send the parts of an answer that Telegram does not have yet, recording each one right after it is sent
+        (the update may be taken again by another process if this one dies before the inbox marks it done)."""
+        turn_id = answer.turn_id
+
+        async def sent(parts: int) -> None:
+            if turn_id is not None:
+                await self.core.mark_sent(turn_id, parts)
+
+        parts = render_reply(answer.text, answer.steps, answer.elapsed_s)
+        if answer.sent_parts >= len(parts):
+            log.info("answer of turn %s was sent before its process died; not sent again", turn_id)
+            return
+        await self._send_parts(msg, parts, first=answer.sent_parts, sent=sent)
 
     async def _keep_typing(self, msg: Message) -> None:
         """Show "typing…" once the turn takes longer than TELEGRAM_TYPING_AFTER_S and refresh it until cancelled."""
@@ -541,15 +555,25 @@ class TelegramAdapter:
         )
         return await self._deliver(msg.chat.id, parts, message_thread_id=thread, reply_parameters=reply, **kwargs)
 
-    async def _deliver(self, chat_id: int, parts: Sequence[str], **kwargs: Any) -> list[Message]:
-        """Send HTML parts in order: reply_parameters go with the first message, reply_markup with the last; a
-        part Telegram rejects is resent as plain text and nothing is ever sent as nothing, so a reply is never
-        lost."""
+    async def _deliver(
+        self,
+        chat_id: int,
+        parts: Sequence[str],
+        *,
+        first: int = 0,
+        sent: Callable[[int], Awaitable[None]] | None = None,
+        **kwargs: Any,
+    ) -> list[Message]:
+        """Send HTML parts in order, from part `first` on, awaiting `sent(parts sent so far)` after each one:
+        reply_parameters go with the first message, reply_markup with the last; a part Telegram rejects is resent
+        as plain text and nothing is ever sent as nothing, so a reply is never lost."""
         parts = [p for p in parts if p.strip()] or [esc(EMPTY_REPLY)]
-        sent: list[Message] = []
-        for i, part in enumerate(parts):
-            sent += await self._send_html(chat_id, part, **_part_kwargs(kwargs, i, len(parts)))
-        return sent
+        out: list[Message] = []
+        for i in range(first, len(parts)):
+            out += await self._send_html(chat_id, parts[i], **_part_kwargs(kwargs, i, len(parts)))
+            if sent is not None:
+                await sent(i + 1)
+        return out
 
     async def _send_html(self, chat_id: int, html_text: str, **kwargs: Any) -> list[Message]:
         """Send one HTML message without link previews; on any 400 but a closed chat (bad HTML, too long, empty

@@ -214,7 +214,7 @@ async def finish_turn_with_answer(pool: Pool, chat: ChatRef, turn_id: int, text:
 
 
 _STORED_ANSWER_SQL = """
-SELECT t.id, m.content FROM chats c
+SELECT t.id, m.content, t.sent_parts FROM chats c
 JOIN turns t ON t.chat_id = c.id AND t.platform_message_id = $4
 JOIN messages m ON m.turn_id = t.id AND m.role = 'assistant' AND m.tool_calls IS NULL
 WHERE c.platform = $1 AND c.platform_chat_id = $2 AND c.thread_id = $3
@@ -222,10 +222,25 @@ ORDER BY m.id DESC LIMIT 1
 """
 
 
-async def stored_answer(pool: Pool, inc: Incoming) -> tuple[int, str] | None:
-    """The turn id and final answer stored for this platform message, if its turn got that far."""
+@dataclass(frozen=True)
+class StoredAnswer:
+    """A final answer stored for a platform message, and how many of its parts the platform already has."""
+
+    turn_id: int
+    text: str
+    sent_parts: int
+
+
+async def stored_answer(pool: Pool, inc: Incoming) -> StoredAnswer | None:
+    """The final answer stored for this platform message, if its turn got that far."""
     row = await pool.fetchrow(_STORED_ANSWER_SQL, inc.platform, inc.chat_id, inc.thread_id, inc.message_id)
-    return None if row is None else (row["id"], row["content"] or "")
+    return None if row is None else StoredAnswer(row["id"], row["content"] or "", row["sent_parts"])
+
+
+async def mark_sent(pool: Pool, turn_id: int, parts: int) -> None:
+    """Record that the platform accepted the first `parts` parts of the turn's answer."""
+    sql = "UPDATE turns SET sent_parts = greatest(sent_parts, $2) WHERE id = $1"
+    await retry_dropped(lambda: pool.execute(sql, turn_id, parts), "recording a sent answer", pool=pool)
 
 
 async def close_abandoned_turns(pool: Pool, older_than: timedelta) -> int:

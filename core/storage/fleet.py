@@ -57,11 +57,20 @@ def adapter_list(adapters: Mapping[str, str]) -> tuple[str, ...]:
     )
 
 
-def this_process(version: str, adapters: Mapping[str, str] | None = None) -> ProcessInfo:
-    """A new identity for this process: host, pid and a random part (pids repeat across restarts and containers)."""
-    host = truncate(socket.gethostname() or "unknown", FLEET_HOST_CHARS, one_line=True)
-    pid = os.getpid()
-    return ProcessInfo(f"{host}:{pid}:{secrets.token_hex(3)}", host, pid, version, adapter_list(adapters or {}))
+def _host() -> str:
+    """This machine's name, cut to one short line."""
+    return truncate(socket.gethostname() or "unknown", FLEET_HOST_CHARS, one_line=True)
+
+
+def new_process_id() -> str:
+    """A new id for this process (in /status and in the inbox leases it holds): host, pid and a random part
+    (pids repeat across restarts and containers)."""
+    return f"{_host()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def this_process(version: str, adapters: Mapping[str, str] | None = None, process_id: str | None = None) -> ProcessInfo:
+    """What this process says about itself, under `process_id` (a new one when not given)."""
+    return ProcessInfo(process_id or new_process_id(), _host(), os.getpid(), version, adapter_list(adapters or {}))
 
 
 async def beat(pool: Pool, me: ProcessInfo) -> None:
@@ -116,11 +125,11 @@ async def _beat_forever(pool: Pool, board: Board, me: ProcessInfo, every_s: floa
 
 @contextlib.asynccontextmanager
 async def beating(
-    pool: Pool, board: Board, version: str, *, every_s: float = FLEET_BEAT_S
+    pool: Pool, board: Board, version: str, *, process_id: str | None = None, every_s: float = FLEET_BEAT_S
 ) -> AsyncIterator[ProcessInfo]:
-    """While the block runs, this process is in the fleet: it beats at once and every `every_s` seconds (with
-    the board's adapters) and shows its id on the board; on exit it leaves (its row is deleted)."""
-    me = this_process(version, board.adapters)
+    """While the block runs, this process is in the fleet under `process_id`: it beats at once and every `every_s`
+    seconds (with the board's adapters) and shows its id on the board; on exit it leaves (its row is deleted)."""
+    me = this_process(version, board.adapters, process_id)
     board.process_id = me.id
     await _beat_once(pool, board, me)
     task = asyncio.create_task(_beat_forever(pool, board, me, every_s), name="fleet heartbeat")

@@ -1,6 +1,8 @@
 """Scale-out: Telegram webhooks pushed round-robin to 1, 2 and 4 bot processes on one PostgreSQL.
 
-Run with `uv run python -m bench.scale_out` (`--users N` for a shorter run).
+Run with `uv run python -m bench.scale_out` (`--users N` for a shorter run). `--cpu-per-process 0.15` caps each
+bot process at 0.15 CPU with a cgroup (needs root), so that the bot's own CPU is the limit on a host with fewer
+cores than processes (unlimited, one process is held by PTB's 30 messages/s limiter and four by the host's cores).
 
 Each bot process is the real `python -m bot` in webhook mode (TELEGRAM_WEBHOOK_URL, PORT) against
 tests.fake_telegram.FakeTelegram, with the fake model (tests.fake_openai) in its own process answering every
@@ -63,6 +65,8 @@ DRAIN_TIMEOUT_S = 15.0
 ANSWER_TIMEOUT_S = 600.0
 LIMITER_RATE = float(FloodLimit.MESSAGES_PER_SECOND)  # PTB's AIORateLimiter: sendMessages per second per process
 TAG = re.compile(r"u(\d+) m(\d+)")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_PERIOD_US = 100_000  # --cpu-per-process: the quota is this period's share
 
 
 # ---------------------------------------------------------------- the fake model, in its own process
@@ -189,6 +193,7 @@ class Bot:
     port: int
     log: Path
     cpu_mark: float = 0.0
+    cgroup: Path | None = None  # --cpu-per-process: the cgroup capping its CPU
 
     @property
     def url(self) -> str:
@@ -205,8 +210,28 @@ class Bot:
         self.cpu_mark = cpu_seconds(self.proc.pid) or 0.0
 
 
-async def start_bot(dsn: str, tg: FakeTelegram, llm_url: str, tmp: Path, index: int) -> Bot:
-    """Launch one bot process (its log in tmp)."""
+def cap_cpu(pid: int, cores: float) -> Path:
+    """Put a process in a cgroup of its own that lets it use at most `cores` CPUs (v1 `cpu` or v2; needs root)."""
+    quota = str(int(cores * CGROUP_PERIOD_US))
+    v1 = CGROUP_ROOT / "cpu"
+    try:
+        if (v1 / "cpu.cfs_quota_us").exists():
+            group = v1 / f"bench-bot-{pid}"
+            group.mkdir()
+            (group / "cpu.cfs_period_us").write_text(str(CGROUP_PERIOD_US))
+            (group / "cpu.cfs_quota_us").write_text(quota)
+        else:
+            group = CGROUP_ROOT / f"bench-bot-{pid}"
+            group.mkdir()
+            (group / "cpu.max").write_text(f"{quota} {CGROUP_PERIOD_US}")
+        (group / "cgroup.procs").write_text(str(pid))
+    except OSError as e:
+        raise SystemExit(f"--cpu-per-process needs a writable cgroup cpu controller (root): {e}") from None
+    return group
+
+
+async def start_bot(dsn: str, tg: FakeTelegram, llm_url: str, tmp: Path, index: int, cores: float | None) -> Bot:
+    """Launch one bot process (its log in tmp), capped at `cores` CPUs when given."""
     port = free_port()
     data = tmp / f"data-{index}"
     data.mkdir(parents=True, exist_ok=True)
@@ -233,7 +258,7 @@ async def start_bot(dsn: str, tg: FakeTelegram, llm_url: str, tmp: Path, index: 
             sys.executable, "-m", "bot", cwd=str(tmp), env={**env, "PYTHONPATH": str(REPO_ROOT)},
             stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
         )  # fmt: skip
-    return Bot(proc, port, log)
+    return Bot(proc, port, log, cgroup=None if cores is None else cap_cpu(proc.pid, cores))
 
 
 async def wait_ready(http: aiohttp.ClientSession, bot: Bot) -> None:
@@ -262,6 +287,9 @@ async def stop_bot(bot: Bot) -> None:
             with suppress(ProcessLookupError):
                 bot.proc.kill()
     await bot.proc.wait()
+    if bot.cgroup is not None:
+        with suppress(OSError):
+            bot.cgroup.rmdir()
 
 
 # ---------------------------------------------------------------- one run
@@ -412,14 +440,14 @@ async def wait_drained(dsn: str) -> int:
 
 async def run(
     dsn: str, tg: CountingTelegram, llm_url: str, meter: Meter, procs: int, users: int, block: int,
-    ids: itertools.count[int], *, kill: bool = False,
+    ids: itertools.count[int], cores: float | None, *, kill: bool = False,
 ) -> Outcome:  # fmt: skip
     """Start `procs` bots, push users × MESSAGES updates, wait for every answer (killing one bot midway if asked)."""
     uids = [USER_BASE + block * users + i for i in range(users)]
     expected = users * MESSAGES
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp_name:
         tmp = Path(tmp_name)
-        bots = await asyncio.gather(*(start_bot(dsn, tg, llm_url, tmp, i) for i in range(procs)))
+        bots = await asyncio.gather(*(start_bot(dsn, tg, llm_url, tmp, i, cores) for i in range(procs)))
         connector = aiohttp.TCPConnector(limit=PUSH_CONNECTIONS)
         async with aiohttp.ClientSession(connector=connector) as http:
             try:
@@ -475,7 +503,7 @@ def fmt_cpu(cpu: Sequence[float | None], wall: float) -> str:
     return ", ".join("?" if c is None else f"{c:.1f}s ({100 * c / wall:.0f}%)" for c in cpu)
 
 
-def report(outcomes: Sequence[Outcome]) -> None:
+def report(outcomes: Sequence[Outcome], cores: float | None) -> None:
     """Print the side-by-side table and the verdicts."""
     print(f"\n{'procs':>5} {'answers':>8} {'wall s':>7} {'ans/s':>7} {'speedup':>7} {'lost':>5} {'dup':>4} "
           f"{'order':>5} {'retry':>5}  CPU per process (share of one core)")  # fmt: skip
@@ -501,7 +529,8 @@ def report(outcomes: Sequence[Outcome]) -> None:
                 print(f"    updates taken again by the survivors: {o.retaken}")
     per_chats = INBOX_CONCURRENCY / MODEL_DELAY_S
     print(f"per-process ceilings: {INBOX_CONCURRENCY} chats at once / {MODEL_DELAY_S:g} s model = {per_chats:g} "
-          f"answers/s; PTB's rate limiter {LIMITER_RATE:g} sendMessage/s")  # fmt: skip
+          f"answers/s; PTB's rate limiter {LIMITER_RATE:g} sendMessage/s"
+          + ("" if cores is None else f"; its CPU: {cores:g} core (cgroup)"))  # fmt: skip
     ok = all(o.lost == 0 and o.duplicated == 0 and o.out_of_order == 0 for o in outcomes)
     print(f"exactly once, in order: {'ok' if ok else 'FAILED'}")
     four = next((o.rate for o in outcomes if o.processes == 4 and not o.killed), None)
@@ -510,27 +539,28 @@ def report(outcomes: Sequence[Outcome]) -> None:
               f"{'ok' if four / base >= GOAL_SPEEDUP else 'MISSED'}")  # fmt: skip
 
 
-async def bench(users: int, counts: Sequence[int], kill: bool) -> None:
+async def bench(users: int, counts: Sequence[int], kill: bool, cores: float | None) -> None:
     """Every run on one database, one fake Bot API and one fake model."""
     quiet_logging()
     async with bench_database() as db, LLMProcess(MODEL_DELAY_S) as llm, CountingTelegram() as tg:
         info = await server_info(db.dsn)
         print(f"PostgreSQL {info.version} ({db.description}), {load_average()}")
         print(f"{users} users x {MESSAGES} messages, model {MODEL_DELAY_S:g} s per answer, "
-              f"{INBOX_CONCURRENCY} chats at once per process")  # fmt: skip
+              f"{INBOX_CONCURRENCY} chats at once per process"
+              + ("" if cores is None else f", each bot process capped at {cores:g} core"))  # fmt: skip
         ids = itertools.count(1)
         assert llm.proc is not None
         meter = Meter(info.postmaster, llm.proc.pid)
         outcomes: list[Outcome] = []
         for block, procs in enumerate(counts):
-            outcomes.append(await run(db.dsn, tg, llm.base_url, meter, procs, users, block, ids))
+            outcomes.append(await run(db.dsn, tg, llm.base_url, meter, procs, users, block, ids, cores))
             print(f"  {procs} process(es): {outcomes[-1].wall_s:.1f} s", flush=True)
         if kill:
             outcomes.append(
-                await run(db.dsn, tg, llm.base_url, meter, KILL_PROCESSES, users, len(counts), ids, kill=True)
+                await run(db.dsn, tg, llm.base_url, meter, KILL_PROCESSES, users, len(counts), ids, cores, kill=True)
             )
             print(f"  {KILL_PROCESSES} processes, one killed: {outcomes[-1].wall_s:.1f} s", flush=True)
-        report(outcomes)
+        report(outcomes, cores)
 
 
 def main() -> None:
@@ -539,12 +569,16 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=USERS)
     parser.add_argument("--procs", type=int, nargs="+", default=list(PROCESS_COUNTS))
     parser.add_argument("--no-kill", action="store_true", help="skip the SIGKILL run")
+    parser.add_argument(
+        "--cpu-per-process", type=float, metavar="CORES",
+        help="cap each bot process at CORES CPUs with a cgroup (root), so that the bot's own CPU is the limit",
+    )  # fmt: skip
     parser.add_argument("--serve-llm", type=float, metavar="DELAY", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_llm is not None:
         asyncio.run(serve_llm(args.serve_llm))
         return
-    asyncio.run(bench(args.users, args.procs, not args.no_kill))
+    asyncio.run(bench(args.users, args.procs, not args.no_kill, args.cpu_per_process))
 
 
 if __name__ == "__main__":

@@ -103,6 +103,16 @@ async def pool(db_dsn: str) -> AsyncIterator[Pool]:
 
 
 @pytest.fixture
+async def pool_b(db_dsn: str) -> AsyncIterator[Pool]:
+    """A second pool on the test's database, as another process would have."""
+    p = await create_pool(db_dsn, min_size=1, max_size=4)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+@pytest.fixture
 async def fake_llm() -> AsyncIterator[FakeOpenAI]:
     """The fake OpenAI-compatible server, started for one test."""
     async with FakeOpenAI() as fake:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import pytest
 import core.storage.listen
 from core.capabilities.manager import CHANNEL
 from core.core import Core
-from core.storage.db import Pool, connect_like, create_pool
+from core.storage.db import Pool, connect_like
 from core.storage.listen import ChangeListener
 from core.types import Error
 from tests.conftest import MakeCore, MakeSettings
@@ -27,16 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SEEN_WITHIN_S = 1.0  # the issue's promise: a change made in one process reaches the others within a second
 GREET = "async def greet(params):\n    return 'hello one'\n"
 GREET_TWO = "async def greet(params):\n    return 'hello two'\n"
-
-
-@pytest.fixture
-async def pool_b(db_dsn: str) -> AsyncIterator[Pool]:
-    """A second pool on the test's database, as another process would have."""
-    p = await create_pool(db_dsn, min_size=1, max_size=4)
-    try:
-        yield p
-    finally:
-        await p.close()
 
 
 @pytest.fixture

@@ -91,6 +91,18 @@ class Hold:
         return echo()(body)
 
 
+async def caught_mid_turn(
+    start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI, text: str, **proc_args: Any
+) -> tuple[Proc, Hold]:
+    """A new process whose turn on a message `text` waits for the model (until the Hold is released)."""
+    hold = Hold()
+    fake_llm.default = hold
+    proc = await start_proc(**proc_args)
+    assert await proc.post(tg, tg.message_update(text)) == 200
+    await asyncio.wait_for(hold.asked.wait(), 5)
+    return proc, hold
+
+
 async def die(proc: Proc) -> None:
     """The process dies (as with kill -9, in this test process): its handlers stop where they are and its leases
     are neither renewed nor handed back."""
@@ -157,11 +169,7 @@ async def test_one_chat_is_answered_in_order_across_two_processes(
 async def test_a_worker_that_dies_mid_turn_loses_nothing_and_the_answer_comes_once(
     start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI, pool: Pool
 ) -> None:
-    hold = Hold()
-    fake_llm.default = hold
-    a = await start_proc(lease_s=0.5)
-    assert await a.post(tg, tg.message_update("are you there?")) == 200
-    await asyncio.wait_for(hold.asked.wait(), 5)
+    a, hold = await caught_mid_turn(start_proc, tg, fake_llm, "are you there?", lease_s=0.5)
     await die(a)
     await start_proc(lease_s=0.5)  # another process takes it once the lease has run out
     [sent] = await tg.wait_sent(1)
@@ -192,11 +200,8 @@ async def test_an_answer_stored_before_the_worker_died_is_sent_not_recomputed(
 async def test_sigterm_hands_a_running_update_back_to_another_process_at_once(
     start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI, pool: Pool
 ) -> None:
-    hold = Hold()
-    fake_llm.default = hold
-    a = await start_proc()  # the default 30 s lease: only a hand-back lets b answer within the test
-    assert await a.post(tg, tg.message_update("quick question")) == 200
-    await asyncio.wait_for(hold.asked.wait(), 5)
+    # the default 30 s lease: only a hand-back lets b answer within the test
+    a, _ = await caught_mid_turn(start_proc, tg, fake_llm, "quick question")
     await start_proc()
     assert await a.core.inbox.stop(0.05) == 1  # SIGTERM: the grace is over, the update goes back
     [sent] = await tg.wait_sent(1)
@@ -225,11 +230,7 @@ async def test_an_update_that_took_down_three_processes_is_given_up(
 async def test_an_answer_sent_before_the_worker_died_is_not_sent_again(
     start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI, pool: Pool
 ) -> None:
-    hold = Hold()
-    fake_llm.default = hold
-    a = await start_proc(lease_s=0.5)
-    assert await a.post(tg, tg.message_update("ping")) == 200
-    await asyncio.wait_for(hold.asked.wait(), 5)
+    a, hold = await caught_mid_turn(start_proc, tg, fake_llm, "ping", lease_s=0.5)
     async with pool.acquire() as con, con.transaction():
         await con.execute("SELECT 1 FROM inbox FOR UPDATE")  # the worker cannot mark the update done…
         hold.release.set()

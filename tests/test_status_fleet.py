@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ import pytest
 
 from core.core import Core
 from core.limits import FLEET_SEEN_S
-from core.storage.db import Pool, create_pool
+from core.storage.db import Pool
 from core.storage.fleet import SeenProcess, beat, beating, seen
 from core.types import Error
 from tests.conftest import MakeCore, MakeSettings
@@ -24,16 +24,6 @@ from tests.helpers import drop_blocked_statement, incoming
 FAST_BEAT_S = 0.01  # tests that watch the heartbeat itself beat this often
 WITHIN_S = 10.0  # what they wait for at most
 FLEET_WINDOW = timedelta(seconds=FLEET_SEEN_S)
-
-
-@pytest.fixture
-async def pool_b(db_dsn: str) -> AsyncIterator[Pool]:
-    """A second pool on the test's database, as another process would have."""
-    p = await create_pool(db_dsn, min_size=1, max_size=4)
-    try:
-        yield p
-    finally:
-        await p.close()
 
 
 @pytest.fixture

@@ -1,0 +1,128 @@
+"""kill -9 of a real bot process mid-turn: the Telegram update it held is answered once by another process.
+
+The first worker is `python -m bot` in webhook mode (a real OS process on the test database, the fake Telegram and
+the fake model of this test); the second one runs in this test process (tests/test_inbox.py's start_proc).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from core.storage.db import Pool
+from tests.conftest import MakeSettings
+from tests.fake_openai import FakeOpenAI
+from tests.fake_telegram import FakeTelegram
+from tests.test_inbox import Hold, StartProc, start_proc
+from tests.test_web import free_port
+
+__all__ = ["start_proc"]  # the fixture, imported for pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 15.0  # the process is ready, the model is asked, the row is done within this (all take ~1 s)
+POLL_S = 0.05  # polling interval of the bounded waits
+
+
+async def wait_ready(proc: asyncio.subprocess.Process, url: str, log: Path) -> None:
+    """Poll GET /readyz until 200 (failing with the process's log if it exits or TIMEOUT_S passes)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        while time.monotonic() < deadline:
+            assert proc.returncode is None, f"the bot exited with {proc.returncode}: {log.read_text()}"
+            try:
+                async with http.get(url) as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass  # not listening yet
+            await asyncio.sleep(POLL_S)
+    raise TimeoutError(f"{url} not ready within {TIMEOUT_S}s: {log.read_text()}")
+
+
+async def wait_db(pool: Pool, query: str) -> None:
+    """Poll until the query returns true (failing after TIMEOUT_S)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while not await pool.fetchval(query):
+        assert time.monotonic() < deadline, f"not within {TIMEOUT_S}s: {query}"
+        await asyncio.sleep(POLL_S)
+
+
+@pytest.fixture
+async def bot_process(
+    db_dsn: str, tg: FakeTelegram, fake_llm: FakeOpenAI, tmp_path: Path
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str, Path]]:
+    """`python -m bot` in Telegram webhook mode, ready; (process, webhook URL, its log file). Killed at the end."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/telegram"
+    env = {  # from scratch: nothing of this environment that could point at real services
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "PYTHONPATH": str(REPO_ROOT),
+        "DATABASE_URL": db_dsn,
+        "DATA_DIR": str(tmp_path / "killed-data"),
+        "TELEGRAM_BOT_TOKEN": tg.token,
+        "TELEGRAM_API_BASE_URL": tg.base_url,
+        "TELEGRAM_WEBHOOK_URL": url,
+        "PORT": str(port),
+        "LLM_BASE_URL": fake_llm.base_url,
+        "LLM_API_KEY": "test",
+        "LLM_MODEL": "fake-model",
+        "ALLOWED_USERS": "*",
+    }
+    log = tmp_path / "killed.log"
+    tg.set_webhook_every = 0  # both workers set the webhook
+    with log.open("wb") as out:
+        # cwd: an empty directory, so that no developer's .env in the repo root is read
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", cwd=tmp_path, env=env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=out, stderr=out,
+        )  # fmt: skip
+    try:
+        await wait_ready(proc, f"http://127.0.0.1:{port}/readyz", log)
+        yield proc, url, log
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+
+async def test_a_bot_process_killed_mid_turn_is_answered_once_by_another(
+    bot_process: tuple[asyncio.subprocess.Process, str, Path],
+    start_proc: StartProc,
+    make_settings: MakeSettings,
+    tg: FakeTelegram,
+    fake_llm: FakeOpenAI,
+    pool: Pool,
+) -> None:
+    proc, url, log = bot_process
+    hold = Hold()
+    fake_llm.default = hold
+    secret = make_settings(TELEGRAM_BOT_TOKEN=tg.token).webhook_secret
+    assert await tg.post_webhook(tg.message_update("are you there?"), secret=secret, url=url) == 200  # stored
+    await asyncio.wait_for(hold.asked.wait(), TIMEOUT_S)  # the turn waits for the model
+    proc.send_signal(signal.SIGKILL)
+    assert await asyncio.wait_for(proc.wait(), TIMEOUT_S) == -signal.SIGKILL
+    assert "Traceback" not in log.read_text()
+    assert tg.sent == []
+    assert await pool.fetchval("SELECT lease_until > now() AND done_at IS NULL FROM inbox")
+
+    await pool.execute("UPDATE inbox SET lease_until = now()")  # the dead worker's lease runs out
+    await start_proc(lease_s=0.5)
+    [sent] = await tg.wait_sent(1, timeout=TIMEOUT_S)
+    assert sent["text"] == "re: are you there?"
+    hold.release.set()  # the dead worker's model call ends: nobody is there to send its answer
+    await wait_db(pool, "SELECT done_at IS NOT NULL FROM inbox")
+    with pytest.raises(TimeoutError):
+        await tg.wait_sent(2, timeout=0.5)  # room for a wrong second answer
+    assert [s["text"] for s in tg.sent] == ["re: are you there?"]
+    assert await pool.fetchval("SELECT attempts FROM inbox") == 2
+    assert await pool.fetchval("SELECT count(*) FROM messages WHERE role = 'user'") == 1
+    assert [r["status"] for r in await pool.fetch("SELECT status FROM turns")] == ["done"]

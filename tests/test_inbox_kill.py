@@ -11,7 +11,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -55,67 +56,87 @@ async def wait_db(pool: Pool, query: str) -> None:
         await asyncio.sleep(POLL_S)
 
 
+@dataclass
+class Bot:
+    """One `python -m bot` process in webhook mode."""
+
+    proc: asyncio.subprocess.Process
+    url: str  # its webhook
+    log: Path  # its stdout and stderr
+
+    async def kill(self) -> None:
+        """kill -9, and wait until it is gone."""
+        self.proc.send_signal(signal.SIGKILL)
+        assert await asyncio.wait_for(self.proc.wait(), TIMEOUT_S) == -signal.SIGKILL
+
+    async def stop(self) -> str:
+        """SIGTERM (a rolling deploy), wait for exit 0 and return its log."""
+        self.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(self.proc.wait(), TIMEOUT_S)
+        assert code == 0, self.log.read_text()
+        return self.log.read_text()
+
+
+SpawnBot = Callable[[], Awaitable[Bot]]
+
+
 @pytest.fixture
-async def bot_process(
-    db_dsn: str, tg: FakeTelegram, fake_llm: FakeOpenAI, tmp_path: Path
-) -> AsyncIterator[tuple[asyncio.subprocess.Process, str, Path]]:
-    """`python -m bot` in Telegram webhook mode, ready; (process, webhook URL, its log file). Killed at the end."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/telegram"
-    env = {  # from scratch: nothing of this environment that could point at real services
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": str(tmp_path),
-        "PYTHONPATH": str(REPO_ROOT),
-        "DATABASE_URL": db_dsn,
-        "DATA_DIR": str(tmp_path / "killed-data"),
-        "TELEGRAM_BOT_TOKEN": tg.token,
-        "TELEGRAM_API_BASE_URL": tg.base_url,
-        "TELEGRAM_WEBHOOK_URL": url,
-        "PORT": str(port),
-        "LLM_BASE_URL": fake_llm.base_url,
-        "LLM_API_KEY": "test",
-        "LLM_MODEL": "fake-model",
-        "ALLOWED_USERS": "*",
-    }
-    log = tmp_path / "killed.log"
-    tg.set_webhook_every = 0  # both workers set the webhook
-    with log.open("wb") as out:
-        # cwd: an empty directory, so that no developer's .env in the repo root is read
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", cwd=tmp_path, env=env, stdin=asyncio.subprocess.DEVNULL,
-            stdout=out, stderr=out,
-        )  # fmt: skip
-    try:
+async def spawn_bot(db_dsn: str, tg: FakeTelegram, fake_llm: FakeOpenAI, tmp_path: Path) -> AsyncIterator[SpawnBot]:
+    """Start `python -m bot` processes in Telegram webhook mode, each ready (/readyz 200); killed at the end."""
+    tg.set_webhook_every = 0  # every process sets the webhook
+    started: list[Bot] = []
+
+    async def spawn() -> Bot:
+        n = len(started)
+        port = free_port()
+        url = f"http://127.0.0.1:{port}/telegram"
+        env = {  # from scratch: nothing of this environment that could point at real services
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(tmp_path),
+            "PYTHONPATH": str(REPO_ROOT),
+            "DATABASE_URL": db_dsn,
+            "DATA_DIR": str(tmp_path / f"bot-{n}"),
+            "TELEGRAM_BOT_TOKEN": tg.token,
+            "TELEGRAM_API_BASE_URL": tg.base_url,
+            "TELEGRAM_WEBHOOK_URL": url,
+            "PORT": str(port),
+            "LLM_BASE_URL": fake_llm.base_url,
+            "LLM_API_KEY": "test",
+            "LLM_MODEL": "fake-model",
+            "ALLOWED_USERS": "*",
+        }
+        log = tmp_path / f"bot-{n}.log"
+        with log.open("wb") as out:
+            # cwd: an empty directory, so that no developer's .env in the repo root is read
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bot", cwd=tmp_path, env=env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=out, stderr=out,
+            )  # fmt: skip
+        bot = Bot(proc, url, log)
+        started.append(bot)
         await wait_ready(proc, f"http://127.0.0.1:{port}/readyz", log)
-        yield proc, url, log
+        return bot
+
+    try:
+        yield spawn
     finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
+        for bot in started:
+            if bot.proc.returncode is None:
+                bot.proc.kill()
+            await bot.proc.wait()
 
 
-async def test_a_bot_process_killed_mid_turn_is_answered_once_by_another(
-    bot_process: tuple[asyncio.subprocess.Process, str, Path],
-    start_proc: StartProc,
-    make_settings: MakeSettings,
-    tg: FakeTelegram,
-    fake_llm: FakeOpenAI,
-    pool: Pool,
-) -> None:
-    proc, url, log = bot_process
-    hold = Hold()
-    fake_llm.default = hold
+async def caught_mid_turn(spawn_bot: SpawnBot, make_settings: MakeSettings, tg: FakeTelegram, hold: Hold) -> Bot:
+    """A bot process whose turn on "are you there?" waits for the model (the Hold)."""
+    bot = await spawn_bot()
     secret = make_settings(TELEGRAM_BOT_TOKEN=tg.token).webhook_secret
-    assert await tg.post_webhook(tg.message_update("are you there?"), secret=secret, url=url) == 200  # stored
-    await asyncio.wait_for(hold.asked.wait(), TIMEOUT_S)  # the turn waits for the model
-    proc.send_signal(signal.SIGKILL)
-    assert await asyncio.wait_for(proc.wait(), TIMEOUT_S) == -signal.SIGKILL
-    assert "Traceback" not in log.read_text()
-    assert tg.sent == []
-    assert await pool.fetchval("SELECT lease_until > now() AND done_at IS NULL FROM inbox")
+    assert await tg.post_webhook(tg.message_update("are you there?"), secret=secret, url=bot.url) == 200  # stored
+    await asyncio.wait_for(hold.asked.wait(), TIMEOUT_S)
+    return bot
 
-    await pool.execute("UPDATE inbox SET lease_until = now()")  # the dead worker's lease runs out
-    await start_proc(lease_s=0.5)
+
+async def answered_once(pool: Pool, tg: FakeTelegram, hold: Hold) -> None:
+    """After the kill: one answer, from the second process, and the update done after two attempts."""
     [sent] = await tg.wait_sent(1, timeout=TIMEOUT_S)
     assert sent["text"] == "re: are you there?"
     hold.release.set()  # the dead worker's model call ends: nobody is there to send its answer
@@ -126,3 +147,31 @@ async def test_a_bot_process_killed_mid_turn_is_answered_once_by_another(
     assert await pool.fetchval("SELECT attempts FROM inbox") == 2
     assert await pool.fetchval("SELECT count(*) FROM messages WHERE role = 'user'") == 1
     assert [r["status"] for r in await pool.fetch("SELECT status FROM turns")] == ["done"]
+
+
+async def test_a_bot_process_killed_mid_turn_is_answered_once_by_another(
+    spawn_bot: SpawnBot, start_proc: StartProc, make_settings: MakeSettings, tg: FakeTelegram, fake_llm: FakeOpenAI,
+    pool: Pool,
+) -> None:  # fmt: skip
+    fake_llm.default = hold = Hold()
+    first = await caught_mid_turn(spawn_bot, make_settings, tg, hold)
+    await first.kill()
+    assert "Traceback" not in first.log.read_text()
+    assert tg.sent == []
+    assert await pool.fetchval("SELECT lease_until > now() AND done_at IS NULL FROM inbox")  # still the dead one's
+    await pool.execute("UPDATE inbox SET lease_until = now()")  # the dead worker's lease runs out
+    await start_proc(lease_s=0.5)  # another process (here, in this test process) takes it
+    await answered_once(pool, tg, hold)
+
+
+async def test_a_second_bot_process_answers_for_a_killed_one_and_stops_cleanly(
+    spawn_bot: SpawnBot, make_settings: MakeSettings, tg: FakeTelegram, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    fake_llm.default = hold = Hold()
+    first = await caught_mid_turn(spawn_bot, make_settings, tg, hold)
+    await first.kill()
+    await pool.execute("UPDATE inbox SET lease_until = now()")  # the dead worker's lease runs out
+    second = await spawn_bot()  # a real process again, as in a deploy: it starts and takes the update
+    await answered_once(pool, tg, hold)
+    log = await second.stop()  # SIGTERM: it drains and exits 0
+    assert "Traceback" not in log and " ERROR " not in log, log

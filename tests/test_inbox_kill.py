@@ -1,7 +1,8 @@
 """kill -9 of a real bot process mid-turn: the Telegram update it held is answered once by another process.
 
 The first worker is `python -m bot` in webhook mode (a real OS process on the test database, the fake Telegram and
-the fake model of this test); the second one runs in this test process (tests/test_inbox.py's start_proc).
+the fake model of this test). The process that takes the update over runs in this test process (tests/test_inbox.py's
+start_proc) in the first test, and is `python -m bot` too in the second.
 """
 
 from __future__ import annotations

@@ -143,6 +143,8 @@ class Inbox:
         self.metrics.inbox_wait.observe(item.waited_s)
         if item.attempts > 1:
             self.metrics.inbox_retaken.inc()
+            log.info("taking %s update %d again (attempt %d): the process before stopped or died while handling it",
+                     item.platform, item.update_id, item.attempts)  # fmt: skip
         task = asyncio.create_task(self._handle(item), name=f"inbox {item.platform} {item.update_id}")
         self._running[item.update_id] = (item, task)
 

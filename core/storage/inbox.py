@@ -1,4 +1,4 @@
-"""The inbox table (sql/008): store an update once, claim the next one of each chat with a lease, finish it."""
+"""The inbox table (sql/008; the claim is sql/011): store an update once, claim the next one of each chat, finish it."""
 
 from __future__ import annotations
 
@@ -11,27 +11,6 @@ from core.storage.db import Pool
 _PUT_SQL = """
 INSERT INTO inbox (platform, update_id, chat_key, payload) VALUES ($1, $2, $3, $4)
 ON CONFLICT (platform, update_id) DO NOTHING
-"""
-
-# The oldest open update of each chat whose chat has no update leased right now; SKIP LOCKED lets processes
-# claim side by side. An update is claimable only while no older update of its chat is open and no other
-# update of its chat is leased, so a chat's updates run one at a time and in order (also when a late webhook
-# brings an older one while a newer one runs). The rows of one chat exclude each other in the same snapshot,
-# so a batch never holds two updates of one chat.
-_CLAIM_SQL = """
-UPDATE inbox SET owner = $2, lease_until = now() + make_interval(secs => $3), attempts = attempts + 1
-WHERE (platform, update_id) IN (
-    SELECT i.platform, i.update_id FROM inbox i
-    WHERE i.done_at IS NULL AND i.platform = ANY($1::text[])
-        AND (i.lease_until IS NULL OR i.lease_until < now())
-        AND NOT EXISTS (
-            SELECT 1 FROM inbox j
-            WHERE j.platform = i.platform AND j.chat_key = i.chat_key AND j.done_at IS NULL
-                AND j.update_id <> i.update_id AND (j.update_id < i.update_id OR j.lease_until >= now()))
-    ORDER BY i.update_id
-    LIMIT $4
-    FOR UPDATE SKIP LOCKED)
-RETURNING platform, update_id, chat_key, payload, attempts, extract(epoch FROM now() - received_at)::float8 AS waited
 """
 
 _RENEW_SQL = """
@@ -60,7 +39,7 @@ async def put(pool: Pool, platform: str, update_id: int, chat_key: str, payload:
 
 async def claim(pool: Pool, owner: str, platforms: Sequence[str], lease_s: float, limit: int) -> list[InboxItem]:
     """Lease up to `limit` updates that may run now (each the next one of its chat), oldest first."""
-    rows = await pool.fetch(_CLAIM_SQL, list(platforms), owner, lease_s, limit)
+    rows = await pool.fetch("SELECT * FROM inbox_claim($1, $2, $3, $4)", list(platforms), owner, lease_s, limit)
     items = [
         InboxItem(r["platform"], r["update_id"], r["chat_key"], r["payload"], r["attempts"], r["waited"]) for r in rows
     ]

@@ -55,12 +55,10 @@ class Inbox:
     async def put(self, platform: str, update_id: int, chat_key: str, payload: dict[str, Any]) -> bool:
         """Store an update (committed when this returns: only then may the platform be told); False for a redelivery.
         A dropped connection is retried: storing twice stores once."""
-        new = await retry_dropped(
+        # every process taking updates, this one too, hears of it from the notification (sql/008's trigger)
+        return await retry_dropped(
             lambda: store.put(self.pool, platform, update_id, chat_key, payload), "storing an update", pool=self.pool
         )
-        if new and platform in self._handlers:
-            self._wake.set()  # this process may take it at once (others hear the notification)
-        return new
 
     def serve(self, platform: str, handler: Handler) -> None:
         """Run `platform`'s stored updates in this process with `handler` (starts taking work on first use)."""
@@ -160,18 +158,20 @@ class Inbox:
             raise  # cut at shutdown: stop() hands it back
         except Exception:
             log.exception("handling %s update %d failed", item.platform, item.update_id)
+        full, more = len(self._running) >= self.concurrency, True
         try:
-            await self._finish(item)
+            more = await self._finish(item)
         finally:
             self._running.pop(item.update_id, None)
-            self._wake.set()  # the chat's next update may go now
+            if more or full:  # the chat's next update may go now, or a slot came free for waiting ones
+                self._wake.set()
 
-    async def _finish(self, item: InboxItem) -> None:
-        """Mark done, trying again while the database is away (else the update would run again after its lease)."""
+    async def _finish(self, item: InboxItem) -> bool:
+        """Mark done, trying again while the database is away (else the update would run again after its lease);
+        True when another update of its chat waits."""
         while True:
             try:
-                await retry_dropped(lambda: store.finish(self.pool, item), "finishing an update", pool=self.pool)
-                return
+                return await retry_dropped(lambda: store.finish(self.pool, item), "finishing an update", pool=self.pool)
             except Exception as e:
                 log.warning("could not mark %s update %d done (%s); trying again", item.platform, item.update_id,
                             _reason(e))  # fmt: skip

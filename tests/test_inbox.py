@@ -15,6 +15,7 @@ from adapters.telegram import TelegramAdapter
 from bot.web import WebServer
 from core.core import Core
 from core.inbox import Inbox
+from core.limits import INBOX_CONCURRENCY
 from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
@@ -43,14 +44,18 @@ async def start_proc(tg: FakeTelegram, make_core: MakeCore) -> AsyncIterator[Sta
     tg.set_webhook_every = 0  # several processes set the same webhook at start
     async with AsyncExitStack() as stack:
 
-        async def start(lease_s: float = 30.0, **overrides: Any) -> Proc:
+        async def start(
+            lease_s: float = 30.0, poll_s: float = 0.05, concurrency: int = INBOX_CONCURRENCY, **overrides: Any
+        ) -> Proc:
             port = free_port()
             url = f"http://127.0.0.1:{port}/telegram"
             core = make_core(
                 TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url, TELEGRAM_WEBHOOK_URL=url,
                 ALLOWED_USERS="*", **overrides,
             )  # fmt: skip
-            core.inbox = Inbox(core.pool, core.process_id, core.metrics, lease_s=lease_s, poll_s=0.05)
+            core.inbox = Inbox(
+                core.pool, core.process_id, core.metrics, concurrency=concurrency, lease_s=lease_s, poll_s=poll_s
+            )
             adapter = TelegramAdapter(core, core.settings, poll_timeout=1)
             web = WebServer(core, ["telegram"], port, host="127.0.0.1")
             assert adapter.webhook_path == "/telegram"
@@ -164,6 +169,23 @@ async def test_one_chat_is_answered_in_order_across_two_processes(
     for chat in (1001, 1002):
         asked = [r["messages"] for r in fake_llm.requests if f"{chat}-" in r["messages"][-1]["content"]]
         assert [m["content"] for m in asked[2] if m["role"] == "assistant"] == [f"re: {chat}-1", f"re: {chat}-2"]
+
+
+async def test_without_polling_each_update_is_taken_at_once_when_stored_or_when_a_slot_frees(
+    start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI
+) -> None:
+    # no poll to fall back on: only the notification of a stored update, and the end of an update whose chat has
+    # another one waiting (or that held the last free slot), may wake the taker
+    p = await start_proc(poll_s=3600.0, concurrency=2)
+    fake_llm.default = echo(delay=0.05)
+    for n in range(1, 4):
+        for chat in (1001, 1002, 1003):  # three chats, two slots: one chat waits for a slot, each for its turn
+            assert await p.post(tg, tg.message_update(f"{chat}-{n}", chat_id=chat, user_id=chat)) == 200
+    await tg.wait_sent(9)
+    for chat in (1001, 1002, 1003):
+        assert [s["text"] for s in tg.sent if s["chat_id"] == chat] == [f"re: {chat}-{n}" for n in range(1, 4)]
+    assert await p.post(tg, tg.message_update("later", chat_id=1004, user_id=1004)) == 200  # the taker was idle
+    await tg.wait_sent(10)
 
 
 async def test_a_worker_that_dies_mid_turn_loses_nothing_and_the_answer_comes_once(

@@ -51,13 +51,17 @@ async def renew(pool: Pool, owner: str, update_ids: Sequence[int], lease_s: floa
     await pool.execute(_RENEW_SQL, owner, list(update_ids), lease_s)
 
 
-async def finish(pool: Pool, item: InboxItem) -> None:
-    """Mark an update handled (also when its lease had run out: its chat's next update may go)."""
-    await pool.execute(
-        "UPDATE inbox SET done_at = now(), owner = NULL, lease_until = NULL WHERE platform = $1 AND update_id = $2",
-        item.platform,
-        item.update_id,
-    )
+_FINISH_SQL = """
+UPDATE inbox SET done_at = now(), owner = NULL, lease_until = NULL WHERE platform = $1 AND update_id = $2
+RETURNING EXISTS (SELECT 1 FROM inbox j WHERE j.platform = $1 AND j.chat_key = $3 AND j.done_at IS NULL
+                  AND j.update_id <> $2)
+"""
+
+
+async def finish(pool: Pool, item: InboxItem) -> bool:
+    """Mark an update handled (also when its lease had run out: its chat's next update may go); True when another
+    update of its chat waits."""
+    return bool(await pool.fetchval(_FINISH_SQL, item.platform, item.update_id, item.chat_key))
 
 
 async def release(pool: Pool, owner: str, update_ids: Sequence[int]) -> int:

@@ -232,8 +232,13 @@ class StoredAnswer:
 
 
 async def stored_answer(pool: Pool, inc: Incoming) -> StoredAnswer | None:
-    """The final answer stored for this platform message, if its turn got that far."""
-    row = await pool.fetchrow(_STORED_ANSWER_SQL, inc.platform, inc.chat_id, inc.thread_id, inc.message_id)
+    """The final answer stored for this platform message, if its turn got that far (retried on a dropped connection,
+    like the turn's start before it)."""
+    row = await retry_dropped(
+        lambda: pool.fetchrow(_STORED_ANSWER_SQL, inc.platform, inc.chat_id, inc.thread_id, inc.message_id),
+        "loading a stored answer",
+        pool=pool,
+    )
     return None if row is None else StoredAnswer(row["id"], row["content"] or "", row["sent_parts"])
 
 

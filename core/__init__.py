@@ -9,7 +9,7 @@ from core.reminders.engine import DeliveryRefused, Outbox, ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, Settings, StartupError
 from core.storage.conversations import TurnSteps
 from core.storage.inbox import InboxItem
-from core.types import RESTARTING, Assistant, AssistantDelta, ChatKind, Error, Event, Incoming, Step
+from core.types import RESTARTING, Assistant, AssistantDelta, ChatKind, Error, Event, Incoming, Quoted, Step
 
 __all__ = [
     "BUTTONS",
@@ -30,6 +30,7 @@ __all__ = [
     "InboxItem",
     "Incoming",
     "Outbox",
+    "Quoted",
     "ReminderMessage",
     "Settings",
     "StartupError",

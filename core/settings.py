@@ -120,6 +120,17 @@ class Settings(BaseSettings):
     EMBEDDING_MODEL: str | None = None  # embeddings for archival search (same provider); unset: text search only
     SHUTDOWN_GRACE_SECONDS: float = Field(default=25.0, ge=0)  # drain time for running answers on stop/restart
     PORT: int = Field(default=8080, ge=0, le=65535)  # HTTP port (health, metrics); polling serves it only if set
+    METRICS_TOKEN: SecretStr | None = None  # bearer token /metrics requires (webhook mode: required to serve it)
+    # Limits of a bot open to everyone (ALLOWED_USERS=*): per account unless said otherwise.
+    MAX_MESSAGE_CHARS: int = Field(default=16000, ge=100)  # a longer incoming message is refused, not stored
+    USER_MESSAGES_PER_MINUTE: int = Field(default=20, ge=1)  # past this, one polite note; the model is not called
+    CHAT_MESSAGES_PER_MINUTE: int = Field(default=40, ge=1)  # the same for one chat (a group) as a whole
+    MAX_OPEN_TASKS: int = Field(default=200, ge=1)  # open tasks and reminders per account
+    JOB_MIN_INTERVAL_MINUTES: int = Field(default=15, ge=1)  # a repeating agent job runs at most this often
+    ARCHIVAL_MAX_ENTRIES: int = Field(default=5000, ge=1)  # archival memory entries per account
+    RETENTION_DAYS: int = Field(
+        default=90, ge=1
+    )  # reminder occurrences (delivered, failed, skipped) are kept this long
     LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = None  # DEBUG also shows start-up tracebacks
 
     @model_validator(mode="before")
@@ -223,6 +234,7 @@ class Settings(BaseSettings):
         "TELEGRAM_BOT_TOKEN",
         "TELEGRAM_WEBHOOK_SECRET",
         "DISCORD_BOT_TOKEN",
+        "METRICS_TOKEN",
         mode="before",
     )
     @classmethod
@@ -270,7 +282,13 @@ class Settings(BaseSettings):
 
     def secret_values(self) -> list[str]:
         """Every secret value (tokens, keys, the database URL and its password), longest first."""
-        given = (self.DATABASE_URL, self.LLM_API_KEY, self.TELEGRAM_BOT_TOKEN, self.DISCORD_BOT_TOKEN)
+        given = (
+            self.DATABASE_URL,
+            self.LLM_API_KEY,
+            self.TELEGRAM_BOT_TOKEN,
+            self.DISCORD_BOT_TOKEN,
+            self.METRICS_TOKEN,
+        )
         values = [s.get_secret_value() for s in given if s is not None]
         if self.TELEGRAM_BOT_TOKEN is not None:
             values.append(self.webhook_secret)  # given or derived

@@ -6,8 +6,23 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ChatKind = Literal["private", "group"]
+QuotedKind = Literal["forward", "quote", "reply", "job"]
 JOB_MESSAGE_PREFIX = "job:"  # the platform message id of a scheduled agent job's turn starts with this
 RESTARTING = "I'm restarting right now — please send that again in a minute."  # new work while draining
+
+
+@dataclass(frozen=True)
+class Quoted:
+    """Someone else's text that came with a message; stored marked as foreign and replayed as quoted data.
+
+    `forward`: a forwarded message (Telegram `forward_origin`, a Discord forward / message snapshot); `quote`: a
+    quoted part of another message (Telegram `quote`); `reply`: a message from another chat replied to (Telegram
+    `external_reply`); `job`: the prompt of a scheduled job written in a turn that held others' text (set by the
+    core only: such a turn runs without admin and memory tools)."""
+
+    kind: QuotedKind
+    origin: str  # who wrote it, as the platform names them ("Alice", "channel News", "a hidden user")
+    text: str
 
 
 @dataclass(frozen=True)
@@ -25,6 +40,7 @@ class Incoming:
     message_id: str | None = None
     reply_to: str | None = None
     attachments: tuple[str, ...] = ()
+    quoted: tuple[Quoted, ...] = ()  # others' text that came with it (forwards, quotes): never the speaker's words
     redelivered: bool = False  # handled before by a process that died or was cut: finish its turn, answer once
 
     @property

@@ -140,6 +140,8 @@ def bench_settings(base_url: str, data_dir: Path) -> Settings:
         DEFAULT_TIMEZONE="UTC",
         DATA_DIR=str(data_dir),
         HISTORY_MESSAGES=40,
+        USER_MESSAGES_PER_MINUTE=1_000_000,  # a handful of bench users send hundreds of turns a minute: no flood note
+        CHAT_MESSAGES_PER_MINUTE=1_000_000,
         AGENT_MAX_STEPS=10,
         AGENT_STEP_TIMEOUT=60.0,
         AGENT_TOTAL_TIMEOUT=180.0,

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 
 from adapters import console
@@ -24,6 +24,7 @@ from core.storage.db import Pool, check_database, create_pool
 from core.storage.embedded import EmbeddedPostgres, start_embedded
 from core.storage.fleet import beating
 from core.storage.migrations import migrate
+from core.storage.retention import pruning
 from core.timeutil import system_clock
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,11 @@ async def embeddings(settings: Settings, pool: Pool, llm: LLM) -> Embedder | Non
     return openai_embedder(llm.client, settings.EMBEDDING_MODEL)
 
 
+def pruning_old_rows(settings: Settings, core: Core) -> AbstractAsyncContextManager[None]:
+    """Old reminder occurrences and refusal notices are deleted in the background while the bot runs."""
+    return pruning(core.pool, core.clock, timedelta(days=settings.RETENTION_DAYS))
+
+
 @asynccontextmanager
 async def reminders(settings: Settings, core: Core, outboxes: dict[str, Outbox]) -> AsyncIterator[None]:
     """The reminder scheduler for the running adapters (catches up on missed ones at start)."""
@@ -106,7 +112,7 @@ async def run_console(settings: Settings, core: Core) -> int:
     def write(text: str) -> None:
         print(text, end="", flush=True)
 
-    async with reminders(settings, core, {"console": console.ConsoleOutbox(write)}):
+    async with pruning_old_rows(settings, core), reminders(settings, core, {"console": console.ConsoleOutbox(write)}):
         await console.chat_loop(core, until_exit(core, console.stdin_lines()), write)
     return core.exit_code or 0
 
@@ -155,12 +161,13 @@ async def run_platforms(settings: Settings, core: Core) -> int:
             started.append(adapter)
             log.info("%s adapter started", adapter.platform)
         outboxes: dict[str, Outbox] = {a.platform: a for a in started}
-        in_fleet = beating(core.pool, core.status_board, app_version(), process_id=core.process_id)
-        async with in_fleet, reminders(settings, core, outboxes):
-            await stop.wait()
-        # SIGTERM/SIGINT or a full restart: take no new updates; running answers finish within the grace, the
-        # rest are cut and handed back to other processes; then the adapters stop
-        await core.drain(settings.SHUTDOWN_GRACE_SECONDS)
+        # in the fleet until drained: the answers still going out count in the processes sharing Telegram's rate
+        async with beating(core.pool, core.status_board, app_version(), process_id=core.process_id):
+            async with pruning_old_rows(settings, core), reminders(settings, core, outboxes):
+                await stop.wait()
+            # SIGTERM/SIGINT or a full restart: take no new updates; running answers finish within the grace, the
+            # rest are cut and handed back to other processes; then the process leaves the fleet, the adapters stop
+            await core.drain(settings.SHUTDOWN_GRACE_SECONDS)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

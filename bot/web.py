@@ -1,8 +1,12 @@
-"""The HTTP server on PORT: /healthz, /readyz and /metrics (webhook routes join the same aiohttp app later)."""
+"""The HTTP server on PORT: /healthz, /readyz and /metrics (webhook routes join the same aiohttp app later).
+
+/metrics needs `Authorization: Bearer <METRICS_TOKEN>` when that is set; without it, webhook mode (the port is
+public) does not serve /metrics at all, and polling mode serves it openly as before."""
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import os
@@ -17,6 +21,7 @@ from core.limits import READY_DB_TIMEOUT_S
 log = logging.getLogger(__name__)
 
 ALL_INTERFACES = "0.0.0.0"
+METRICS_REALM = 'Bearer realm="metrics"'  # the WWW-Authenticate challenge of a /metrics request without the token
 
 
 def _json(http_status: int, **body: str) -> web.Response:
@@ -54,7 +59,13 @@ class WebServer:
         self.app = web.Application()
         self.app.router.add_get("/healthz", self.healthz)
         self.app.router.add_get("/readyz", self.readyz)
-        self.app.router.add_get("/metrics", self.metrics)
+        settings = core.settings
+        token = settings.METRICS_TOKEN
+        self._metrics_token = None if token is None else token.get_secret_value().encode()
+        # webhook mode publishes this port to the internet: /metrics only with a token there
+        self.metrics_served = token is not None or settings.TELEGRAM_WEBHOOK_URL is None
+        if self.metrics_served:
+            self.app.router.add_get("/metrics", self.metrics)
         self._runner: web.AppRunner | None = None
 
     @property
@@ -74,7 +85,16 @@ class WebServer:
             why = os.strerror(e.errno) if e.errno else str(e)  # asyncio's strerror repeats the address
             raise StartupError(f"PORT: cannot listen on {self.host}:{self.requested_port} ({why})") from None
         self._runner = runner
-        log.info("health and metrics on http://%s:%d (/healthz, /readyz, /metrics)", self.host, self.port)
+        if not self.metrics_served:
+            log.info(
+                "health on http://%s:%d (/healthz, /readyz); /metrics is off on this public port:"
+                " set METRICS_TOKEN and scrape it with Authorization: Bearer <token>",
+                self.host,
+                self.port,
+            )
+        else:
+            needs = " (bearer token)" if self._metrics_token is not None else ""
+            log.info("health and metrics on http://%s:%d (/healthz, /readyz, /metrics%s)", self.host, self.port, needs)
 
     async def stop(self) -> None:
         """Stop listening and close open connections."""
@@ -93,7 +113,18 @@ class WebServer:
             return _json(200, status="ready")
         return _json(503, status="not ready", reason=reason)
 
+    def _authorized(self, request: web.Request) -> bool:
+        """Whether the request may read /metrics: no METRICS_TOKEN, or `Authorization: Bearer <it>` (constant time)."""
+        if self._metrics_token is None:
+            return True
+        scheme, _, given = request.headers.get("Authorization", "").strip().partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self._metrics_token)
+
     async def metrics(self, request: web.Request) -> web.Response:
-        """The process's metrics in the Prometheus text format."""
+        """The process's metrics in the Prometheus text format (401 without the bearer token when one is set)."""
+        if not self._authorized(request):
+            resp = _json(401, error="unauthorized: send Authorization: Bearer <METRICS_TOKEN>")
+            resp.headers["WWW-Authenticate"] = METRICS_REALM
+            return resp
         body = generate_latest(self.core.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -19,7 +19,7 @@ from core.agent.replay import build_replay
 from core.capabilities import manager
 from core.commands import HELP, RESET_DONE, STEPS_GONE, STEPS_NOT_YOURS, CommandName, Commands, StatusBoard
 from core.inbox import Inbox
-from core.limits import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, MAX_INCOMING_CHARS, REFUSAL_EVERY_S
+from core.limits import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, REFUSAL_EVERY_S
 from core.memory.blocks import render_prompt_section
 from core.memory.embeddings import Embedder
 from core.memory.tools import memory_tools
@@ -30,13 +30,22 @@ from core.storage import conversations, fleet, notices
 from core.storage.conversations import StoredAnswer, TurnSteps
 from core.storage.db import Pool
 from core.timeutil import Clock, system_clock, zone
-from core.tools.framework import ToolContext, ToolRegistry
+from core.tools.framework import Caps, ToolContext, ToolRegistry
 from core.tools.sql import EXECUTE_SQL
 from core.tools.tasks import MANAGE_TASKS
 from core.tools.timezone import SET_TIMEZONE
 from core.types import JOB_MESSAGE_PREFIX, RESTARTING, Assistant, Error, Event, Incoming, ToolResult
 
 log = logging.getLogger(__name__)
+
+FLOOD_USER = (
+    "You're sending messages faster than I can take them (at most {n} a minute). I'll skip the ones that arrive in "
+    "the next moments; they stay saved. Send your next message in a minute."
+)
+FLOOD_CHAT = (
+    "This chat is sending more messages than I can take (at most {n} a minute). I'll skip the ones that arrive in "
+    "the next moments; they stay saved."
+)
 
 
 def default_registry() -> ToolRegistry:
@@ -73,10 +82,13 @@ class Core:
         self.pool = pool
         self.llm = llm
         self.registry = registry or default_registry()
-        for tool in memory_tools(settings.MEMORY_BLOCK_WORDS, embedder):
+        for tool in memory_tools(
+            settings.MEMORY_BLOCK_WORDS, embedder, archival_max_entries=settings.ARCHIVAL_MAX_ENTRIES
+        ):
             self.registry.add(tool)
         self.clock = clock
         self.limits = Limits(settings.AGENT_MAX_STEPS, settings.AGENT_STEP_TIMEOUT, settings.AGENT_TOTAL_TIMEOUT)
+        self.caps = Caps(settings.MAX_OPEN_TASKS, settings.JOB_MIN_INTERVAL_MINUTES)
         self._admins = settings.admins
         self._allowed = settings.allowed_users
         self._locks: dict[str, _ChatLock] = {}
@@ -154,6 +166,11 @@ class Core:
         """A reminder could not be delivered (counted in /status since this start)."""
         self.status_board.failed_deliveries += 1
 
+    async def fleet_peers(self, adapter: str) -> int:
+        """How many other processes of the fleet run `adapter` now (beat within FLEET_ALIVE_S), so a platform's
+        per-bot rate limit can be shared; raises when the database cannot say."""
+        return await fleet.peers(self.pool, adapter, self.process_id)
+
     def now(self) -> datetime:
         """The core's clock (UTC)."""
         return self.clock()
@@ -175,6 +192,27 @@ class Core:
             and not (r["platform_message_id"] or "").startswith(JOB_MESSAGE_PREFIX)
             for r in rows
         )
+
+    @staticmethod
+    def _all_by(inc: Incoming, rows: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether every replayed user message of a group is the speaker's own (not a scheduled job's prompt)."""
+        return all(
+            r["author_id"] == inc.user_id and not (r["platform_message_id"] or "").startswith(JOB_MESSAGE_PREFIX)
+            for r in rows
+            if r["role"] == "user"
+        )
+
+    def _flood(self, inc: Incoming, user_recent: int, chat_recent: int) -> str | None:
+        """None when the message may be answered; past a rate limit the note to send once (then "": stay silent).
+        Scheduled jobs are limited by JOB_MIN_INTERVAL_MINUTES instead."""
+        if (inc.message_id or "").startswith(JOB_MESSAGE_PREFIX):
+            return None
+        per_user, per_chat = self.settings.USER_MESSAGES_PER_MINUTE, self.settings.CHAT_MESSAGES_PER_MINUTE
+        if user_recent >= per_user:
+            return FLOOD_USER.format(n=per_user) if user_recent == per_user else ""
+        if chat_recent >= per_chat:
+            return FLOOD_CHAT.format(n=per_chat) if chat_recent == per_chat else ""
+        return None
 
     def is_allowed(self, inc: Incoming) -> bool:
         """ALLOWED_USERS (or `*`) plus the admins."""
@@ -201,13 +239,13 @@ class Core:
             if refusal is not None:
                 yield refusal
             return
-        text = inc.text.strip()
-        if not text:
+        if not inc.text.strip() and not any(q.text.strip() for q in inc.quoted):
             return
-        if len(text) > MAX_INCOMING_CHARS:
+        size, most = len(inc.text.strip()) + sum(len(q.text) for q in inc.quoted), self.settings.MAX_MESSAGE_CHARS
+        if size > most:
             yield Error(
                 "too_long",
-                f"That message is {len(text):,} characters long; I can take up to {MAX_INCOMING_CHARS:,}. "
+                f"That message is {size:,} characters long; I can take up to {most:,}. "
                 "Please send it in smaller parts.",
             )
             return
@@ -219,6 +257,8 @@ class Core:
         try:
             async with self._chat_turn(inc.chat_key), aclosing(self._turn(inc, stream)) as events:
                 async for event in events:
+                    if isinstance(event, Assistant | Error):  # an update another process took over: nothing sent
+                        await self.inbox.confirm_lease()
                     counted = self._measure(event, started) or counted
                     yield event
         except BaseException as e:  # a turn that ended without its final event
@@ -238,8 +278,14 @@ class Core:
             return True
         return False
 
-    async def _stored_answer(self, stored: StoredAnswer) -> Assistant:
-        """A stored final answer with its steps, as the turn's event."""
+    async def _stored_answer(self, stored: StoredAnswer) -> Assistant | Error | None:
+        """A stored final answer with its steps, as the turn's event; an error answer (one part) only when it did not
+        go out."""
+        if stored.error_code is not None:
+            if stored.sent_parts:
+                log.info("error answer of turn %d was sent before its process died; not sent again", stored.turn_id)
+                return None
+            return Error(stored.error_code, stored.text, stored.turn_id)
         found = await conversations.turn_steps(self.pool, stored.turn_id)
         steps, elapsed = (found.steps, found.elapsed_s) if found is not None else ((), 0.0)
         return Assistant(stored.text, stored.turn_id, steps, elapsed, sent_parts=stored.sent_parts)
@@ -261,7 +307,11 @@ class Core:
         return closed
 
     async def _close_unfinished(self, turn_id: int, status: str) -> None:
-        """Record a turn that ended without an answer (best effort: the database may be what failed)."""
+        """Record a turn that ended without an answer (best effort: the database may be what failed); not when the
+        inbox lost its update to another process, which runs this turn now."""
+        if self.inbox.lease_lost():
+            log.info("turn %d left to the process that took its update over", turn_id)
+            return
         try:
             await asyncio.shield(conversations.finish_turn(self.pool, turn_id, status, 0))
         except (Exception, asyncio.CancelledError) as e:
@@ -342,26 +392,39 @@ class Core:
     async def _turn(self, inc: Incoming, stream: bool) -> AsyncGenerator[Event, None]:
         """One turn inside the chat's slot."""
         now = self.clock()
-        # In a private chat every user message is the speaker's own; in a group admin tools need all-admin authors.
-        # Personal memory (prompt and tools) only outside groups: private chats, the terminal, jobs posted there.
+        # Personal memory (prompt and tools) only outside groups: private chats, the terminal, jobs posted there; not in
+        # a job whose prompt was written with others' text around (it comes as a "job" quote).
         admin, group = self.is_admin(inc), inc.chat_kind == "group"
+        personal = not group and not any(q.kind == "job" for q in inc.quoted)
         start = await conversations.begin_turn(
             self.pool, inc, self.settings.DEFAULT_TIMEZONE, self.settings.HISTORY_MESSAGES, now + DUE_SOON,
-            DUE_SOON_LINES, authors=admin and group, memory=not group,
+            DUE_SOON_LINES, authors=group, memory=personal,
         )  # fmt: skip
         user, chat, turn_id, rows, due = start.user, start.chat, start.turn_id, start.history, start.due
         if turn_id is None:
             stored = await conversations.stored_answer(self.pool, inc) if inc.redelivered else None
             if stored is not None:  # answered before its process died: send what of it did not go out
-                yield await self._stored_answer(stored)
+                answer = await self._stored_answer(stored)
+                if answer is not None:
+                    yield answer
                 return
             log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
-        is_admin = admin and (not group or self.admins_only(inc.platform, rows))
-        personal = not group
+        flood = self._flood(inc, start.user_recent, start.chat_recent)
+        if flood is not None:
+            await self._close_unfinished(turn_id, "failed")
+            if flood:
+                yield Error("rate_limited", flood, turn_id)
+            return
+        # Whose words the context holds: in a private chat the speaker's unless something quoted (a forward, an
+        # untrusted job) is in it; in a group only when every replayed message is the speaker's. Admin tools need a
+        # context of admins' own words; tasks written without own words never get admin or memory powers later.
+        foreign = any(r.get("quoted_kind") for r in rows)
+        own_words = not foreign and (not group or self._all_by(inc, rows))
+        is_admin = admin and not foreign and (not group or self.admins_only(inc.platform, rows))
         ctx = ToolContext(
             self.pool, user, chat, is_admin, self.clock, self.limits.step_timeout, self._tasks_changed,
-            personal=personal,
+            personal=personal, own_words=own_words, caps=self.caps,
         )  # fmt: skip
         tools = self.registry.offered(is_admin, personal)
         caps = self.capabilities.summaries()

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from core.limits import (
@@ -29,6 +32,20 @@ CHANNEL = "inbox"  # sql/008_inbox.sql's trigger notifies it when an update is s
 Handler = Callable[[InboxItem], Awaitable[None]]
 
 
+@dataclass
+class _Lease:
+    """This process's hold on an update it handles."""
+
+    item: InboxItem
+    held_until: float  # monotonic time until which the lease is surely still ours (claimed or renewed before it)
+    lost: bool = False  # another process took the update over: this handler sends and writes nothing more
+    finishing: bool = False  # the handler is done: the update is being marked done
+
+
+# the lease of the update the current task handles (None outside the inbox's handlers)
+_current: ContextVar[_Lease | None] = ContextVar("inbox_lease", default=None)
+
+
 class Inbox:
     """Stores updates before they are acknowledged and runs them here, in order per chat, across all processes."""
 
@@ -47,6 +64,7 @@ class Inbox:
         self.concurrency, self.lease_s, self.poll_s = concurrency, lease_s, poll_s
         self._handlers: dict[str, Handler] = {}
         self._running: dict[int, tuple[InboxItem, asyncio.Task[None]]] = {}
+        self._leases: dict[int, _Lease] = {}
         self._wake = asyncio.Event()
         self._taking = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -77,6 +95,28 @@ class Inbox:
         """How many updates this process is handling now."""
         return len(self._running)
 
+    def lease_lost(self) -> bool:
+        """Whether another process took over the update this task handles (its lease ran out): the turn here must
+        write and send nothing more, the new owner runs it."""
+        lease = _current.get()
+        return lease is not None and lease.lost
+
+    async def confirm_lease(self) -> None:
+        """Before an answer goes out: return while the update this task handles is still this process's (at once
+        outside the inbox's handlers), else cancel this task. Asks the database only when the lease may have run
+        out (renewals failed, or this process stalled); when it cannot say, the answer goes out."""
+        lease = _current.get()
+        if lease is None:
+            return
+        if not lease.lost and time.monotonic() >= lease.held_until:
+            try:
+                await self._keep([lease])
+            except Exception as e:
+                log.warning("could not confirm the lease on %s update %d (%s); answering anyway",
+                            lease.item.platform, lease.item.update_id, _reason(e))  # fmt: skip
+        if lease.lost:
+            raise asyncio.CancelledError  # caught by _handle: nothing more is sent or written here
+
     async def stop(self, grace: float, hurry: asyncio.Event | None = None) -> int:
         """Take no new updates; let running ones finish for up to `grace` s, then cut them and hand their leases
         back so another process takes them at once (`hurry` set: stop waiting). Returns how many were handed back."""
@@ -100,7 +140,7 @@ class Inbox:
             task.cancel()
         if late:
             await asyncio.wait([task for _, task in late.values()], timeout=1.0)
-            try:
+            try:  # not counted as failed attempts; updates whose lease was lost meanwhile are left to their owner
                 handed = await store.release(self.pool, self.owner, list(late))
             except Exception as e:  # the leases run out on their own
                 log.warning("could not hand back %d update(s) (%s); they are retaken after the lease", len(late), e)
@@ -118,6 +158,7 @@ class Inbox:
             self._wake.clear()
             free = self.concurrency - len(self._running)
             if free > 0 and self._handlers:
+                claimed = time.monotonic()  # the leases run at least until this + lease_s
                 try:
                     items = await store.claim(self.pool, self.owner, list(self._handlers), self.lease_s, free)
                 except Exception as e:
@@ -128,7 +169,7 @@ class Inbox:
                     await store.release(self.pool, self.owner, [i.update_id for i in items])
                     return
                 for item in items:
-                    self._start(item)
+                    self._start(item, claimed)
                 if len(items) == free:
                     continue  # there may be more
             # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow the cancel from stop()
@@ -136,9 +177,10 @@ class Inbox:
                 async with asyncio.timeout(self.poll_s):
                     await self._wake.wait()
 
-    def _start(self, item: InboxItem) -> None:
+    def _start(self, item: InboxItem, claimed: float) -> None:
         """Handle one claimed update in its own task."""
         self.metrics.inbox_wait.observe(item.waited_s)
+        self._leases[item.update_id] = _Lease(item, claimed + self.lease_s)
         if item.attempts > 1:
             self.metrics.inbox_retaken.inc()
             log.info("taking %s update %d again (attempt %d): the process before stopped or died while handling it",
@@ -147,49 +189,90 @@ class Inbox:
         self._running[item.update_id] = (item, task)
 
     async def _handle(self, item: InboxItem) -> None:
-        """Run the adapter's handler, then mark the update done (a failure is logged: the update is not retried)."""
+        """Run the adapter's handler, then mark the update done (a failure is logged: the update is not retried).
+        A handler whose lease another process took over is cancelled and leaves the update to that process."""
+        lease = self._leases[item.update_id]
+        _current.set(lease)
         try:
-            if item.attempts > INBOX_MAX_ATTEMPTS:  # it took down every process that tried it: give up on it
-                log.warning("%s update %d given up after %d attempts", item.platform, item.update_id, item.attempts - 1)
+            if item.failed_attempts >= INBOX_MAX_ATTEMPTS:  # it took down every process that tried it: give up on it
+                log.warning("%s update %d given up after %d attempts", item.platform, item.update_id,
+                            item.failed_attempts)  # fmt: skip
             else:
                 await self._handlers[item.platform](item)
         except asyncio.CancelledError:
-            self._running.pop(item.update_id, None)
+            self._forget(item.update_id)
+            if lease.lost:
+                return  # another process answers it: nothing to finish or hand back here
             raise  # cut at shutdown: stop() hands it back
         except Exception:
             log.exception("handling %s update %d failed", item.platform, item.update_id)
         full, more = len(self._running) >= self.concurrency, True
+        lease.finishing = True
         try:
-            more = await self._finish(item)
+            more = not lease.lost and await self._finish(item)
         finally:
-            self._running.pop(item.update_id, None)
+            self._forget(item.update_id)
             if more or full:  # the chat's next update may go now, or a slot came free for waiting ones
                 self._wake.set()
 
+    def _forget(self, update_id: int) -> None:
+        """The update is no longer handled here."""
+        self._running.pop(update_id, None)
+        self._leases.pop(update_id, None)
+
     async def _finish(self, item: InboxItem) -> bool:
         """Mark done, trying again while the database is away (else the update would run again after its lease);
-        True when another update of its chat waits."""
+        True when another update of its chat waits. A lease lost meanwhile is left to the process that took it."""
         while True:
             try:
-                return await retry_dropped(lambda: store.finish(self.pool, item), "finishing an update", pool=self.pool)
+                more = await retry_dropped(lambda: store.finish(self.pool, item), "finishing an update", pool=self.pool)
+                if more is None:
+                    log.warning("%s update %d was taken over by another process while handled here (its lease ran "
+                                "out); left to that process", item.platform, item.update_id)  # fmt: skip
+                return bool(more)
             except Exception as e:
                 log.warning("could not mark %s update %d done (%s); trying again", item.platform, item.update_id,
                             _reason(e))  # fmt: skip
                 await asyncio.sleep(INBOX_RETRY_S)
 
     async def _renew(self) -> None:
-        """Keep the leases of running updates, and refresh the depth metrics and forget old handled updates."""
+        """Keep the leases of running updates (a handler whose lease another process took over is cancelled), and
+        refresh the depth metrics and forget old handled updates."""
         while True:
             await asyncio.sleep(self.lease_s / 3)
             try:
-                if self._running:
-                    await store.renew(self.pool, self.owner, list(self._running), self.lease_s)
+                if self._leases:
+                    await self._keep(list(self._leases.values()))
                 depth, age = await store.depth(self.pool)
                 self.metrics.inbox_depth.set(depth)
                 self.metrics.inbox_age.set(age)
                 await store.forget_done(self.pool, INBOX_KEEP_DONE_S, INBOX_FORGET_BATCH)
             except Exception as e:
                 log.warning("could not renew inbox leases (%s); trying again", _reason(e))
+
+    async def _keep(self, leases: Sequence[_Lease]) -> None:
+        """Renew these leases; cancel the handlers of those another process took over."""
+        started = time.monotonic()
+        lost = set(await store.renew(self.pool, self.owner, [lease.item.update_id for lease in leases], self.lease_s))
+        for lease in leases:
+            if lease.item.update_id not in lost:
+                lease.held_until = max(lease.held_until, started + self.lease_s)
+            elif not lease.finishing and not lease.lost:  # a finished update is not held either: not a loss
+                self._lose(lease)
+
+    def _lose(self, lease: _Lease) -> None:
+        """Another process took this update over after its lease ran out: stop its handler here, now."""
+        item = lease.item
+        lease.lost = True
+        log.warning("lost the lease on %s update %d (attempt %d) to another process: stopping its turn here",
+                    item.platform, item.update_id, item.attempts)  # fmt: skip
+        running = self._running.get(item.update_id)
+        if (
+            running is not None
+            and self._leases.get(item.update_id) is lease
+            and running[1] is not asyncio.current_task()
+        ):
+            running[1].cancel()  # (confirm_lease() stops its own task itself)
 
 
 def _reason(e: BaseException) -> str:

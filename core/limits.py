@@ -21,6 +21,9 @@ TELEGRAM_REQUEST_TIMEOUT_S = 5.0  # read and connect timeout of a Bot API call (
 TELEGRAM_POLL_RETRY_MAX_S = 30.0  # a failing getUpdates is retried at once, then after 1, 2, 4… s up to this
 TELEGRAM_POLL_READ_MARGIN_S = 10.0  # a poll's read timeout is its long-poll wait plus this
 TELEGRAM_CONNECTIONS = 64  # the Bot API connection pool
+TELEGRAM_RATE_WINDOW_S = 1.1  # the bot's 30 messages per second are counted over this window (a second + jitter)
+TELEGRAM_FLEET_REFRESH_S = 2.0  # each process re-reads how many processes share the bot's messages this often
+TELEGRAM_FLEET_STALE_S = 20.0  # a fleet view older than this (database away) halves the process's share
 DISCORD_MESSAGE_LIMIT = 2000  # Discord's content limit per message
 DISCORD_LONG_LINE = DISCORD_MESSAGE_LIMIT - 100  # longer lines are cut into pieces (room for a fence reopened)
 DISCORD_TYPING_EVERY_S = 8.0  # Discord shows "typing…" for about 10 s
@@ -97,6 +100,7 @@ REMINDER_LATENESS_BUCKETS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600
 # The fleet: the processes on one database, for /status (table `processes`).
 FLEET_BEAT_S = 15.0  # each process upserts its row this often
 FLEET_SEEN_S = 60.0  # /status lists the processes seen within this many seconds
+FLEET_ALIVE_S = 40.0  # a process that beat within this counts as running (shares of a platform's rate limit)
 FLEET_FORGET = timedelta(days=1)  # a beat deletes the rows of processes not seen for this long (killed ones)
 FLEET_HOST_CHARS = 64  # a process's host name is stored cut to this
 FLEET_ADAPTER_CHARS = 80  # each adapter's "name (state)" is stored cut to this
@@ -139,3 +143,9 @@ INBOX_KEEP_DONE_S = 2 * 24 * 3600.0  # handled updates are kept this long so a r
 INBOX_FORGET_BATCH = 1000  # at most this many handled updates are deleted per renewal round
 INBOX_RETRY_S = 1.0  # a failed claim or finish (database down) is tried again after this pause
 INBOX_WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+# Retention (core/storage/retention.py; RETENTION_DAYS, the occurrences' age, is a setting).
+RETENTION_EVERY_S = 600.0  # each process prunes old rows at start and then this often
+RETENTION_BATCH = 1000  # rows one DELETE removes at most
+RETENTION_ROUNDS = 10  # batches per table and prune at most (a larger backlog goes at the next prunes)
+REFUSAL_KEEP = timedelta(days=1)  # a chat's last refusal notice is deleted after this (only the last hour counts)

@@ -42,6 +42,7 @@ ATTACHMENT_SIZE_LIMIT = 10 * 1024 * 1024
 
 # message flags
 EPHEMERAL = 1 << 6
+HAS_SNAPSHOT = 1 << 14  # a forward: the message carries a snapshot of another message
 LOADING = 1 << 7
 IS_COMPONENTS_V2 = 1 << 15
 
@@ -109,6 +110,19 @@ def _member_fields(roles: list[str], joined_at: str) -> dict[str, Any]:
         "flags": 0,
         "communication_disabled_until": None,
     }
+
+
+def _context_of(channel: dict[str, Any]) -> int:
+    """The interaction context type of a channel: 0 a server, 1 the bot's DM, 2 a group DM (or another DM)."""
+    if channel.get("guild_id"):
+        return 0
+    return 2 if channel.get("type") == 3 else 1
+
+
+def _snowflake_time(snowflake: str) -> str:
+    """The creation time in a snowflake id as Discord's ISO 8601 timestamp (milliseconds)."""
+    ms = (int(snowflake) >> 22) + DISCORD_EPOCH_MS
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -401,7 +415,7 @@ class FakeDiscord(LoopbackServer):
         self.interactions: list[FakeInteraction] = []
         self._interactions: dict[str, FakeInteraction] = {}  # by id and by token
         self._rate_limits: list[tuple[str, float, bool]] = []
-        self._failures: list[tuple[str, int, int, str]] = []  # scripted error answers (see fail_next)
+        self._failures: list[tuple[str, int, int, str, int]] = []  # scripted error answers (see fail_next)
         self.failed: list[str] = []  # "METHOD /path" answered with a scripted error
         # gateway
         self.identify_count = 0
@@ -520,6 +534,23 @@ class FakeDiscord(LoopbackServer):
             self._dm_channels[uid] = channel_id
         return channel_id
 
+    def group_dm_channel_id(self, *users: dict[str, Any], name: str = "friends") -> str:
+        """A new group DM of these users (the bot cannot be a member: only a user-installed app reaches it)."""
+        channel_id = self._snowflake()
+        for user in users:
+            self._users.setdefault(str(user["id"]), user)
+        self._channels[channel_id] = {
+            "id": channel_id,
+            "type": 3,
+            "name": name,
+            "icon": None,
+            "owner_id": str(users[0]["id"]) if users else None,
+            "last_message_id": None,
+            "flags": 0,
+            "recipients": [copy.deepcopy(u) for u in users],
+        }
+        return channel_id
+
     def channel(self, channel_id: int | str) -> dict[str, Any]:
         """A channel object the fake knows (KeyError otherwise)."""
         return self._channels[str(channel_id)]
@@ -584,6 +615,39 @@ class FakeDiscord(LoopbackServer):
         await self._dispatch("MESSAGE_CREATE", message)
         return message
 
+    async def forward_message(
+        self,
+        author: dict[str, Any],
+        forwarded: dict[str, Any],
+        *,
+        channel_id: int | str | None = None,
+        dm: bool = False,
+        content: str = "",
+    ) -> dict[str, Any]:
+        """A user forwards a message (a stored one, or any message dict of a channel the bot may not see) into a
+        channel or their DM with the bot; Discord sends a default message with a forward reference and a
+        snapshot of the forwarded message (no author), and `content` is what the user added. Return it."""
+        self._users.setdefault(str(author["id"]), author)
+        if dm:
+            channel = self._channels[self.dm_channel_id(author["id"])]
+        else:
+            channel = self._channel_or_raise(channel_id or self.channel_id)
+        message = self._new_message(channel, author, content)
+        reference: dict[str, Any] = {"type": 1, "message_id": forwarded["id"], "channel_id": forwarded["channel_id"]}
+        if forwarded.get("guild_id"):
+            reference["guild_id"] = forwarded["guild_id"]
+        message["message_reference"] = reference
+        keys = ("type", "content", "embeds", "attachments", "timestamp", "edited_timestamp", "flags", "mentions",
+                "mention_roles", "components", "sticker_items")  # fmt: skip
+        snapshot = {k: copy.deepcopy(forwarded[k]) for k in keys if k in forwarded}
+        snapshot.setdefault("edited_timestamp", None)
+        message["message_snapshots"] = [{"message": snapshot}]
+        message["flags"] = int(message.get("flags") or 0) | HAS_SNAPSHOT
+        message["mentions"] = self._mentions(message, None, None)
+        self._store(message)
+        await self._dispatch("MESSAGE_CREATE", message)
+        return message
+
     async def edit_message(self, message: dict[str, Any], content: str) -> dict[str, Any]:
         """A user edits their message (dispatched as MESSAGE_UPDATE); return it."""
         stored = self._messages[str(message["id"])]
@@ -613,17 +677,34 @@ class FakeDiscord(LoopbackServer):
         *,
         channel_id: int | str | None = None,
         dm: bool = False,
+        user_install: bool = False,
     ) -> FakeInteraction:
-        """A user invokes a registered slash command ("group sub" for subcommands); dispatch it."""
+        """A user invokes a registered slash command ("group sub" for subcommands); dispatch it.
+
+        dm: in the user's DM with the bot; a channel_id of group_dm_channel_id: in that group DM (only through a
+        user install); user_install: the app is installed to the user rather than to the server. Like Discord,
+        a command is only offered where its contexts and integration types allow it."""
         self._users.setdefault(str(user["id"]), user)
         parts = name.split()
-        command = self._find_command(parts[0], dm)
+        channel = (
+            self._channels[self.dm_channel_id(user["id"])]
+            if dm
+            else self._channel_or_raise(channel_id or self.channel_id)
+        )
+        context = _context_of(channel)
+        command = self._find_command(parts[0], context != 0)
         if command is None:
             raise ValueError(f"slash command {parts[0]!r} is not registered (sync the command tree first)")
-        if dm:
-            contexts = command.get("contexts")
-            if command.get("guild_id") or command.get("dm_permission") is False or (contexts and 1 not in contexts):
-                raise ValueError(f"slash command {parts[0]!r} is not available in DMs")
+        contexts = command.get("contexts")
+        if context != 0 and (command.get("guild_id") or command.get("dm_permission") is False):
+            raise ValueError(f"slash command {parts[0]!r} is not available in DMs")
+        if contexts is not None and context not in contexts:
+            where = {0: "servers", 1: "DMs with the bot", 2: "group DMs and other DMs"}[context]
+            raise ValueError(f"slash command {parts[0]!r} is not available in {where}")
+        user_install = user_install or context == 2
+        if (1 if user_install else 0) not in (command.get("integration_types") or [0]):
+            install = "user" if user_install else "server"
+            raise ValueError(f"slash command {parts[0]!r} is not available to a {install} install")
         definitions: list[dict[str, Any]] = command.get("options") or []
         path: list[tuple[str, int]] = []
         for part in parts[1:]:
@@ -634,11 +715,6 @@ class FakeDiscord(LoopbackServer):
             definitions = found.get("options") or []
         if any(o.get("type") in (1, 2) for o in definitions):
             raise ValueError(f"{name!r} is a group: name a subcommand")
-        channel = (
-            self._channels[self.dm_channel_id(user["id"])]
-            if dm
-            else self._channel_or_raise(channel_id or self.channel_id)
-        )
         built, resolved = self._build_options(name, definitions, options or {}, channel)
         for part, kind in reversed(path):
             built = [{"name": part, "type": kind, "options": built}]
@@ -649,7 +725,8 @@ class FakeDiscord(LoopbackServer):
             data["resolved"] = resolved
         if command.get("guild_id"):
             data["guild_id"] = command["guild_id"]
-        return await self._interact(_APPLICATION_COMMAND, data, user, channel, None)
+        owners = {"1": str(user["id"])} if user_install else None
+        return await self._interact(_APPLICATION_COMMAND, data, user, channel, None, owners=owners)
 
     async def click(
         self,
@@ -736,10 +813,11 @@ class FakeDiscord(LoopbackServer):
         """Answer the next REST request whose "METHOD /path" (path after /api/v10) contains the text with 429."""
         self._rate_limits.append((path_substring, retry_after, global_))
 
-    def fail_next(self, path_substring: str, status: int, code: int, message: str) -> None:
+    def fail_next(self, path_substring: str, status: int, code: int, message: str, *, after: int = 0) -> None:
         """Answer the next REST request whose "METHOD /path" contains the text with a Discord error
-        (e.g. 403, 50013, "Missing Permissions"; 404, 10003, "Unknown Channel"; 503, 0, "upstream")."""
-        self._failures.append((path_substring, status, code, message))
+        (e.g. 403, 50013, "Missing Permissions"; 404, 10003, "Unknown Channel"; 503, 0, "upstream"), once `after`
+        more such requests went through."""
+        self._failures.append((path_substring, status, code, message, after))
 
     async def reconnect(self) -> None:
         """Send op 7 RECONNECT: the client reconnects to resume_gateway_url and RESUMEs."""
@@ -930,14 +1008,15 @@ class FakeDiscord(LoopbackServer):
         return attachment
 
     def _new_message(self, channel: dict[str, Any], author: dict[str, Any], content: str) -> dict[str, Any]:
-        """A message object in a channel (not yet stored)."""
+        """A message object in a channel (not yet stored); like Discord's, its timestamp is its id's time."""
+        message_id = self._snowflake()
         message: dict[str, Any] = {
-            "id": self._snowflake(),
+            "id": message_id,
             "type": 0,
             "channel_id": channel["id"],
             "author": copy.deepcopy(author),
             "content": content,
-            "timestamp": _now(),
+            "timestamp": _snowflake_time(message_id),
             "edited_timestamp": None,
             "tts": False,
             "mention_everyone": False,
@@ -1567,8 +1646,11 @@ class FakeDiscord(LoopbackServer):
         user: dict[str, Any],
         channel: dict[str, Any],
         message: dict[str, Any] | None,
+        *,
+        owners: dict[str, str] | None = None,
     ) -> FakeInteraction:
-        """Build, remember and dispatch an INTERACTION_CREATE."""
+        """Build, remember and dispatch an INTERACTION_CREATE (`owners`: authorizing_integration_owners, by default
+        the server install, or the user's install in a group DM)."""
         payload: dict[str, Any] = {
             "id": self._snowflake(),
             "application_id": self.application_id,
@@ -1593,14 +1675,15 @@ class FakeDiscord(LoopbackServer):
                 member=member,
                 channel={**copy.deepcopy(channel), "permissions": str(DEFAULT_PERMISSIONS)},
                 context=0,
-                authorizing_integration_owners={"0": guild_id},
+                authorizing_integration_owners=owners or {"0": guild_id},
             )
         else:
+            context = _context_of(channel)
             payload.update(
                 user=copy.deepcopy(user),
                 channel=copy.deepcopy(channel),
-                context=1,
-                authorizing_integration_owners={"0": "0"},
+                context=context,
+                authorizing_integration_owners=owners or ({"1": str(user["id"])} if context == 2 else {"0": "0"}),
             )
         if message is not None:
             payload["message"] = self._wire(message)
@@ -2253,7 +2336,10 @@ class FakeDiscord(LoopbackServer):
     def _scripted_failure(self, method: str, path: str) -> web.Response | None:
         """The scripted error answer for this request, if one matches."""
         key = f"{method} {path}"
-        for i, (needle, status, code, message) in enumerate(self._failures):
+        for i, (needle, status, code, message, after) in enumerate(self._failures):
+            if needle in key and after > 0:
+                self._failures[i] = (needle, status, code, message, after - 1)
+                return None
             if needle in key:
                 del self._failures[i]
                 self.failed.append(key)

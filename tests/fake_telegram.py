@@ -7,6 +7,7 @@ import copy
 import errno
 import itertools
 import json
+import math
 import re
 import time
 from collections import deque
@@ -98,6 +99,7 @@ DEACTIVATED = "Forbidden: user is deactivated"
 CHAT_NOT_FOUND = "Bad Request: chat not found"
 TOKEN = "123:AAHfake-Token_for-the-tests-0123456789"  # the shape of a real token (bot id 123)
 _CHAT_METHODS = frozenset({"sendmessage", "sendchataction", "sendmessagedraft", "editmessagetext"})
+FLOOD_METHODS = frozenset({"sendmessage", "editmessagetext"})  # what counts against flood_limit (lower case)
 
 # parameters that are plain strings on the wire (never JSON-decoded even when they look like numbers)
 _STRING_PARAMS = frozenset(
@@ -724,6 +726,13 @@ class FakeTelegram(LoopbackServer):
         self.webhook_backoff_max = 0.5  # the retry pause stops doubling here (Telegram: 60-120 s)
         self.webhook_timeout = 30.0  # a POST without an answer within this fails
         self.set_webhook_every = 1.0  # like Telegram, a 2nd setWebhook (with a url) within this gets a 429
+        # per-bot flood limit, off by default: (messages, seconds) — a FLOOD_METHODS call past that many in any such
+        # sliding window (by arrival, e.g. Telegram's (30, 1.0)) gets a 429 with retry_after, counted in flood_429s
+        self.flood_limit: tuple[int, float] | None = None
+        self.flood_429s = 0
+        self.flood_peak = 0  # the most calls flood_limit counted in one window
+        self.flood_clock: Callable[[], float] = time.monotonic
+        self._flood_log: deque[float] = deque()  # arrival times of the calls counted in the current window
         self._hook: _Webhook | None = None
         self._routes: dict[str, str] = {}  # public origin -> local origin
         self._allowed = _DEFAULT_ALLOWED
@@ -837,8 +846,17 @@ class FakeTelegram(LoopbackServer):
         thread_id: int | None = None,
         entities: list[dict[str, Any]] | None = None,
         extra: dict[str, Any] | None = None,
+        forward_origin: dict[str, Any] | None = None,
+        reply_to: dict[str, Any] | None = None,
+        quote: str | None = None,
+        external_reply: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Build (not push) an Update with a user's text message; commands and @mentions get entities."""
+        """Build (not push) an Update with a user's text message; commands and @mentions get entities.
+
+        forward_origin (see origin_user/origin_hidden_user/origin_chat/origin_channel): the text is a forward;
+        reply_to: a Message dict (or an Update holding one) replied to; quote: the quoted part of the message
+        replied to (reply_to, the bot's latest message with reply_to_bot, or external_reply); external_reply: a
+        message of another chat replied to (see external_reply)."""
         chat: dict[str, Any] = {"id": chat_id, "type": chat_type}
         if chat_type == "private":
             chat["first_name"] = first_name
@@ -866,9 +884,80 @@ class FakeTelegram(LoopbackServer):
             message["is_topic_message"] = True
         if reply_to_bot:
             message["reply_to_message"] = self._bot_message_in(chat, thread_id)
+        if reply_to is not None:
+            replied = reply_to.get("message", reply_to)
+            message["reply_to_message"] = copy.deepcopy({k: v for k, v in replied.items() if k != "reply_to_message"})
+        if forward_origin is not None:
+            message["forward_origin"] = copy.deepcopy(forward_origin)
+        if external_reply is not None:
+            message["external_reply"] = copy.deepcopy(external_reply)
+        if quote is not None:
+            message["quote"] = self._quote(message, quote)
         if extra:
             message.update(extra)
         return {"message": message}
+
+    @staticmethod
+    def _quote(message: dict[str, Any], quote: str) -> dict[str, Any]:
+        """A TextQuote of the replied message, checked like Telegram (a part of its text, as sent manually)."""
+        replied = message.get("reply_to_message")
+        if replied is None and "external_reply" not in message:
+            raise ValueError("a quote needs a message replied to (reply_to, reply_to_bot or external_reply)")
+        whole = str(replied.get("text") or replied.get("caption") or "") if replied is not None else None
+        if whole is not None and quote not in whole:
+            raise ValueError(f"quote {quote!r} is not a part of the message replied to")
+        return {"text": quote, "position": whole.index(quote) if whole else 0, "is_manual": True}
+
+    @staticmethod
+    def origin_user(user_id: int, first_name: str, last_name: str | None = None) -> dict[str, Any]:
+        """A MessageOrigin of a user who allows linking to their account."""
+        user: dict[str, Any] = {"id": user_id, "is_bot": False, "first_name": first_name}
+        if last_name:
+            user["last_name"] = last_name
+        return {"type": "user", "date": int(time.time()) - 3600, "sender_user": user}
+
+    @staticmethod
+    def origin_hidden_user(name: str) -> dict[str, Any]:
+        """A MessageOrigin of a user who hides their account in forwards."""
+        return {"type": "hidden_user", "date": int(time.time()) - 3600, "sender_user_name": name}
+
+    @staticmethod
+    def origin_chat(chat_id: int, title: str, signature: str | None = None) -> dict[str, Any]:
+        """A MessageOrigin of a message sent on behalf of a group (an anonymous admin)."""
+        origin: dict[str, Any] = {
+            "type": "chat",
+            "date": int(time.time()) - 3600,
+            "sender_chat": {"id": chat_id, "type": "supergroup", "title": title},
+        }
+        if signature:
+            origin["author_signature"] = signature
+        return origin
+
+    @staticmethod
+    def origin_channel(chat_id: int, title: str, message_id: int = 1, signature: str | None = None) -> dict[str, Any]:
+        """A MessageOrigin of a channel post."""
+        origin: dict[str, Any] = {
+            "type": "channel",
+            "date": int(time.time()) - 3600,
+            "chat": {"id": chat_id, "type": "channel", "title": title},
+            "message_id": message_id,
+        }
+        if signature:
+            origin["author_signature"] = signature
+        return origin
+
+    @staticmethod
+    def external_reply(origin: dict[str, Any], **content: Any) -> dict[str, Any]:
+        """An ExternalReplyInfo: a message of another chat (origin from origin_*) with content fields such as
+        photo=[{...}] (a photo is given sizes when True)."""
+        info: dict[str, Any] = {"origin": copy.deepcopy(origin)}
+        if origin.get("type") == "channel":
+            info["chat"], info["message_id"] = origin["chat"], origin["message_id"]
+        for key, value in content.items():
+            if key == "photo" and value is True:
+                value = [{"file_id": "photo-1", "file_unique_id": "p1", "width": 90, "height": 90}]
+            info[key] = value
+        return info
 
     def callback_update(
         self, data: str, *, message: dict[str, Any], user_id: int = 1001, first_name: str = "Ann"
@@ -1560,6 +1649,20 @@ class FakeTelegram(LoopbackServer):
                         raw[k] = v if isinstance(v, str) else f"<file {v.filename}>"
         return {k: _decode_param(k, v) for k, v in raw.items()}
 
+    def _flooded(self) -> int | None:
+        """None when one more message fits flood_limit now (it is counted), else the whole seconds to wait."""
+        if self.flood_limit is None:
+            return None
+        most, window = self.flood_limit
+        now = self.flood_clock()
+        while self._flood_log and self._flood_log[0] <= now - window:
+            self._flood_log.popleft()
+        if len(self._flood_log) < most:
+            self._flood_log.append(now)
+            self.flood_peak = max(self.flood_peak, len(self._flood_log))
+            return None
+        return max(1, math.ceil(self._flood_log[len(self._flood_log) - most] + window - now))
+
     @staticmethod
     def _error(error: _ApiError) -> web.Response:
         """An ok=false answer."""
@@ -1598,6 +1701,10 @@ class FakeTelegram(LoopbackServer):
             elif failures:
                 f = failures.popleft()
                 return self._error(_ApiError(f.status, f.description, f.retry_after))
+            flooded = self._flooded() if key in FLOOD_METHODS else None
+            if flooded is not None:
+                self.flood_429s += 1
+                return self._error(_ApiError(429, f"Too Many Requests: retry after {flooded}", flooded))
             handler = self._methods.get(key)
             if handler is None:
                 return self._error(_ApiError(404, "Not Found: method not found"))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -82,3 +84,12 @@ async def drop_blocked_statement(dsn: str, holder: asyncpg.Connection) -> None:
     finally:
         await conn.close()
     await holder.execute("ROLLBACK")
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait in tiny steps until `predicate()` holds (fails after `timeout` s)."""
+    for _ in range(int(timeout / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not within {timeout} s")

@@ -332,14 +332,14 @@ async def test_capability_queries_of_non_admins_see_only_their_own_memory(people
     await bob.ok("archival_memory_insert", content="Bob entry")
     a, b = alice.ctx.user, bob.ctx.user
     sql_blocks, sql_entries = "SELECT lines FROM memory_blocks", "SELECT content FROM archival_memory"
-    assert await run_query(pool, b, False, 5, sql_blocks, ()) == [{"lines": ["Bob fact"]}]
-    assert await run_query(pool, b, False, 5, sql_entries, ()) == [{"content": "Bob entry"}]
+    assert await run_query(pool, b, False, 5, sql_blocks, (), personal=True) == [{"lines": ["Bob fact"]}]
+    assert await run_query(pool, b, False, 5, sql_entries, (), personal=True) == [{"content": "Bob entry"}]
     forged = "SELECT a.content FROM (SELECT set_config('app.user_id', $1, true)) s, archival_memory a"
-    assert await run_query(pool, b, False, 5, forged, (str(a.id),)) == []
+    assert await run_query(pool, b, False, 5, forged, (str(a.id),), personal=True) == []
     forged = "SELECT m.lines FROM (SELECT set_config('app.user_id', $1, true)) s, memory_blocks m"
-    assert await run_query(pool, b, False, 5, forged, (str(a.id),)) == []
+    assert await run_query(pool, b, False, 5, forged, (str(a.id),), personal=True) == []
     direct = "SELECT content FROM archival_memory WHERE user_id = $1::bigint"
-    assert await run_query(pool, b, False, 5, direct, (a.id,)) == []
+    assert await run_query(pool, b, False, 5, direct, (a.id,), personal=True) == []
     assert len(await run_query(pool, a, True, 5, sql_entries, ())) == 2  # admins see all (read only)
 
 

@@ -15,6 +15,7 @@ from core.core import Core
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram
+from tests.helpers import until
 
 ADMIN, MEMBER = 1001, 1002
 
@@ -44,15 +45,6 @@ class Model:
             await self.release.wait()
             return Reply(text="The slow answer.")
         return Reply(tool_calls=[("restart", {"mode": "full"})])
-
-
-async def until(predicate: Any, timeout: float = 5.0) -> None:
-    """Wait in tiny steps until `predicate()` holds."""
-    for _ in range(int(timeout / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"not within {timeout} s")
 
 
 def texts_to(tg: FakeTelegram, chat: int) -> list[str]:

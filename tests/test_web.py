@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -29,7 +30,7 @@ from core.types import ToolCall
 from tests.conftest import FakeClock, MakeCore, MakeSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram
-from tests.helpers import answer, final, incoming, run
+from tests.helpers import answer, final, incoming, run, until
 
 TOKEN = "424242:AAE-secret_token_value-0123456789abcd"
 USER_ID = "9081726354"
@@ -264,7 +265,7 @@ async def test_polling_mode_serves_health_when_port_is_set(
     core = make_core(TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url, PORT=str(port))
     running = asyncio.create_task(run_platforms(core.settings, core))
     try:
-        await tg.wait_for(lambda: core.status_board.adapters.get("telegram") is not None)
+        await until(lambda: core.status_board.adapters.get("telegram") is not None)
         async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
             assert (resp.status, await resp.text()) == (200, '{"status": "ready"}')
         async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
@@ -297,3 +298,59 @@ async def test_a_turn_closed_before_its_answer_counts_as_interrupted(
     found = samples_of(server)
     assert value(found, "bot_turns_total", outcome="interrupted") == 1
     assert value(found, "bot_turn_seconds_count") == 1
+
+
+METRICS_SECRET = "scrape-Me-Not-7f3a9c"
+WEBHOOK_URL = "https://bot.example.com/telegram"
+
+
+async def get_with(
+    http: aiohttp.ClientSession, server: WebServer, path: str, authorization: str | None
+) -> tuple[int, str, str | None]:
+    """GET a path with an optional Authorization header: status, body and the WWW-Authenticate challenge."""
+    headers = {} if authorization is None else {"Authorization": authorization}
+    async with http.get(f"http://127.0.0.1:{server.port}{path}", headers=headers) as resp:
+        return resp.status, await resp.text(), resp.headers.get("WWW-Authenticate")
+
+
+async def test_metrics_need_the_bearer_token_when_metrics_token_is_set(
+    make_server: Any, pool: Pool, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    server = await make_server(pool, METRICS_TOKEN=METRICS_SECRET)
+    for wrong in (None, "", "Bearer", "Bearer wrong-token", f"Basic {METRICS_SECRET}", f"Bearer {METRICS_SECRET}x"):
+        status, body, challenge = await get_with(http, server, "/metrics", wrong)
+        assert (status, challenge) == (401, 'Bearer realm="metrics"'), wrong
+        assert "bot_turns_total" not in body and METRICS_SECRET not in body
+    for right in (f"Bearer {METRICS_SECRET}", f"bearer {METRICS_SECRET}"):  # the scheme is case-insensitive
+        status, body, _ = await get_with(http, server, "/metrics", right)
+        assert status == 200 and "bot_turn_seconds_count 0.0" in body
+    assert (await get(http, server, "/healthz"))[0] == 200  # probes need no token
+    assert (await get(http, server, "/readyz"))[0] == 503
+    assert METRICS_SECRET not in caplog.text
+
+
+async def test_webhook_mode_without_a_token_serves_no_metrics_and_says_how_to_enable_them(
+    make_server: Any, pool: Pool, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bot.web")
+    server = await make_server(pool, TELEGRAM_WEBHOOK_URL=WEBHOOK_URL)  # the port is on the internet
+    status, _, _ = await get_with(http, server, "/metrics", None)
+    assert status == 404
+    assert (await get(http, server, "/healthz"))[0] == 200
+    said = [r.getMessage() for r in caplog.records if r.name == "bot.web" and "/metrics" in r.getMessage()]
+    assert said == [
+        f"health on http://127.0.0.1:{server.port} (/healthz, /readyz); /metrics is off on this public port: set"
+        " METRICS_TOKEN and scrape it with Authorization: Bearer <token>"
+    ]
+
+
+async def test_webhook_mode_with_a_token_serves_metrics_to_the_bearer_only(
+    make_server: Any, pool: Pool, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    server = await make_server(pool, TELEGRAM_WEBHOOK_URL=WEBHOOK_URL, METRICS_TOKEN=METRICS_SECRET)
+    assert (await get_with(http, server, "/metrics", None))[0] == 401
+    status, body, _ = await get_with(http, server, "/metrics", f"Bearer {METRICS_SECRET}")
+    assert status == 200 and "bot_turns_total" in body
+    assert METRICS_SECRET not in caplog.text

@@ -37,6 +37,7 @@ from core import (
     DeliveryRefused,
     Error,
     Incoming,
+    Quoted,
     ReminderMessage,
     Settings,
     StartupError,
@@ -69,6 +70,11 @@ REFUSALS = {
     50007: "the user does not accept direct messages from the bot",
 }
 _MENTION = re.compile(r"<@!?(\d+)>")
+UNKNOWN_AUTHOR = "an unknown author"
+# the slash commands work in servers and in a user's DM with the bot, through the server install only: never in a
+# group DM or another DM (a user install), where a person's private answers would be seen by others
+COMMAND_CONTEXTS = app_commands.AppCommandContext(guild=True, dm_channel=True, private_channel=False)
+COMMAND_INSTALLS = app_commands.AppInstallationType(guild=True, user=False)
 
 
 def owner_ping(owner_id: str) -> discord.AllowedMentions:
@@ -179,9 +185,10 @@ def _canonical(commands: Sequence[dict[str, Any]]) -> list[Any]:
                 tuple(opt(x) for x in o.get("options") or []))  # fmt: skip
 
     return sorted(
-        (c.get("name"), c.get("description"), c.get("type", 1), tuple(opt(o) for o in c.get("options") or []))
+        (c.get("name"), c.get("description"), c.get("type", 1), tuple(opt(o) for o in c.get("options") or []),
+         tuple(sorted(c.get("contexts") or ())), tuple(sorted(c.get("integration_types") or ())))
         for c in commands
-    )
+    )  # fmt: skip
 
 
 class _Client(discord.Client):
@@ -198,7 +205,9 @@ class _Client(discord.Client):
         )  # fmt: skip
         use_endpoints(self, endpoints)  # before the command tree keeps a reference to client.http
         self.adapter = adapter
-        self.tree: app_commands.CommandTree[_Client] = app_commands.CommandTree(self)
+        self.tree: app_commands.CommandTree[_Client] = app_commands.CommandTree(
+            self, allowed_contexts=COMMAND_CONTEXTS, allowed_installs=COMMAND_INSTALLS
+        )
         self.tree.on_error = adapter.on_command_error  # type: ignore[method-assign]
 
     async def setup_hook(self) -> None:
@@ -614,8 +623,8 @@ class DiscordAdapter:
         return self.client.user.id if self.client.user else 0
 
     def _addressed(self, message: discord.Message) -> bool:
-        """DMs always; in servers a mention, a reply to the bot, or a listed channel."""
-        if message.guild is None:
+        """DMs always; elsewhere a mention, a reply to the bot, or a listed channel."""
+        if _dm_message(message):
             return True
         me = self._bot_id()
         if any(u.id == me for u in message.mentions):
@@ -646,32 +655,64 @@ class DiscordAdapter:
         return str(channel.id), "", f"#{name}" if guild_id else ""
 
     def _incoming(self, message: discord.Message, text: str) -> Incoming:
-        """The core's view of a Discord message."""
+        """The core's view of a Discord message (a forwarded message is someone else's text: quoted)."""
         ref = message.reference
+        replied = ref is not None and ref.type == discord.MessageReferenceType.reply and ref.message_id
         return self._make_incoming(
             message.author, message.channel, message.channel.id, message.guild.id if message.guild else None, text,
-            str(message.id), reply_to=str(ref.message_id) if ref is not None and ref.message_id else None,
-            attachments=tuple(a.filename for a in message.attachments),
+            str(message.id), private=_dm_message(message), reply_to=str(ref.message_id) if ref and replied else None,
+            attachments=tuple(a.filename for a in message.attachments), quoted=self._forwarded(message),
         )  # fmt: skip
 
     def _interaction_incoming(self, interaction: discord.Interaction, text: str) -> Incoming:
         """The core's view of a slash command or button press."""
         return self._make_incoming(
             interaction.user, interaction.channel, interaction.channel_id, interaction.guild_id, text,
-            f"interaction:{interaction.id}",
+            f"interaction:{interaction.id}", private=_private_interaction(interaction),
         )  # fmt: skip
 
     def _make_incoming(
         self, author: discord.User | discord.Member, channel: Any, channel_id: int | None, guild_id: int | None,
-        text: str, message_id: str, *, reply_to: str | None = None, attachments: tuple[str, ...] = (),
+        text: str, message_id: str, *, private: bool, reply_to: str | None = None, attachments: tuple[str, ...] = (),
+        quoted: tuple[Quoted, ...] = (),
     ) -> Incoming:  # fmt: skip
-        """An Incoming for a user speaking in a channel (a thread is its own conversation in its parent)."""
+        """An Incoming for a user speaking in a channel (a thread is its own conversation in its parent); only a
+        real DM with the bot is a private chat."""
         where = self._where(channel, guild_id) if channel is not None else (str(channel_id), "", "")
         return Incoming(
             platform="discord", user_id=str(author.id), chat_id=where[0], thread_id=where[1],
-            chat_kind="private" if guild_id is None else "group", chat_title=where[2], text=text,
+            chat_kind="private" if private else "group", chat_title=where[2], text=text,
             user_name=author.display_name, message_id=message_id, reply_to=reply_to, attachments=attachments,
+            quoted=quoted,
         )  # fmt: skip
+
+    def _forwarded(self, message: discord.Message) -> tuple[Quoted, ...]:
+        """The text of the messages a forward carries (Discord sends a snapshot without its author: named when
+        the bot saw the original, else by its channel)."""
+        ref = message.reference
+        if ref is None or ref.type != discord.MessageReferenceType.forward:
+            return ()
+        out = []
+        for snapshot in message.message_snapshots:
+            text = _MENTION.sub(self._mention_name, snapshot.content).strip()
+            if text:
+                out.append(Quoted("forward", self._forward_origin(snapshot, ref.channel_id), text))
+        return tuple(out)
+
+    def _forward_origin(self, snapshot: discord.MessageSnapshot, channel_id: int | None) -> str:
+        """Who wrote a forwarded message, as far as the bot can tell."""
+        original = snapshot.cached_message
+        if original is not None:
+            return original.author.display_name
+        channel = self.client.get_channel(channel_id) if channel_id else None
+        name = getattr(channel, "name", None)
+        return f"someone in #{name}" if name else UNKNOWN_AUTHOR
+
+    def _mention_name(self, mention: re.Match[str]) -> str:
+        """A user mention in someone else's text as @name."""
+        uid = int(mention.group(1))
+        user = self.client.user if uid == self._bot_id() else self.client.get_user(uid)
+        return f"@{user.display_name}" if user is not None else "@someone"
 
     # ---- messages ------------------------------------------------------------------------------
 
@@ -688,10 +729,10 @@ class DiscordAdapter:
                 if self._stopping:  # a new session would not see it again: ask for it later
                     if self.core.is_allowed(inc):
                         await self._send_parts(message, [RESTARTING])
-                elif not text:
+                elif not text and not inc.quoted:
                     if not self.core.is_allowed(inc):
                         await self._refuse(inc, message)
-                    elif message.attachments or message.stickers:
+                    elif _has_media(message):
                         await self._send_parts(message, [TEXT_ONLY])
                 else:
                     await self._turn(inc, message)
@@ -754,7 +795,7 @@ class DiscordAdapter:
             await interaction.response.send_message(found.message, ephemeral=True, allowed_mentions=NO_MENTIONS)
             return
         message = interaction.message
-        if interaction.guild_id is None and message is not None:
+        if _private_interaction(interaction) and message is not None:
             content = without_steps(message.content) if shown else with_steps(message.content, found.steps)
             view = _view(StepsButton(turn_id, shown=not shown))
             await interaction.response.edit_message(content=content, view=view, allowed_mentions=NO_MENTIONS)
@@ -787,8 +828,9 @@ class DiscordAdapter:
     # ---- reminders -----------------------------------------------------------------------------
 
     async def send_reminder(self, msg: ReminderMessage) -> str | None:
-        """Push a reminder into its channel (pinging only its owner, in servers) with Done / Snooze buttons;
-        a permanent refusal (channel gone, no access, DMs closed) raises DeliveryRefused."""
+        """Push a reminder into its channel (pinging only its owner, in servers) with Done / Snooze buttons on its
+        last part, each part recorded as it is accepted; a permanent refusal (channel gone, no access, DMs closed)
+        raises DeliveryRefused. Returns the id of the message with the buttons (None when all was sent before)."""
         channel = self.client.get_partial_messageable(int(msg.thread_id or msg.chat_id))
         body, mentions = msg.text, NO_MENTIONS
         if msg.chat_kind == "group":
@@ -798,11 +840,12 @@ class DiscordAdapter:
         view = _view(*(ReminderButton(b, msg.task_id) for b in msg.buttons))
         sent: discord.Message | None = None
         try:
-            for i, part in enumerate(parts):
-                if i == len(parts) - 1:
-                    sent = await channel.send(part, allowed_mentions=mentions, view=view)
+            for i in range(msg.sent_parts, len(parts)):  # a retry sends only the parts Discord does not have
+                if i == len(parts) - 1:  # the buttons go on the last part
+                    sent = await channel.send(parts[i], allowed_mentions=mentions, view=view)
                 else:
-                    await channel.send(part, allowed_mentions=mentions)
+                    sent = await channel.send(parts[i], allowed_mentions=mentions)
+                await msg.mark_sent(i + 1)
         except (discord.NotFound, discord.Forbidden) as e:
             if e.code in REFUSALS:  # permanent: the engine marks the occurrence failed with this reason
                 raise DeliveryRefused(f"Discord: {REFUSALS[e.code]} ({e.code} {e.text})") from e
@@ -845,6 +888,30 @@ class DiscordAdapter:
         log.error("Discord message handler failed", exc_info=error)
         with contextlib.suppress(discord.HTTPException):
             await message.channel.send(FAILED, allowed_mentions=NO_MENTIONS)
+
+
+def _dm_message(message: discord.Message) -> bool:
+    """Whether a message was sent in a DM with the bot (not a group DM)."""
+    return message.guild is None and getattr(message.channel, "type", None) == discord.ChannelType.private
+
+
+def _private_interaction(interaction: discord.Interaction) -> bool:
+    """Whether a slash command or button press comes from the user's own DM with the bot through the server
+    install; a group DM, another DM or a user install is never private (others may see the answers)."""
+    kind = interaction.context
+    return (
+        interaction.guild_id is None
+        and getattr(interaction.channel, "type", None) == discord.ChannelType.private
+        and kind.dm_channel
+        and not kind.private_channel
+        and not interaction.is_user_integration()
+    )
+
+
+def _has_media(message: discord.Message) -> bool:
+    """Whether a message (or a message it forwards) holds attachments or stickers."""
+    forwarded = any(s.attachments or s.stickers for s in message.message_snapshots)
+    return bool(message.attachments or message.stickers or forwarded)
 
 
 async def _briefly(send: Awaitable[Any]) -> None:

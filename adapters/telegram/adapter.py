@@ -46,6 +46,7 @@ from telegram.ext import (
     filters,
 )
 
+from adapters.telegram.provenance import quoted_of
 from adapters.telegram.render import esc, markdown_to_html, plain_text, render_reply, split_html, split_plain
 from adapters.telegram.request import AiohttpRequest, PatientRateLimiter, redact_token, redact_tokens_in_logs
 from core import (
@@ -66,6 +67,8 @@ from core import (
 from core.limits import (
     TELEGRAM_DRAFT_CHARS,
     TELEGRAM_DRAFT_EVERY_S,
+    TELEGRAM_FLEET_REFRESH_S,
+    TELEGRAM_FLEET_STALE_S,
     TELEGRAM_POLL_READ_MARGIN_S,
     TELEGRAM_POLL_RETRY_MAX_S,
     TELEGRAM_POLL_TIMEOUT_S,
@@ -150,21 +153,26 @@ class TelegramAdapter:
         self._max_connections = settings.TELEGRAM_WEBHOOK_MAX_CONNECTIONS
         self._grace = settings.SHUTDOWN_GRACE_SECONDS
         self._poller: asyncio.Task[None] | None = None
+        self._fleet_follower: asyncio.Task[None] | None = None
+        self._fleet_size, self._fleet_read = 1, self.rate_limiter.clock()  # the last fleet view, and when it was read
         self._add_handlers()
 
     def _add_handlers(self) -> None:
-        """Commands, text (and captions), other messages, errors; edited messages are not handled."""
+        """Commands, text (and captions), other messages, errors; edited messages are not handled. A forwarded
+        command is someone else's text, not a command: it goes to the text handler."""
         fresh = filters.UpdateType.MESSAGE
+        command = fresh & ~filters.FORWARDED
         add = self.app.add_handler
-        add(CommandHandler(["start", "help"], self._on_help, filters=fresh))
-        add(CommandHandler("tasks", self._on_tasks, filters=fresh))
-        add(CommandHandler("timezone", self._on_timezone, filters=fresh))
-        add(CommandHandler("memory", self._on_memory, filters=fresh))
-        add(CommandHandler("reset", self._on_reset, filters=fresh))
-        add(CommandHandler("status", self._on_status, filters=fresh))
+        add(CommandHandler(["start", "help"], self._on_help, filters=command))
+        add(CommandHandler("tasks", self._on_tasks, filters=command))
+        add(CommandHandler("timezone", self._on_timezone, filters=command))
+        add(CommandHandler("memory", self._on_memory, filters=command))
+        add(CommandHandler("reset", self._on_reset, filters=command))
+        add(CommandHandler("status", self._on_status, filters=command))
         add(CallbackQueryHandler(self._on_button, pattern=r"^rem:"))
         add(CallbackQueryHandler(self._on_memory_button, pattern=r"^mem:wipe:\d+$"))
-        add(MessageHandler(fresh & (filters.TEXT | filters.CAPTION) & ~filters.COMMAND, self._on_text))
+        text = fresh & (filters.TEXT | filters.CAPTION) & (~filters.COMMAND | filters.FORWARDED)
+        add(MessageHandler(text, self._on_text))
         add(MessageHandler(fresh & ~filters.TEXT & ~filters.CAPTION & ~filters.StatusUpdate.ALL, self._on_other))
         self.app.add_error_handler(self._on_error)
 
@@ -214,6 +222,8 @@ class TelegramAdapter:
             await me.delete_webhook()  # getUpdates is refused while a webhook is set
             self._poller = asyncio.create_task(self._poll(), name="telegram long polling")
         await self.app.start()
+        await self.take_share()  # before the first answer goes out
+        self._fleet_follower = asyncio.create_task(self._follow_fleet(), name="telegram fleet share")
         self.core.inbox.serve("telegram", self._on_stored)
         self.core.report_state("telegram", f"@{self.username}" + (" (webhook)" if self.webhook_url else ""))
 
@@ -233,16 +243,45 @@ class TelegramAdapter:
         """Stop polling and the application, in reverse order; sends still waiting out a 429 give up. The webhook
         stays set: other processes go on receiving it."""
         self.rate_limiter.stop_waiting()
-        poller, self._poller = self._poller, None
-        if poller is not None:
-            poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
+        for task in (self._poller, self._fleet_follower):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._poller = self._fleet_follower = None
         await self.core.inbox.stop(self._grace)  # nothing left to do when the process drained it already
         if self.app.running:
             await self.app.stop()
         await self.app.shutdown()
         self.core.report_state("telegram", None)
+
+    async def take_share(self) -> None:
+        """Take this process's share of the bot's messages from the processes running Telegram now (Telegram's 30 per
+        second are per bot); while the database cannot say for TELEGRAM_FLEET_STALE_S, half the last share (more
+        processes may have started meanwhile)."""
+        limiter = self.rate_limiter
+        try:
+            async with asyncio.timeout(TELEGRAM_FLEET_REFRESH_S):
+                processes = 1 + await self.core.fleet_peers(self.platform)
+        except Exception as e:
+            if limiter.clock() - self._fleet_read <= TELEGRAM_FLEET_STALE_S or limiter.processes > self._fleet_size:
+                return
+            log.warning("cannot read the fleet (%s): sending at most half this process's share of Telegram's messages "
+                        "until it can", _one_line(e))  # fmt: skip
+            processes = 2 * self._fleet_size
+        else:
+            self._fleet_size, self._fleet_read = processes, limiter.clock()
+        if processes != limiter.processes:
+            limiter.share(processes)
+            count, window = limiter.budget.count, limiter.budget.window_s
+            log.info("%d process(es) run this Telegram bot: this one sends %d message(s) per %.1f s", processes, count,
+                     window)  # fmt: skip
+
+    async def _follow_fleet(self) -> None:
+        """Take the share again every TELEGRAM_FLEET_REFRESH_S until cancelled."""
+        while True:
+            await asyncio.sleep(TELEGRAM_FLEET_REFRESH_S)
+            await self.take_share()
 
     def _polled(self) -> None:
         """Remember the last successful poll for /status."""
@@ -311,10 +350,13 @@ class TelegramAdapter:
         return any(v.lower() == mention for v in parsed.values())
 
     def _incoming(self, msg: Message, text: str) -> Incoming:
-        """The core's view of a Telegram message."""
+        """The core's view of a Telegram message: a forward's text is someone else's (quoted, the speaker said
+        nothing), and so is a quote or a message of another chat replied to."""
         user = msg.from_user
         assert user is not None
         group = msg.chat.type != ChatType.PRIVATE
+        if msg.forward_origin is not None:
+            text = ""
         if self.username:
             text = text.replace(f"@{self.username}", "").strip()
         return Incoming(
@@ -328,6 +370,7 @@ class TelegramAdapter:
             user_name=user.full_name,
             message_id=str(msg.message_id),
             reply_to=str(msg.reply_to_message.message_id) if msg.reply_to_message else None,
+            quoted=quoted_of(msg),
             redelivered=_redelivered.get(),
         )
 
@@ -434,8 +477,9 @@ class TelegramAdapter:
         await self._command(update, "reset")
 
     async def _on_status(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        """/status: version, uptime, model, adapters, last poll, pending reminders."""
-        await self._command(update, "status")
+        """/status: version, uptime, model, adapters, last poll, pending reminders (privately when asked in a group:
+        it shows hosts and process ids)."""
+        await self._command(update, "status", private="/status")
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         """The one error funnel: log with the traceback, tell the user briefly."""
@@ -457,16 +501,24 @@ class TelegramAdapter:
                 raise
             raise DeliveryRefused(reason) from e
 
-    async def _send_reminder(self, msg: ReminderMessage) -> str:
-        """Send the reminder; return the id of the message holding the buttons."""
+    async def _send_reminder(self, msg: ReminderMessage) -> str | None:
+        """Send the parts Telegram does not have yet (a retry of one cut short), each recorded as it is accepted;
+        return the id of the last message, which holds the buttons (None when every part was sent before)."""
         body = markdown_to_html(msg.text)
         if msg.chat_kind == "group":
             body = f'<a href="tg://user?id={int(msg.owner_id)}">{esc(msg.owner_name or "you")}</a> {body}'
+        parts = split_html(body)
+        if msg.sent_parts >= len(parts):
+            log.info("reminder for task %s was sent before its attempt failed; not sent again", msg.task_id)
+            return None
         keyboard = InlineKeyboardMarkup(
             [[InlineKeyboardButton(BUTTON_LABELS[b], callback_data=f"rem:{b}:{msg.task_id}") for b in msg.buttons]]
         )
         thread = int(msg.thread_id) if msg.thread_id else None
-        sent = await self._deliver(int(msg.chat_id), [body], reply_markup=keyboard, message_thread_id=thread)
+        sent = await self._deliver(
+            int(msg.chat_id), parts, first=msg.sent_parts, sent=msg.mark_sent, reply_markup=keyboard,
+            message_thread_id=thread,
+        )  # fmt: skip
         return str(sent[-1].message_id)
 
     def _presser(self, query: CallbackQuery) -> Incoming:
@@ -507,6 +559,8 @@ class TelegramAdapter:
                         await self._send_answer(msg, event)
                     elif isinstance(event, Error):
                         await self._send_parts(msg, [esc(event.message)])
+                        if event.turn_id is not None:  # an error answer is recorded as sent like any answer
+                            await self.core.mark_sent(event.turn_id, 1)
         finally:
             typing.cancel()
             with contextlib.suppress(asyncio.CancelledError):

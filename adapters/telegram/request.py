@@ -1,5 +1,6 @@
 """PTB plumbing: a request class on aiohttp (about 1 ms less CPU per Bot API call than httpx) and a rate limiter
-that waits out every 429 within a budget and keeps best-effort calls (typing, drafts) out of the budget."""
+that keeps this process to its share of the bot's messages (Telegram's 30 per second are per bot, shared by every
+process running it), waits out every 429 within a budget and keeps best-effort calls (typing, drafts) out of it."""
 
 from __future__ import annotations
 
@@ -8,21 +9,24 @@ import contextlib
 import logging
 import re
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue
 from telegram._utils.types import JSONDict, ODVInput
+from telegram.constants import FloodLimit
 from telegram.error import NetworkError, RetryAfter, TimedOut
 from telegram.ext import AIORateLimiter
 from telegram.request import BaseRequest, RequestData
 
-from core.limits import TELEGRAM_CONNECTIONS, TELEGRAM_REQUEST_TIMEOUT_S
+from core.limits import TELEGRAM_CONNECTIONS, TELEGRAM_RATE_WINDOW_S, TELEGRAM_REQUEST_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
 BEST_EFFORT = frozenset({"sendChatAction", "sendMessageDraft"})  # previews: sent at once or not at all
+BOT_MESSAGES_PER_S = int(FloodLimit.MESSAGES_PER_SECOND)  # Telegram's limit per bot, however many processes run it
 _TOKEN_IN_URL = re.compile(r"/bot[^/\s]+")
 
 
@@ -124,10 +128,50 @@ class AiohttpRequest(BaseRequest):
 Callback = Callable[..., Coroutine[Any, Any, bool | JSONDict | list[JSONDict]]]
 
 
+def fleet_share(processes: int) -> tuple[int, float]:
+    """One of `processes` processes' part of the bot's messages, as (sends, per window in seconds): floor(30 / n) per
+    TELEGRAM_RATE_WINDOW_S, so the n of them together stay within 30 in any window; past 30 processes one send per
+    window stretched n / 30 times (30 per window on average)."""
+    n = max(1, processes)
+    if n <= BOT_MESSAGES_PER_S:
+        return BOT_MESSAGES_PER_S // n, TELEGRAM_RATE_WINDOW_S
+    return 1, TELEGRAM_RATE_WINDOW_S * n / BOT_MESSAGES_PER_S
+
+
+class SendLog:
+    """At most `count` sends in any `window_s` seconds: a sliding log of send times (the caller passes the time)."""
+
+    def __init__(self, count: int, window_s: float) -> None:
+        """An empty log allowing `count` sends per `window_s`."""
+        self.count, self.window_s = count, window_s
+        self._times: deque[float] = deque()
+
+    def resize(self, count: int, window_s: float) -> None:
+        """Allow `count` sends per `window_s` from now on (sends already made keep counting)."""
+        self.count, self.window_s = max(1, count), window_s
+
+    def free(self, now: float) -> int:
+        """How many sends are allowed at `now`."""
+        while self._times and self._times[0] <= now - self.window_s:
+            self._times.popleft()
+        return max(0, self.count - len(self._times))
+
+    def wait_s(self, now: float) -> float:
+        """Seconds from `now` until one more send is allowed (0: at once)."""
+        if self.free(now) > 0:
+            return 0.0
+        return self._times[len(self._times) - self.count] + self.window_s - now
+
+    def record(self, now: float) -> None:
+        """A send was made at `now`."""
+        self._times.append(now)
+
+
 class PatientRateLimiter(AIORateLimiter):
-    """AIORateLimiter's buckets (30 messages/s, 20/min per group), but a 429 is waited out as often as it takes
-    within `max_wait_s` (PTB gives up after `max_retries`), and best-effort calls bypass the buckets: they go out
-    at once, are never retried, and are dropped while the bot is rate limited (by Telegram or by the budget)."""
+    """This process's share of the bot's messages (`share`: 30 per second divided among the processes running the
+    bot, counted over a sliding window) and AIORateLimiter's 20 per minute per group; a 429 is waited out as often as
+    it takes within `max_wait_s` (PTB gives up after `max_retries`); best-effort calls bypass the share: they go out
+    at once, are never retried, and are dropped while the bot is rate limited (by Telegram or by the share)."""
 
     def __init__(
         self,
@@ -136,13 +180,22 @@ class PatientRateLimiter(AIORateLimiter):
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Wait at most `max_wait_s` in all for one request's 429s; `sleep`/`clock` are injectable for tests."""
-        super().__init__(max_retries=0)
+        """Wait at most `max_wait_s` in all for one request's 429s; `sleep`/`clock` are injectable for tests. The
+        share starts as a single process's (all of the bot's messages)."""
+        super().__init__(overall_max_rate=0, max_retries=0)  # no overall bucket: `budget` replaces it
         self.max_wait_s = max_wait_s
         self.sleep = sleep
         self.clock = clock
         self.limited_until = 0.0  # clock() before which Telegram asked us to send nothing
+        self.processes = 1  # how many processes share the bot's messages (see share())
+        self.budget = SendLog(*fleet_share(1))
+        self._budget_turn = asyncio.Lock()  # requests take places in the budget first come, first served
         self._stopping = asyncio.Event()  # set on shutdown: waiting requests give up at once
+
+    def share(self, processes: int) -> None:
+        """From now on send this process's share of the bot's messages when `processes` processes run the bot."""
+        self.processes = max(1, processes)
+        self.budget.resize(*fleet_share(self.processes))
 
     def stop_waiting(self) -> None:
         """Shutting down: requests waiting out a 429 give up now (and later ones do not wait)."""
@@ -193,13 +246,8 @@ class PatientRateLimiter(AIORateLimiter):
                     raise RetryAfter(int(pause) + 1)
                 await self._pause(pause)
             try:
-                return await self._run_request(
-                    chat=chat_id is not None,
-                    group=group,
-                    allow_paid_broadcast=bool(data.get("allow_paid_broadcast", False)),
-                    callback=callback,
-                    args=args,
-                    kwargs=kwargs,
+                return await self._send(
+                    chat_id is not None, group, bool(data.get("allow_paid_broadcast", False)), callback, args, kwargs
                 )
             except RetryAfter as exc:
                 wait = self._note_retry_after(exc)
@@ -207,6 +255,31 @@ class PatientRateLimiter(AIORateLimiter):
                     self._give_up(endpoint, wait)
                     raise
                 log.info("Telegram rate limit on %s: retrying in %.1f s", endpoint, wait)
+
+    async def _send(
+        self, chat: bool, group: int | str | bool, paid: bool, callback: Callback, args: Any, kwargs: dict[str, Any]
+    ) -> bool | JSONDict | list[JSONDict]:
+        """One attempt: a paid broadcast through its own bucket; else through the group's bucket and, for a call about
+        a chat, a place in this process's share of the bot's messages."""
+        if paid:
+            async with self._apb_limiter:
+                return await callback(*args, **kwargs)
+        if group and self._group_max_rate:
+            async with self._get_group_limiter(group):
+                return await self._budgeted(chat, callback, args, kwargs)
+        return await self._budgeted(chat, callback, args, kwargs)
+
+    async def _budgeted(
+        self, chat: bool, callback: Callback, args: Any, kwargs: dict[str, Any]
+    ) -> bool | JSONDict | list[JSONDict]:
+        """Call after taking a place in the share (calls about a chat only), waiting for one first come, first served;
+        a wait is cut short (RetryAfter) when the bot stops."""
+        if chat:
+            async with self._budget_turn:
+                while (wait := self.budget.wait_s(self.clock())) > 0:
+                    await self._pause(wait)
+                self.budget.record(self.clock())
+        return await callback(*args, **kwargs)
 
     def _give_up(self, endpoint: str, wait: float) -> None:
         """Say why a request is abandoned: Telegram's wait would end past its budget, or the bot is stopping."""
@@ -221,7 +294,7 @@ class PatientRateLimiter(AIORateLimiter):
         pause = self.limited_until - self.clock()
         if pause > 0:
             raise RetryAfter(int(pause) + 1)
-        if self._base_limiter is not None and not self._base_limiter.has_capacity():
+        if self._budget_turn.locked() or self.budget.free(self.clock()) == 0:
             raise RetryAfter(1)
         try:
             return await callback(*args, **kwargs)

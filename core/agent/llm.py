@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 from openai import AsyncStream
@@ -69,6 +70,20 @@ def _refused(e: BaseException) -> bool:
     return False
 
 
+def server_host(url: str) -> str:
+    """The host (and port) of a model server's URL, for messages users see: no scheme, path, query or credentials
+    (a URL may carry a key in any of them)."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return "the configured server"
+    if not host:
+        return "the configured server"
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{port}" if port else host
+
+
 def _reason(e: openai.APIStatusError) -> str:
     """The server's reason for refusing a request, on one short line ('' when it gave none)."""
     body = e.body
@@ -116,7 +131,7 @@ class LLM:
             timeout=openai.Timeout(settings.AGENT_STEP_TIMEOUT, connect=10.0),
             http_client=openai.DefaultAioHttpClient(),  # cheaper per request than httpx (DESIGN §5)
         )
-        return cls(client, settings.LLM_MODEL or info.default_model, base_url, metrics)
+        return cls(client, settings.LLM_MODEL or info.default_model, server_host(base_url), metrics)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""

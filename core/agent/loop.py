@@ -94,10 +94,11 @@ async def run_agent(
             cut_short = str(e)
             break
         except LLMUnavailable as e:
-            if not steps:
-                await conversations.finish_turn(ctx.pool, turn_id, "failed", 0)
+            if not steps:  # the error is the turn's answer: stored like one, so a redelivery sends this same text
                 hint = REFUSED_HINT if e.refused else "please try again in a moment."
-                yield Error("llm_unavailable", f"{e} Your message is saved; {hint}", turn_id)
+                error = Error("llm_unavailable", f"{e} Your message is saved; {hint}", turn_id)
+                await conversations.finish_turn(ctx.pool, turn_id, "failed", 0, error=error)
+                yield error
                 return
             cut_short = f"the language model stopped answering ({e})"
             break

@@ -50,8 +50,9 @@ CODE_HELP = (
     "Python module defining `async def <name>(params: dict, ctx)`. ctx: user_id, user_name, platform, "
     "timezone, tz (ZoneInfo), now() (aware, user's zone), is_admin, `await ctx.query(sql, *args)` → list of "
     "dicts (one read-only SELECT; args arrive as text, cast them: $1::int; admins see all rows, others only "
-    "their rows of users, tasks, occurrences; capability_user_id() is the speaker's users.id). Return "
-    "JSON-serialisable data. Blocking code is fine (own thread)."
+    "their rows of users, tasks, occurrences, and of memory_blocks, archival_memory only in a private chat; "
+    "capability_user_id() is the speaker's users.id). Return JSON-serialisable data. Blocking code is fine "
+    "(own thread)."
 )
 
 
@@ -277,7 +278,7 @@ class CapabilityManager:
         loop = asyncio.get_running_loop()
 
         async def query(sql: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
-            return await run_query(ctx.pool, ctx.user, ctx.is_admin, self.timeout, sql, args)
+            return await run_query(ctx.pool, ctx.user, ctx.is_admin, self.timeout, sql, args, personal=ctx.personal)
 
         cap_ctx = CapabilityContext(
             ctx.user.platform_user_id, ctx.user.display_name, ctx.user.platform, ctx.user.timezone, ctx.is_admin,

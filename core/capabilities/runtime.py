@@ -308,9 +308,18 @@ def _as_text(value: Any) -> str | None:
 
 
 async def run_query(
-    pool: Pool, user: UserRef, is_admin: bool, timeout_s: float, sql: str, args: tuple[Any, ...]
+    pool: Pool,
+    user: UserRef,
+    is_admin: bool,
+    timeout_s: float,
+    sql: str,
+    args: tuple[Any, ...],
+    *,
+    personal: bool = False,
 ) -> list[dict[str, Any]]:
-    """One read-only statement wrapped as `SELECT to_json(r) FROM (<sql>) r`, as the user may see it (capped rows)."""
+    """One read-only statement wrapped as `SELECT to_json(r) FROM (<sql>) r`, as the user may see it (capped rows).
+
+    A non-admin sees their memory rows only in a `personal` turn (sql/015: a flag signed for this user)."""
     import asyncpg
 
     if len(args) > QUERY_MAX_ARGS:
@@ -321,10 +330,13 @@ async def run_query(
         untrusted_sql_connection(conn)
         reader_ok = await conn.fetchval(
             "SELECT to_regprocedure($3) IS NOT NULL FROM (SELECT set_config('statement_timeout', $1, true),"
-            " set_config('app.user_id', $2, true), set_config('app.user_sig', capability_sign($2), true)) s",
+            " set_config('app.user_id', $2, true), set_config('app.user_sig', capability_sign($2), true),"
+            " set_config('app.personal', $4, true), set_config('app.personal_sig', capability_sign($2 || ':personal:'"
+            " || $4), true)) s",
             str(ms),
             str(user.id),
             READER_FUNCTION,
+            "on" if personal else "off",
         )
         if not is_admin and not reader_ok:
             raise CapabilityQueryError(

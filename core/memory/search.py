@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,10 +25,13 @@ from core.limits import (
     truncate,
 )
 from core.memory.embeddings import Embedder, embed_query, store_embedding
+from core.settings import Settings
 from core.storage.db import Pool
 from core.tools.framework import ToolError
 
 log = logging.getLogger(__name__)
+
+DEFAULT_ARCHIVAL_MAX: int = Settings.model_fields["ARCHIVAL_MAX_ENTRIES"].default  # a person's entries at most
 
 # The query's words (full-text `simple`: every language's words as they are). A word the user never used (a typo,
 # a partial word) also matches as a prefix and through a few of their words with the same first letter and a
@@ -95,40 +99,49 @@ SELECT id, role, content, created_at, count(*) OVER () AS total FROM hits
 ORDER BY created_at DESC, id DESC LIMIT {MEMORY_PAGE_SIZE} OFFSET $3
 """
 
-_INSERT_SQL = """
-WITH learn AS (SELECT memory_learn_words($1, $2)), ins AS (
-    INSERT INTO archival_memory (user_id, content, sha256, created_at)
-    VALUES ($1, $2, sha256(convert_to($2, 'UTF8')), $3)
-    ON CONFLICT (user_id, sha256) DO NOTHING RETURNING id
-)
-SELECT id, true AS fresh FROM ins, learn
-UNION ALL
-SELECT id, false FROM archival_memory WHERE user_id = $1 AND sha256 = sha256(convert_to($2, 'UTF8'))
-"""
+_INSERT_SQL = "SELECT id, number, fresh, entries FROM archival_insert($1, $2, $3, $4, $5)"  # sql/015
 
 
 @dataclass(frozen=True)
 class Inserted:
-    """An archival insert's outcome: the entry's id and whether it is new."""
+    """An archival insert's outcome: the entry's id, its number among the user's entries (#N), whether it is new."""
 
     id: int
+    number: int
     fresh: bool
 
 
+def archival_full(entries: int, max_entries: int) -> ToolError:
+    """The refusal when the user's archival memory holds its most entries (the model relays it)."""
+    return ToolError(
+        f"archival memory is full: {entries} of {max_entries} entries, the most one person may keep; nothing was "
+        "stored (/memory shows and erases it)"
+    )
+
+
 async def insert_archival(
-    pool: Pool, user_id: int, content: str, now: datetime, embedder: Embedder | None = None
+    pool: Pool,
+    user_id: int,
+    content: str,
+    now: datetime,
+    embedder: Embedder | None = None,
+    *,
+    max_entries: int = DEFAULT_ARCHIVAL_MAX,
+    call: uuid.UUID | None = None,
 ) -> Inserted:
-    """Store an entry once per user (sha256 of its text); with an embedder, its vector too (best effort)."""
+    """Store an entry once per user (sha256 of its text) while they have fewer than `max_entries`; with an
+    embedder, its vector too (best effort). `call` names this tool call: an insert that an earlier attempt of it
+    committed counts as fresh (run it again after a dropped connection with the same `call`)."""
     text = content.strip()
     if not text:
         raise ToolError("content is empty", code="invalid_args")
-    row = await pool.fetchrow(_INSERT_SQL, user_id, text, now)
-    if row is None:  # a concurrent insert of the same text committed between our snapshot and our insert
-        row = await pool.fetchrow(_INSERT_SQL, user_id, text, now)
+    row = await pool.fetchrow(_INSERT_SQL, user_id, text, now, call or uuid.uuid4(), max_entries)
     assert row is not None
+    if row["id"] is None:
+        raise archival_full(int(row["entries"]), max_entries)
     if row["fresh"] and embedder is not None:
         await store_embedding(pool, embedder, row["id"], text)
-    return Inserted(row["id"], row["fresh"])
+    return Inserted(row["id"], row["number"], row["fresh"])
 
 
 def _shown(text: str) -> str:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from core.limits import ARCHIVAL_CONTENT_CHARS, MEMORY_QUERY_CHARS
 from core.memory.blocks import Block, check_room, clean_line, line_index, load_blocks, pick, plural, store, with_warning
 from core.memory.embeddings import Embedder
-from core.memory.search import insert_archival, search_archival, search_conversation
+from core.memory.search import DEFAULT_ARCHIVAL_MAX, Inserted, insert_archival, search_archival, search_conversation
 from core.storage.db import is_dropped, retry_dropped
 from core.tools.framework import Handler, Tool, ToolContext, ToolError
 
@@ -23,11 +25,14 @@ def _schema(**props: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required} if required else {"type": "object"}
 
 
-def _tool(name: str, description: str, params: dict[str, Any], handler: Handler, *, again: bool = True) -> Tool:
+def _tool(
+    name: str, description: str, params: dict[str, Any], handler: Handler, *, again: bool = True, own: bool = False
+) -> Tool:
     """A tool whose unknown arguments (a forged user_id, say) are refused; checked here to keep schemas small.
 
     A call whose database connection drops runs again on a fresh one when running it twice does no harm
-    (`again`: reads, and writes that are idempotent); otherwise the model is told, in one line, to check.
+    (`again`: reads, and writes that are idempotent; `own`: the handler retries by itself, knowing what its
+    first attempt did); otherwise the model is told, in one line, to check.
     """
     known = set(params.get("properties", {}))
 
@@ -37,7 +42,7 @@ def _tool(name: str, description: str, params: dict[str, Any], handler: Handler,
             raise ToolError(f"unknown arguments: {', '.join(extra)}", code="invalid_args")
         args = {k: _plain(k, v) for k, v in p.items()}
         try:
-            if again:
+            if again and not own:
                 return await retry_dropped(lambda: handler(args, ctx), name, pool=ctx.pool)
             return await handler(args, ctx)
         except Exception as e:
@@ -91,8 +96,29 @@ def _quote(line: str) -> str:
     return f'"{line}"'
 
 
-def memory_tools(block_words: int, embedder: Embedder | None = None) -> tuple[Tool, ...]:
-    """The memory tools for a word limit per block (MEMORY_BLOCK_WORDS) and optional embeddings."""
+@dataclass
+class _Attempt:
+    """What a write's attempt planned to commit and answer: when a dropped connection hid whether the commit
+    landed, the next attempt finds the block as planned and gives that answer (not "already there")."""
+
+    lines: tuple[str, ...] | None = None
+    answer: str = ""
+
+    def landed(self, block: Block) -> bool:
+        """The block holds what the earlier attempt wrote."""
+        return self.lines is not None and block.lines == self.lines
+
+    def plan(self, block: Block, answer: str) -> str:
+        """Remember the block about to be committed and its answer; the answer."""
+        self.lines, self.answer = block.lines, answer
+        return answer
+
+
+def memory_tools(
+    block_words: int, embedder: Embedder | None = None, *, archival_max_entries: int = DEFAULT_ARCHIVAL_MAX
+) -> tuple[Tool, ...]:
+    """The memory tools for a word limit per block (MEMORY_BLOCK_WORDS), optional embeddings and a cap on each
+    person's archival entries (ARCHIVAL_MAX_ENTRIES)."""
     limit = block_words
 
     async def read(p: dict[str, Any], ctx: ToolContext) -> str:
@@ -101,27 +127,50 @@ def memory_tools(block_words: int, embedder: Embedder | None = None) -> tuple[To
         return with_warning("\n".join([head, *block.numbered()]), block, limit)
 
     async def append(p: dict[str, Any], ctx: ToolContext) -> str:
-        line = clean_line(p["content"])
-        async with ctx.pool.acquire() as conn, conn.transaction():
-            block = pick(await load_blocks(conn, ctx.user.id, lock=True), p["block"], may_create=True)
-            if line in block.lines:
-                at = block.lines.index(line) + 1
-                return f"Line already exists in [{block.name}] at line {at}: {_quote(line)} (no change)"
-            after = check_room(block, [*block.lines, line], limit, "append to")
-            await store(conn, ctx.user.id, after)
-        done = f"Appended to [{block.name}] at line {len(after.lines)}: {_quote(line)} ({after.words}/{limit} words)"
-        return with_warning(done, after, limit)
+        line, attempt = clean_line(p["content"]), _Attempt()
+
+        async def once() -> str:
+            async with ctx.pool.acquire() as conn, conn.transaction():
+                block = pick(await load_blocks(conn, ctx.user.id, lock=True), p["block"], may_create=True)
+                if attempt.landed(block):
+                    return attempt.answer
+                if line in block.lines:
+                    at = block.lines.index(line) + 1
+                    return f"Line already exists in [{block.name}] at line {at}: {_quote(line)} (no change)"
+                after = check_room(block, [*block.lines, line], limit, "append to")
+                await store(conn, ctx.user.id, after)
+                done = f"Appended to [{block.name}] at line {len(after.lines)}: {_quote(line)}"
+                return attempt.plan(after, with_warning(f"{done} ({after.words}/{limit} words)", after, limit))
+
+        return await retry_dropped(once, "core_memory_append", pool=ctx.pool)
 
     async def replace(p: dict[str, Any], ctx: ToolContext) -> str:
-        line, number = clean_line(p["new_content"]), p["line_number"]
-        async with ctx.pool.acquire() as conn, conn.transaction():
-            block = pick(await load_blocks(conn, ctx.user.id, lock=True), p["block"])
-            i = line_index(block, number)
-            old = block.lines[i]
-            after = check_room(block, [*block.lines[:i], line, *block.lines[i + 1 :]], limit, "replace in")
-            await store(conn, ctx.user.id, after)
-        done = f"Replaced line {number} in [{block.name}]: {_quote(old)} → {_quote(line)} ({after.words}/{limit} words)"
-        return with_warning(done, after, limit)
+        line, number, attempt = clean_line(p["new_content"]), p["line_number"], _Attempt()
+
+        async def once() -> str:
+            async with ctx.pool.acquire() as conn, conn.transaction():
+                block = pick(await load_blocks(conn, ctx.user.id, lock=True), p["block"])
+                if attempt.landed(block):
+                    return attempt.answer
+                i = line_index(block, number)
+                old = block.lines[i]
+                if old == line:
+                    return f"Line {number} of [{block.name}] already reads {_quote(line)} (no change)"
+                if line in block.lines:  # the new text is another line already: one line, not two equal ones
+                    at = block.lines.index(line) + 1
+                    after = Block(block.name, block.lines[:i] + block.lines[i + 1 :])
+                    await store(conn, ctx.user.id, after)
+                    done = (
+                        f"{_quote(line)} is already line {at} of [{block.name}], so line {number} ({_quote(old)}) "
+                        "was removed instead of repeating it; lines below it moved up"
+                    )
+                    return attempt.plan(after, with_warning(f"{done} ({after.words}/{limit} words)", after, limit))
+                after = check_room(block, [*block.lines[:i], line, *block.lines[i + 1 :]], limit, "replace in")
+                await store(conn, ctx.user.id, after)
+                done = f"Replaced line {number} in [{block.name}]: {_quote(old)} → {_quote(line)}"
+                return attempt.plan(after, with_warning(f"{done} ({after.words}/{limit} words)", after, limit))
+
+        return await retry_dropped(once, "core_memory_replace", pool=ctx.pool)
 
     async def delete(p: dict[str, Any], ctx: ToolContext) -> str:
         async with ctx.pool.acquire() as conn, conn.transaction():
@@ -134,11 +183,17 @@ def memory_tools(block_words: int, embedder: Embedder | None = None) -> tuple[To
         return "\n".join(blk.header(limit) for blk in await load_blocks(ctx.pool, ctx.user.id))
 
     async def insert(p: dict[str, Any], ctx: ToolContext) -> str:
-        content = _text(p, "content", ARCHIVAL_CONTENT_CHARS)
-        entry = await insert_archival(ctx.pool, ctx.user.id, content, ctx.now(), embedder)
+        content, call, now = _text(p, "content", ARCHIVAL_CONTENT_CHARS), uuid.uuid4(), ctx.now()
+
+        async def once() -> Inserted:
+            return await insert_archival(
+                ctx.pool, ctx.user.id, content, now, embedder, max_entries=archival_max_entries, call=call
+            )
+
+        entry = await retry_dropped(once, "archival_memory_insert", pool=ctx.pool)
         if entry.fresh:
-            return f"Stored in archival memory (#{entry.id})"
-        return f"Already in archival memory (#{entry.id}, no change)"
+            return f"Stored in archival memory (#{entry.number})"
+        return f"Already in archival memory (#{entry.number}, no change)"
 
     async def archival_search(p: dict[str, Any], ctx: ToolContext) -> str:
         query, page = _text(p, "query", MEMORY_QUERY_CHARS), _page(p)
@@ -157,11 +212,12 @@ def memory_tools(block_words: int, embedder: Embedder | None = None) -> tuple[To
             "Add a line to a memory block: human (facts on the user), persona (how to act) or a new name.",
             _schema(**block, content=_S),
             append,
+            own=True,
         ),
-        _tool("core_memory_replace", "Replace a line.", _schema(**block, **line, new_content=_S), replace),
+        _tool("core_memory_replace", "Replace a line.", _schema(**block, **line, new_content=_S), replace, own=True),
         _tool("core_memory_delete", "Delete a line.", _schema(**block, **line), delete, again=False),  # twice: 2 lines
         _tool("core_memory_list_blocks", "List blocks.", _schema(), list_blocks),
-        _tool("archival_memory_insert", "Save a detail to archival memory.", _schema(content=_S), insert),
+        _tool("archival_memory_insert", "Save a detail to archival memory.", _schema(content=_S), insert, own=True),
         _tool("archival_memory_search", "Search archival memory.", search, archival_search),
         _tool("conversation_search", "Search past conversations.", search, conversation),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import uuid
@@ -27,7 +28,7 @@ from core.reminders import recurrence
 from core.reminders.buttons import BUTTONS
 from core.storage.db import Pool, retry_dropped
 from core.timeutil import Clock, fmt_local, zone
-from core.types import JOB_MESSAGE_PREFIX, Incoming
+from core.types import JOB_MESSAGE_PREFIX, Incoming, Quoted
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +50,13 @@ WITH claimed AS (
         SET claimed_by = EXCLUDED.claimed_by, lease_until = EXCLUDED.lease_until,
             attempts = occurrences.attempts + 1, late = EXCLUDED.late
         WHERE occurrences.status = 'claimed' AND occurrences.lease_until <= $2
-    RETURNING task_id, scheduled_at, late, attempts
+    RETURNING task_id, scheduled_at, late, attempts, sent_parts, sent_text
 )
-SELECT c.task_id, c.scheduled_at, c.late, c.attempts, t.title, t.details, t.kind, t.agent_prompt, t.recurrence,
+SELECT c.task_id, c.scheduled_at, c.late, c.attempts, t.title, t.details, t.kind, t.agent_prompt, t.own_words,
+       t.recurrence,
        t.timezone AS task_tz, u.platform_user_id, u.display_name, u.timezone AS user_tz,
-       ch.platform, ch.platform_chat_id, ch.thread_id, ch.kind AS chat_kind
+       ch.platform, ch.platform_chat_id, ch.thread_id, ch.kind AS chat_kind,
+       c.sent_parts, c.sent_text
 FROM claimed c
 JOIN tasks t ON t.id = c.task_id
 JOIN users u ON u.id = t.user_id
@@ -83,7 +86,7 @@ WITH d AS (
                          $6::timestamptz[]) AS d(task_id, scheduled_at, ran_at, delivered_at, message_id, next_due)
 ), o AS (
     UPDATE occurrences o SET status = 'delivered', ran_at = d.ran_at, delivered_at = d.delivered_at,
-        platform_message_id = d.message_id, error = NULL
+        platform_message_id = d.message_id, error = NULL, sent_text = NULL
     FROM d WHERE o.task_id = d.task_id AND o.scheduled_at = d.scheduled_at AND o.status = 'claimed'
 )
 UPDATE tasks t SET due_at = d.next_due, updated_at = now()
@@ -93,7 +96,8 @@ Delivered = tuple[int, datetime, datetime, datetime, str | None, datetime | None
 
 _ENDED_SQL = """
 WITH o AS (
-    UPDATE occurrences SET status = $3, error = $4 WHERE task_id = $1 AND scheduled_at = $2 AND status = 'claimed'
+    UPDATE occurrences SET status = $3, error = $4, sent_text = NULL
+    WHERE task_id = $1 AND scheduled_at = $2 AND status = 'claimed'
 )
 UPDATE tasks SET due_at = $5, updated_at = now() WHERE id = $1 AND due_at = $2 AND $5::timestamptz IS NOT NULL
 """
@@ -101,6 +105,12 @@ UPDATE tasks SET due_at = $5, updated_at = now() WHERE id = $1 AND due_at = $2 A
 _RETRY_SQL = """
 UPDATE occurrences SET lease_until = $3, error = $4
 WHERE task_id = $1 AND scheduled_at = $2 AND status = 'claimed' AND claimed_by = $5
+"""
+
+# The platform accepted the first $3 parts of this text (whoever holds the claim now: it is a fact either way).
+_PART_SENT_SQL = """
+UPDATE occurrences SET sent_parts = greatest(sent_parts, $3), sent_text = coalesce(sent_text, $4)
+WHERE task_id = $1 AND scheduled_at = $2 AND status = 'claimed'
 """
 
 _RENEW_SQL = """
@@ -120,6 +130,7 @@ LIMIT $4
 
 SUPERSEDED = "the task changed before this reminder could be delivered"
 Key = tuple[int, datetime]
+PartsSent = Callable[[int], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -136,6 +147,14 @@ class ReminderMessage:
     owner_name: str
     text: str
     buttons: tuple[str, ...] = BUTTONS
+    sent_parts: int = 0  # a retry: the platform already has this many of its parts; send only the rest
+    on_sent: PartsSent | None = field(default=None, repr=False, compare=False)
+
+    async def mark_sent(self, parts: int) -> None:
+        """Adapters call this right after the platform accepted the first `parts` parts (best effort, never raises:
+        a failure only risks sending a part twice)."""
+        if self.on_sent is not None:
+            await self.on_sent(parts)
 
 
 class DeliveryRefused(Exception):
@@ -250,7 +269,7 @@ class ReminderEngine:
             self._hold([(r["task_id"], r["scheduled_at"]) for r in rows])
             plain = []
             for r in rows:
-                if r["kind"] == "agent" and self.agent is not None:
+                if r["kind"] == "agent" and self.agent is not None and r["sent_text"] is None:
                     job = asyncio.get_running_loop().create_task(self._job(r))
                     self._jobs.add(job)
                     job.add_done_callback(self._jobs.discard)
@@ -346,18 +365,21 @@ class ReminderEngine:
                 log.warning("renewing %d reminder leases failed: %s", len(keys), e)
 
     async def _plain(self, row: Any) -> bool:
-        """Build and send a plain reminder (fixed text, no LLM)."""
+        """Build and send a plain reminder (fixed text, no LLM); a retry of one partly sent keeps its text."""
         now = self.clock()
-        return await self._send(row, self._text(row, now), now)
+        return await self._send(row, row["sent_text"] or self._text(row, now), now)
 
     async def _job(self, row: Any) -> bool:
-        """An agent job: run its turn (bounded concurrency), then send the answer."""
+        """An agent job: run its turn (bounded concurrency), keep its answer for a retry, then send it."""
+        key: Key = (row["task_id"], row["scheduled_at"])
         try:
             async with self._gate("agent", self.agent_concurrency):
                 now = self.clock()
                 text = await self._agent_text(row, latest_missed(row, now, self.default_tz), self._text(row, now))
+            # a retry sends this answer (its turn is stored and would not run twice), not the plain fallback
+            await self._parts_sent(key, text, 0)
         except asyncio.CancelledError:
-            self._release((row["task_id"], row["scheduled_at"]))
+            self._release(key)
             raise
         return await self._send(row, text, self.clock())
 
@@ -375,6 +397,7 @@ class ReminderEngine:
             task_id=row["task_id"], scheduled_at=row["scheduled_at"], platform=row["platform"],
             chat_id=row["platform_chat_id"], thread_id=row["thread_id"], chat_kind=row["chat_kind"],
             owner_id=row["platform_user_id"], owner_name=row["display_name"], text=text,
+            sent_parts=row["sent_parts"], on_sent=partial(self._parts_sent, key, text),
         )  # fmt: skip
         try:
             outbox = self.outboxes.get(row["platform"])
@@ -396,6 +419,15 @@ class ReminderEngine:
             return True
         finally:
             self._release(key)
+
+    async def _parts_sent(self, key: Key, text: str, parts: int) -> None:
+        """Record that the platform has the first `parts` parts of this text (best effort: never raises)."""
+        try:
+            sent = partial(self.pool.execute, _PART_SENT_SQL, key[0], key[1], parts, text)
+            await retry_dropped(sent, "recording a sent reminder part", pool=self.pool)
+        except Exception as e:
+            log.warning("could not record part %d of the reminder for task %s as sent (%s)", parts, key[0],
+                        type(e).__name__)  # fmt: skip
 
     async def _delivered(self, record: Delivered) -> None:
         """Record one delivery as soon as it is sent: deliveries finishing while a write runs share the next one."""
@@ -461,10 +493,13 @@ class ReminderEngine:
         """Run the agent job's turn; the plain text when the LLM fails, so nothing is lost."""
         assert self.agent is not None
         prompt = row["agent_prompt"] or row["title"]
+        text = f"[scheduled job: {row['title']}] {prompt}"
+        # a job written with others' text around runs as a quoted request: no admin or memory tools (core.Core._turn)
+        quoted = () if row["own_words"] else (Quoted("job", json.dumps(row["title"], ensure_ascii=False), prompt),)
         inc = Incoming(
             platform=row["platform"], user_id=row["platform_user_id"], chat_id=row["platform_chat_id"],
             thread_id=row["thread_id"], chat_kind=row["chat_kind"], user_name=row["display_name"],
-            text=f"[scheduled job: {row['title']}] {prompt}",
+            text=text if row["own_words"] else "", quoted=quoted,
             message_id=f"{JOB_MESSAGE_PREFIX}{row['task_id']}:{shown.isoformat()}",
         )  # fmt: skip
         try:

@@ -12,9 +12,9 @@ from asyncpg import Record
 
 from core.activity import make_step
 from core.storage.db import Pool, retry_dropped
-from core.types import ChatRef, Incoming, Step, UserRef
+from core.types import JOB_MESSAGE_PREFIX, ChatRef, Error, Incoming, Step, UserRef
 
-_BEGIN_SQL = """
+_UPSERT_CTES = """
 WITH u AS (
     INSERT INTO users (platform, platform_user_id, display_name) VALUES ($1, $2, $3)
     ON CONFLICT (platform, platform_user_id) DO UPDATE SET display_name = EXCLUDED.display_name
@@ -23,7 +23,11 @@ WITH u AS (
     INSERT INTO chats (platform, platform_chat_id, thread_id, kind, title) VALUES ($1, $4, $5, $6, $7)
     ON CONFLICT (platform, platform_chat_id, thread_id) DO UPDATE SET title = EXCLUDED.title
     RETURNING id, history_floor
-), t AS (
+)"""
+_IDENTIFY_SQL = _UPSERT_CTES + "\nSELECT u.id AS user_id, u.timezone, c.id AS chat_id, c.history_floor FROM u, c"
+_BEGIN_SQL = (
+    _UPSERT_CTES
+    + """, t AS (
     INSERT INTO turns (chat_id, user_id, platform_message_id) SELECT c.id, u.id, $8 FROM u, c WHERE $10
     ON CONFLICT (chat_id, platform_message_id) WHERE platform_message_id IS NOT NULL
     DO UPDATE SET user_id = EXCLUDED.user_id, status = 'running', finished_at = NULL
@@ -32,19 +36,25 @@ WITH u AS (
         ($11 = 1 AND turns.status = 'running'
             AND NOT EXISTS (SELECT 1 FROM messages x WHERE x.turn_id = turns.id AND x.role <> 'user'))
         -- a redelivered update ($11 = 2: its first handler died or was cut) runs again unless an answer was stored
-        OR ($11 = 2 AND NOT EXISTS (
+        OR ($11 = 2 AND turns.error_message IS NULL AND NOT EXISTS (  -- an error answer is an answer too
             SELECT 1 FROM messages x WHERE x.turn_id = turns.id AND x.role = 'assistant' AND x.tool_calls IS NULL)))
     RETURNING id, chat_id, user_id, xmax = 0 AS fresh
 ), gone AS (  -- the half-done steps of a redelivered turn: it starts over
     DELETE FROM messages WHERE $11 = 2 AND turn_id = (SELECT id FROM t WHERE NOT t.fresh) AND role <> 'user'
-), m AS (
-    INSERT INTO messages (chat_id, turn_id, user_id, role, content, author_name, platform_message_id)
-    SELECT t.chat_id, t.id, t.user_id, 'user', $9, $3, $8 FROM t WHERE t.fresh
+), m AS (  -- others' text that came with the message first (marked with its kind and origin), then the speaker's own
+    INSERT INTO messages (chat_id, turn_id, user_id, role, content, author_name, platform_message_id, quoted_kind,
+                          quoted_origin)
+    SELECT t.chat_id, t.id, t.user_id, 'user', q.body, $3, $8, q.kind, q.origin
+    FROM t, (SELECT * FROM unnest($17::text[], $18::text[], $19::text[]) WITH ORDINALITY AS q(kind, origin, body, n)
+             UNION ALL SELECT NULL, NULL, $9, NULL) q
+    WHERE t.fresh AND q.body <> ''
+    ORDER BY q.n NULLS LAST
     RETURNING turn_id
 )
 SELECT u.id AS user_id, u.timezone, c.id AS chat_id, c.history_floor, (SELECT id FROM t) AS turn_id
 FROM u, c
 """
+)
 
 # A turn's start in one round trip: _BEGIN_SQL plus the replay window and the due-soon tasks. The subqueries
 # see the snapshot from before this statement, so the new message is not among them (the caller appends it);
@@ -54,9 +64,9 @@ _BEGIN_WITH_CONTEXT_SQL = (
     _BEGIN_SQL.rstrip().removesuffix("FROM u, c").rstrip()
     + """,
     (SELECT coalesce(json_agg(h ORDER BY h.id), '[]') FROM (
-        SELECT m.id, m.role, m.content, m.author_name, m.tool_calls, m.tool_call_id,
+        SELECT m.id, m.role, m.content, m.author_name, m.tool_calls, m.tool_call_id, m.quoted_kind, m.quoted_origin,
                CASE WHEN $15 THEN m.platform_message_id END AS platform_message_id,
-               CASE WHEN $15 THEN (  -- who started the message's turn (admin tools in groups need all admins)
+               CASE WHEN $15 THEN (  -- who started the message's turn (groups: whose words the context holds)
                    SELECT a.platform_user_id FROM users a
                    WHERE a.id = coalesce(m.user_id, (SELECT x.user_id FROM turns x WHERE x.id = m.turn_id))
                ) END AS author_id
@@ -64,10 +74,17 @@ _BEGIN_WITH_CONTEXT_SQL = (
         WHERE m.chat_id = c.id AND m.id > c.history_floor AND m.turn_id IS DISTINCT FROM (SELECT id FROM t)
         ORDER BY m.id DESC LIMIT $12) h) AS history,
     (SELECT coalesce(json_agg(d ORDER BY d.due_at), '[]') FROM (
-        SELECT id, title, due_at FROM tasks
+        SELECT id, title, due_at, own_words FROM tasks
         WHERE user_id = u.id AND status IN ('pending', 'in_progress') AND due_at < $13
         ORDER BY due_at LIMIT $14) d) AS due,
-    CASE WHEN $16 THEN memory_blocks_json(u.id) END AS memory  -- core memory blocks (sql/006), personal turns only
+    CASE WHEN $16 THEN memory_blocks_json(u.id) END AS memory,  -- core memory blocks (sql/006), personal turns only
+    -- message rates: turns the speaker and the chat started in the last minute before this one (scheduled jobs aside)
+    (SELECT count(*) FROM turns r WHERE r.user_id = u.id AND r.started_at > now() - interval '1 minute'
+        AND r.id IS DISTINCT FROM (SELECT id FROM t)
+        AND coalesce(r.platform_message_id, '') NOT LIKE $20) AS user_recent,
+    (SELECT count(*) FROM turns r WHERE r.chat_id = c.id AND r.started_at > now() - interval '1 minute'
+        AND r.id IS DISTINCT FROM (SELECT id FROM t)
+        AND coalesce(r.platform_message_id, '') NOT LIKE $20) AS chat_recent
 FROM u, c
 """
 )
@@ -117,6 +134,8 @@ class TurnStart:
     history: list[dict[str, Any]]
     due: list[dict[str, Any]]
     memory: list[dict[str, Any]] | None = None
+    user_recent: int = 0  # turns the speaker started in the minute before this one (scheduled jobs aside)
+    chat_recent: int = 0  # turns started in this chat in that minute
 
 
 async def begin_turn(
@@ -139,31 +158,43 @@ async def begin_turn(
     redelivered message (its first handler died) takes its turn back and starts it over unless an answer was stored.
     """
 
+    kinds, origins, texts = [q.kind for q in inc.quoted], [q.origin for q in inc.quoted], [q.text for q in inc.quoted]
+
     def attempt(retry: bool) -> Awaitable[Record | None]:
         mode = 2 if inc.redelivered else 1 if retry else 0  # $11: see _BEGIN_SQL
         return pool.fetchrow(
             _BEGIN_WITH_CONTEXT_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
-            inc.chat_kind, inc.chat_title, inc.message_id, inc.text, True, mode, history - 1, due_before,
-            due_limit, authors, memory,
+            inc.chat_kind, inc.chat_title, inc.message_id, inc.text, True, mode, max(0, history - 1 - len(inc.quoted)),
+            due_before, due_limit, authors, memory, kinds, origins, texts, f"{JOB_MESSAGE_PREFIX}%",
         )  # fmt: skip
 
     row = await retry_dropped(lambda: attempt(False), "storing a message", pool=pool, again=lambda: attempt(True))
     assert row is not None
     user, chat = _refs(row, inc, default_tz)
-    own = {
-        "id": None, "role": "user", "content": inc.text, "author_name": inc.user_name, "tool_calls": None,
-        "tool_call_id": None, "platform_message_id": inc.message_id if authors else None,
-        "author_id": inc.user_id if authors else None,
-    }  # fmt: skip
+    mid, author = (inc.message_id, inc.user_id) if authors else (None, None)
+    new_rows = [*zip(kinds, origins, texts, strict=True), (None, None, inc.text)]
+    own = [_new_row(text, inc.user_name, kind, origin, mid, author) for kind, origin, text in new_rows if text]
     due = [dict(d, due_at=datetime.fromisoformat(d["due_at"])) for d in row["due"]]
-    return TurnStart(user, chat, row["turn_id"], [*row["history"], own], due, row["memory"])
+    return TurnStart(
+        user, chat, row["turn_id"], [*row["history"], *own], due, row["memory"], row["user_recent"], row["chat_recent"]
+    )
+
+
+def _new_row(
+    text: str, name: str, kind: str | None, origin: str | None, mid: str | None, author: str | None
+) -> dict[str, Any]:
+    """A message stored by this turn's start, as a history row (the history query cannot see it yet)."""
+    return {
+        "id": None, "role": "user", "content": text, "author_name": name, "tool_calls": None, "tool_call_id": None,
+        "quoted_kind": kind, "quoted_origin": origin, "platform_message_id": mid, "author_id": author,
+    }  # fmt: skip
 
 
 async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:
     """Upsert the speaking user and the chat and return their references (no turn is opened)."""
     args = (inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id, inc.chat_kind, inc.chat_title)
     row = await retry_dropped(
-        lambda: pool.fetchrow(_BEGIN_SQL, *args, inc.message_id, inc.text, False, 0),
+        lambda: pool.fetchrow(_IDENTIFY_SQL, *args),
         "identifying a user",
         pool=pool,
     )
@@ -197,10 +228,15 @@ async def add_tool_result(
     )
 
 
-async def finish_turn(pool: Pool, turn_id: int, status: str, steps: int) -> None:
-    """Record how the turn ended."""
-    sql = "UPDATE turns SET status = $2, steps = $3, finished_at = now() WHERE id = $1"
-    await retry_dropped(lambda: pool.execute(sql, turn_id, status, steps), "closing a turn", pool=pool)
+async def finish_turn(pool: Pool, turn_id: int, status: str, steps: int, *, error: Error | None = None) -> None:
+    """Record how the turn ended; `error`: the error answer the user gets, stored as the turn's answer (a redelivered
+    update sends it again instead of asking the model; it is not a message, so never replayed to the model)."""
+    sql = (
+        "UPDATE turns SET status = $2, steps = $3, finished_at = now(), error_code = $4, error_message = $5"
+        " WHERE id = $1"
+    )
+    code, message = (error.code, error.message) if error is not None else (None, None)
+    await retry_dropped(lambda: pool.execute(sql, turn_id, status, steps, code, message), "closing a turn", pool=pool)
 
 
 async def finish_turn_with_answer(pool: Pool, chat: ChatRef, turn_id: int, text: str, status: str, steps: int) -> None:
@@ -214,21 +250,27 @@ async def finish_turn_with_answer(pool: Pool, chat: ChatRef, turn_id: int, text:
 
 
 _STORED_ANSWER_SQL = """
-SELECT t.id, m.content, t.sent_parts FROM chats c
+SELECT t.id, coalesce(m.content, t.error_message) AS content, CASE WHEN m.id IS NULL THEN t.error_code END AS code,
+       t.sent_parts
+FROM chats c
 JOIN turns t ON t.chat_id = c.id AND t.platform_message_id = $4
-JOIN messages m ON m.turn_id = t.id AND m.role = 'assistant' AND m.tool_calls IS NULL
+LEFT JOIN LATERAL (
+    SELECT x.id, x.content FROM messages x WHERE x.turn_id = t.id AND x.role = 'assistant' AND x.tool_calls IS NULL
+    ORDER BY x.id DESC LIMIT 1) m ON true
 WHERE c.platform = $1 AND c.platform_chat_id = $2 AND c.thread_id = $3
-ORDER BY m.id DESC LIMIT 1
+    AND (m.id IS NOT NULL OR t.error_message IS NOT NULL)
 """
 
 
 @dataclass(frozen=True)
 class StoredAnswer:
-    """A final answer stored for a platform message, and how many of its parts the platform already has."""
+    """A final answer stored for a platform message, and how many of its parts the platform already has; with
+    `error_code`, an error answer (`text` is its message)."""
 
     turn_id: int
     text: str
     sent_parts: int
+    error_code: str | None = None
 
 
 async def stored_answer(pool: Pool, inc: Incoming) -> StoredAnswer | None:
@@ -239,7 +281,7 @@ async def stored_answer(pool: Pool, inc: Incoming) -> StoredAnswer | None:
         "loading a stored answer",
         pool=pool,
     )
-    return None if row is None else StoredAnswer(row["id"], row["content"] or "", row["sent_parts"])
+    return None if row is None else StoredAnswer(row["id"], row["content"] or "", row["sent_parts"], row["code"])
 
 
 async def mark_sent(pool: Pool, turn_id: int, parts: int) -> None:

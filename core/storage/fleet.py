@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from core.limits import FLEET_ADAPTER_CHARS, FLEET_BEAT_S, FLEET_FORGET, FLEET_HOST_CHARS, truncate
+from core.limits import FLEET_ADAPTER_CHARS, FLEET_ALIVE_S, FLEET_BEAT_S, FLEET_FORGET, FLEET_HOST_CHARS, truncate
 from core.storage.db import Pool, is_dropped, retry_dropped
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,16 @@ async def seen(pool: Pool, within: timedelta) -> list[SeenProcess]:
         SeenProcess(r["id"], r["host"], r["pid"], r["version"], tuple(r["adapters"]), r["started_at"], r["ago"])
         for r in rows
     ]
+
+
+async def peers(pool: Pool, adapter: str, me: str, within: timedelta = timedelta(seconds=FLEET_ALIVE_S)) -> int:
+    """How many processes but `me` beat within `within` with `adapter` running (an entry `adapter (…)`)."""
+    count = await pool.fetchval(
+        "SELECT count(*) FROM processes WHERE seen_at >= now() - $3::interval AND id <> $2"
+        " AND EXISTS (SELECT 1 FROM unnest(adapters) AS a WHERE starts_with(a, $1))",
+        f"{adapter} (", me, within,
+    )  # fmt: skip
+    return int(count)
 
 
 async def _beat_once(pool: Pool, board: Board, me: ProcessInfo) -> None:

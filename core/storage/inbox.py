@@ -1,10 +1,15 @@
-"""The inbox table (sql/008; the claim is sql/011): store an update once, claim the next one of each chat, finish it."""
+"""The inbox table (sql/008; the claim is sql/013): store an update once, claim the next one of each chat, finish it.
+
+A lease is the owner and the attempt that claimed it: renew, finish and hand-back touch an update only while this
+process still holds it, so a process whose lease ran out and was taken over changes nothing."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from asyncpg import Record
 
 from core.storage.db import Pool
 
@@ -16,6 +21,7 @@ ON CONFLICT (platform, update_id) DO NOTHING
 _RENEW_SQL = """
 UPDATE inbox SET lease_until = now() + make_interval(secs => $3)
 WHERE owner = $1 AND done_at IS NULL AND update_id = ANY($2::bigint[])
+RETURNING update_id
 """
 
 
@@ -27,8 +33,15 @@ class InboxItem:
     update_id: int
     chat_key: str
     payload: dict[str, Any]
-    attempts: int
+    attempts: int  # claims so far, this one included (with `owner`, it names this lease)
     waited_s: float  # from storing to this claim
+    owner: str  # the process holding this lease
+    handed_back: int  # earlier claims that ended in a clean hand-back (shutdown), not in a dead process
+
+    @property
+    def failed_attempts(self) -> int:
+        """Earlier claims whose process died (or lost its lease) while handling the update."""
+        return self.attempts - 1 - self.handed_back
 
 
 async def put(pool: Pool, platform: str, update_id: int, chat_key: str, payload: dict[str, Any]) -> bool:
@@ -40,35 +53,46 @@ async def put(pool: Pool, platform: str, update_id: int, chat_key: str, payload:
 async def claim(pool: Pool, owner: str, platforms: Sequence[str], lease_s: float, limit: int) -> list[InboxItem]:
     """Lease up to `limit` updates that may run now (each the next one of its chat), oldest first."""
     rows = await pool.fetch("SELECT * FROM inbox_claim($1, $2, $3, $4)", list(platforms), owner, lease_s, limit)
-    items = [
-        InboxItem(r["platform"], r["update_id"], r["chat_key"], r["payload"], r["attempts"], r["waited"]) for r in rows
-    ]
+    items = [_item(r, owner) for r in rows]
     return sorted(items, key=lambda i: i.update_id)
 
 
-async def renew(pool: Pool, owner: str, update_ids: Sequence[int], lease_s: float) -> None:
-    """Extend the leases this process still holds."""
-    await pool.execute(_RENEW_SQL, owner, list(update_ids), lease_s)
+def _item(r: Record, owner: str) -> InboxItem:
+    """A claimed row as an item held by `owner`."""
+    return InboxItem(
+        r["platform"], r["update_id"], r["chat_key"], r["payload"], r["attempts"], r["waited"], owner, r["handed_back"]
+    )
+
+
+async def renew(pool: Pool, owner: str, update_ids: Sequence[int], lease_s: float) -> list[int]:
+    """Extend the leases this process still holds; returns the ids it no longer holds (another process took them
+    over after their lease ran out, or they were finished meanwhile)."""
+    kept = {r["update_id"] for r in await pool.fetch(_RENEW_SQL, owner, list(update_ids), lease_s)}
+    return [u for u in update_ids if u not in kept]
 
 
 _FINISH_SQL = """
-UPDATE inbox SET done_at = now(), owner = NULL, lease_until = NULL WHERE platform = $1 AND update_id = $2
+UPDATE inbox SET done_at = now(), owner = NULL, lease_until = NULL
+WHERE platform = $1 AND update_id = $2 AND owner = $4 AND attempts = $5 AND done_at IS NULL
 RETURNING EXISTS (SELECT 1 FROM inbox j WHERE j.platform = $1 AND j.chat_key = $3 AND j.done_at IS NULL
                   AND j.update_id <> $2)
 """
 
 
-async def finish(pool: Pool, item: InboxItem) -> bool:
-    """Mark an update handled (also when its lease had run out: its chat's next update may go); True when another
-    update of its chat waits."""
-    return bool(await pool.fetchval(_FINISH_SQL, item.platform, item.update_id, item.chat_key))
+async def finish(pool: Pool, item: InboxItem) -> bool | None:
+    """Mark an update handled while its lease is still this claim's (also when it ran out and nobody took it): True
+    when another update of its chat waits, False when none; None when the lease was lost (another process took the
+    update over: it is theirs to finish, and its chat's next update waits for them)."""
+    row = await pool.fetchrow(_FINISH_SQL, item.platform, item.update_id, item.chat_key, item.owner, item.attempts)
+    return None if row is None else bool(row[0])
 
 
 async def release(pool: Pool, owner: str, update_ids: Sequence[int]) -> int:
-    """Hand leased updates back at once (shutting down): another process takes them without waiting for the lease."""
+    """Hand leased updates back at once (shutting down): another process takes them without waiting for the lease,
+    and the attempt does not count as failed. Updates this process no longer holds are left alone."""
     status = await pool.execute(
-        "UPDATE inbox SET owner = NULL, lease_until = NULL WHERE owner = $1 AND done_at IS NULL"
-        " AND update_id = ANY($2::bigint[])",
+        "UPDATE inbox SET owner = NULL, lease_until = NULL, handed_back = handed_back + 1"
+        " WHERE owner = $1 AND done_at IS NULL AND update_id = ANY($2::bigint[])",
         owner,
         list(update_ids),
     )

@@ -30,6 +30,14 @@ from core.types import ChatRef, UserRef
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Caps:
+    """Per-account limits the tools enforce (from the settings; the defaults are the settings' defaults)."""
+
+    max_open_tasks: int = 200
+    job_min_interval_minutes: int = 15
+
+
 @dataclass
 class ToolContext:
     """What every tool call receives: the database, the speaking user and chat, their role, a clock."""
@@ -43,6 +51,14 @@ class ToolContext:
     on_tasks_changed: Callable[[], None] = field(default=lambda: None)
     requested_exit: int | None = None  # restart(mode="full") sets it: the process exits after this turn's reply
     personal: bool = True  # personal tools (memory) are allowed: not in a group chat
+    own_words: bool = False  # the turn's context holds only the speaker's own words (no one else's, nothing quoted)
+    caps: Caps = field(default_factory=lambda: Caps())
+
+    @property
+    def task_chat(self) -> int | None:
+        """The chat whose tasks this turn may see and change: the current one in a group or with others' text in the
+        context (a group must not read or rewrite the speaker's private tasks); None: all of the speaker's tasks."""
+        return self.chat.id if self.chat.kind == "group" or not self.own_words else None
 
     @property
     def tz(self) -> ZoneInfo:

@@ -411,10 +411,11 @@ class Core:
             log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
         flood = self._flood(inc, start.user_recent, start.chat_recent)
-        if flood is not None:
-            await self._close_unfinished(turn_id, "failed")
-            if flood:
-                yield Error("rate_limited", flood, turn_id)
+        if flood is not None:  # stored, not answered: the note (once) is the turn's answer, resent on a redelivery
+            note = Error("rate_limited", flood, turn_id) if flood else None
+            await conversations.finish_turn(self.pool, turn_id, "failed", 0, error=note)
+            if note is not None:
+                yield note
             return
         # Whose words the context holds: in a private chat the speaker's unless something quoted (a forward, an
         # untrusted job) is in it; in a group only when every replayed message is the speaker's. Admin tools need a

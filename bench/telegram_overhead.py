@@ -9,9 +9,9 @@ streams a draft (sendMessageDraft, only for answers slower than 0.6 s) and sends
 sends 50 users' messages at once to a bot whose model takes 1 s. The fake Telegram server runs on the bot's own
 event loop, so its CPU is inside the figure; its handler time is printed separately.
 
-Turns run in bursts back to back with a pause after each burst (not timed): the rate limiter's overall
-bucket (30 messages, leaking 30 per second; one sendMessage per turn: typing actions, sent only for turns
-slower than 0.3 s, and drafts bypass it) must never fill, or the figures measure its waits
+Turns run in bursts back to back with a pause after each burst (not timed): the rate limiter's
+window (30 messages in any 1.1 s for a process alone; one sendMessage per turn: typing actions, sent only for
+turns slower than 0.3 s, and drafts bypass it) must never fill, or the figures measure its waits
 (`--unpaced-turns` shows that). The first turn after each pause is reported apart: a
 process that has been idle runs its next turn slower (cold caches / CPU), as a lone message does.
 PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server in a temp dir.
@@ -64,6 +64,7 @@ from bench.common import (
 )
 from bench.turn_overhead import CpuMeter, CpuUse, print_profile
 from core.core import Core
+from core.limits import TELEGRAM_RATE_WINDOW_S
 from core.storage import conversations
 from core.types import Incoming
 from tests.fake_telegram import FakeTelegram
@@ -74,7 +75,7 @@ USERS = (7001, 7002, 7003, 7004, 7005)  # private chats: chat id == user id, as 
 NAMES = ("Ann", "Ben", "Cleo", "Dan", "Eva")
 MESSAGE_ID_BASE = 1_000_000
 MESSAGE_ID_STRIDE = 16  # room for the bot's own message ids in the chat between two incoming ones
-LIMITER_RATE = float(FloodLimit.MESSAGES_PER_SECOND)  # AIORateLimiter's default overall bucket (per second)
+LIMITER_RATE = float(FloodLimit.MESSAGES_PER_SECOND)  # the adapter's sends per TELEGRAM_RATE_WINDOW_S (alone)
 RATE_LIMITED = frozenset({"sendMessage"})  # what fills the bucket (typing and drafts bypass it)
 GOAL_CROWD_S = 2.0
 CROWD_USER_BASE = 20_000
@@ -219,8 +220,8 @@ async def one_turn(rig: Rig, after_idle: bool, text: str = "what is on my list f
 class Pacing:
     """Turns back to back in bursts, with a pause after each burst (not timed).
 
-    The pause lets AIORateLimiter's overall bucket (30 messages, leaking 30/s) drain, so it never makes a
-    message wait: a burst of 8 turns puts 8 in it.
+    The pause empties the adapter's send window (30 messages per TELEGRAM_RATE_WINDOW_S for a process alone), so it
+    never makes a message wait: a burst of 8 turns puts 8 in it.
     """
 
     burst: int = 8
@@ -261,16 +262,15 @@ async def run_turns(
 
 
 def limiter_peak(calls: list[ApiCall]) -> float:
-    """The highest level AIORateLimiter's overall leaky bucket reached for these calls (it waits at 30)."""
-    level, last = 0.0, None
-    peak = 0.0
-    for c in sorted((c for c in calls if c.method in RATE_LIMITED), key=lambda c: c.t_in):
-        if last is not None:
-            level = max(0.0, level - (c.t_in - last) * LIMITER_RATE)
-        last = c.t_in
-        level += 1
-        peak = max(peak, level)
-    return peak
+    """The most rate-limited calls within any TELEGRAM_RATE_WINDOW_S: the adapter's limiter lets 30 through per
+    window (a process alone) and makes the next one wait."""
+    times = sorted(c.t_in for c in calls if c.method in RATE_LIMITED)
+    peak, first = 0, 0
+    for i, t in enumerate(times):
+        while times[first] <= t - TELEGRAM_RATE_WINDOW_S:
+            first += 1
+        peak = max(peak, i - first + 1)
+    return float(peak)
 
 
 # ---------------------------------------------------------------- part 1: the headline figure
@@ -406,7 +406,7 @@ def print_run(r: RunResult, *, headline: bool) -> None:
     print(f"    {r.gc.line(n)}")
     peak = limiter_peak(r.calls)
     print(
-        f"    AIORateLimiter overall bucket: peak level {peak:.1f} of {LIMITER_RATE:.0f} "
+        f"    rate limiter: at most {peak:.0f} sends in one {TELEGRAM_RATE_WINDOW_S:g} s window of {LIMITER_RATE:.0f} "
         f"({'never waited' if peak <= LIMITER_RATE else 'FULL: turns waited for the limiter'}); "
         f"{n / r.wall_s:.1f} turns/s overall"
     )

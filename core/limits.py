@@ -6,6 +6,7 @@ limits. Times end in _S (seconds) or _MS, or are timedeltas.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 # Platforms: message sizes and how often their previews refresh.
@@ -124,6 +125,20 @@ MEMORY_TYPO_LENGTH_SLACK = 2  # such a word is at most this many characters shor
 MEMORY_TYPO_WORDS = 3  # at most this many of them per query word
 MEMORY_TYPO_QUERY_WORDS = 8  # at most this many unknown words of one query are widened so (the longest)
 MEMORY_SEARCH_MAX_PAGE = 1_000_000  # a later page is past the end for anyone (its OFFSET must fit a bigint)
+
+
+_LINE_BREAKS: dict[int, str] = {ord(c): f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"}  # JSON escapes the rest
+
+
+def quoted(text: str) -> str:
+    """`text` as a JSON string for the prompt: quoted, and no character in it can start a line of its own (JSON
+    leaves U+2028, U+2029, NEL and a few separators raw, and str.splitlines() and some models break on them)."""
+    return json.dumps(text, ensure_ascii=False).translate(_LINE_BREAKS)
+
+
+def one_line(text: str) -> str:
+    """`text` with every kind of line break and run of white space folded into one space (names, origins)."""
+    return " ".join(text.split())
 
 
 def truncate(text: str, limit: int, *, one_line: bool = False) -> str:

@@ -249,7 +249,7 @@ async def test_retried_begin_turn_takes_back_its_own_committed_turn(pool: Pool) 
     for _ in range(2):
         await pool.execute(conversations._ADD_ASSISTANT_ONCE_SQL, chat.id, first, None, calls)
         await pool.execute(
-            conversations._ADD_TOOL_ONCE_SQL, chat.id, first, '{"ok": true}', "c1", "manage_tasks", True, 1
+            conversations._ADD_TOOL_ONCE_SQL, chat.id, first, '{"ok": true}', "c1", "manage_tasks", True, 1, None
         )
         await pool.execute(conversations._FINISH_ONCE_SQL, chat.id, first, "hi", "done", 1)
     roles = [r["role"] for r in await pool.fetch("SELECT role FROM messages ORDER BY id")]

@@ -151,6 +151,11 @@ async def test_an_untrusted_job_rewritten_in_a_clean_private_turn_is_trusted_aga
     rewrite = {"action": "update", "id": 1, "title": "Digest", "job": "summarise my day"}
     fake_llm.script(Reply(tool_calls=[("manage_tasks", rewrite)]), Reply(text="ok"))
     answer(await run(core, incoming("rewrite it", user="100")))
+    # the result above showed the planted job: this conversation now holds it, so nothing written here is trusted
+    assert await pool.fetchval("SELECT own_words FROM tasks") is False
+    await core.reset(incoming("/reset", user="100"))
+    fake_llm.script(Reply(tool_calls=[("manage_tasks", rewrite)]), Reply(text="ok"))
+    answer(await run(core, incoming("rewrite it", user="100")))
     assert await pool.fetchval("SELECT own_words FROM tasks") is True
 
 

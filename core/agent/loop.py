@@ -126,9 +126,13 @@ async def run_agent(
         for c in reply.tool_calls:
             yield ToolCall(c.id, c.name, c.arguments)
             budget = max(0.1, min(limits.step_timeout, deadline - time.monotonic()))
+            was_tainted = ctx.tainted
             envelope, took = await timed_run(registry, c.name, c.arguments, ctx, budget)
-            await conversations.add_tool_result(ctx.pool, ctx.chat, turn_id, c.id, c.name, envelope, int(took * 1000))
-            if registry.revision != revision:  # e.g. write_capability added a tool: offer it from the next step
+            foreign = ctx.tainted and not was_tainted  # this result brought in others' text: marked for later turns
+            await conversations.add_tool_result(
+                ctx.pool, ctx.chat, turn_id, c.id, c.name, envelope, int(took * 1000), foreign=foreign
+            )
+            if registry.revision != revision or foreign:  # e.g. write_capability added a tool; admin tools went
                 schemas, revision = [t.schema for t in registry.offered(ctx.is_admin, ctx.personal)], registry.revision
             messages.append({"role": "tool", "tool_call_id": c.id, "content": envelope_for_prompt(envelope)})
             step = make_step(c.name, c.arguments, envelope, took)

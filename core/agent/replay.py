@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from core.limits import ANSWER_PROMPT_CHARS, TOOL_RESULT_PROMPT_CHARS, truncate
+from core.limits import ANSWER_PROMPT_CHARS, TOOL_RESULT_PROMPT_CHARS, one_line, truncate
 from core.tools.framework import calls_for_prompt
 
 
@@ -38,7 +38,8 @@ def _get(row: Row, key: str) -> Any:
 def quoted_block(kind: str, origin: str, text: str, who: str) -> str:
     """Someone else's text as a quote: an intro line naming its origin, then every line behind `> ` (a quoted line
     cannot pass itself off as the bot's note or the user's words)."""
-    intro = QUOTED_INTRO.get(kind, QUOTED_INTRO["forward"]).format(who=who or "The user", origin=origin or "someone")
+    who, origin = one_line(who) or "The user", one_line(origin) or "someone"  # a name cannot start a line
+    intro = QUOTED_INTRO.get(kind, QUOTED_INTRO["forward"]).format(who=who, origin=origin)
     return intro + "\n" + "\n".join(f"> {line}" for line in text.splitlines() or [""])
 
 

@@ -278,7 +278,16 @@ class CapabilityManager:
         loop = asyncio.get_running_loop()
 
         async def query(sql: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
-            return await run_query(ctx.pool, ctx.user, ctx.is_admin, self.timeout, sql, args, personal=ctx.personal)
+            return await run_query(
+                ctx.pool,
+                ctx.user,
+                ctx.is_admin,
+                self.timeout,
+                sql,
+                args,
+                personal=ctx.personal,
+                task_chat=ctx.task_chat,
+            )
 
         cap_ctx = CapabilityContext(
             ctx.user.platform_user_id, ctx.user.display_name, ctx.user.platform, ctx.user.timezone, ctx.is_admin,

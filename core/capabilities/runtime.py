@@ -316,10 +316,12 @@ async def run_query(
     args: tuple[Any, ...],
     *,
     personal: bool = False,
+    task_chat: int | None = None,
 ) -> list[dict[str, Any]]:
     """One read-only statement wrapped as `SELECT to_json(r) FROM (<sql>) r`, as the user may see it (capped rows).
 
-    A non-admin sees their memory rows only in a `personal` turn (sql/015: a flag signed for this user)."""
+    A non-admin sees their memory rows only in a `personal` turn (sql/015: a flag signed for this user), and with
+    `task_chat` only their tasks of that chat (sql/017; None: all of theirs)."""
     import asyncpg
 
     if len(args) > QUERY_MAX_ARGS:
@@ -332,11 +334,13 @@ async def run_query(
             "SELECT to_regprocedure($3) IS NOT NULL FROM (SELECT set_config('statement_timeout', $1, true),"
             " set_config('app.user_id', $2, true), set_config('app.user_sig', capability_sign($2), true),"
             " set_config('app.personal', $4, true), set_config('app.personal_sig', capability_sign($2 || ':personal:'"
-            " || $4), true)) s",
+            " || $4), true), set_config('app.task_chat', $5, true),"
+            " set_config('app.task_chat_sig', capability_sign($2 || ':chat:' || $5), true)) s",
             str(ms),
             str(user.id),
             READER_FUNCTION,
             "on" if personal else "off",
+            "" if task_chat is None else str(task_chat),
         )
         if not is_admin and not reader_ok:
             raise CapabilityQueryError(

@@ -22,6 +22,7 @@ from core.limits import (
     MEMORY_TYPO_WORDS,
     MEMORY_VECTOR_CANDIDATES,
     MEMORY_VECTOR_MIN_SIMILARITY,
+    one_line,
     truncate,
 )
 from core.memory.embeddings import Embedder, embed_query, store_embedding
@@ -88,14 +89,14 @@ _ARCHIVAL_VECTOR_SQL = _ARCHIVAL_PAGE.format(
 # Newest first: "what did I say about X" means the latest mention (and ranking would re-parse every hit).
 _CONVERSATION_PAGE = f"""
 WITH {_QUERY_CTES}, hits AS (
-    SELECT m.id, m.role, m.content, m.created_at
+    SELECT m.id, m.role, m.content, m.created_at, m.quoted_kind, m.quoted_origin
     FROM messages m JOIN chats c ON c.id = m.chat_id, q
     WHERE m.chat_id = ANY(ARRAY(SELECT DISTINCT t.chat_id FROM turns t WHERE t.user_id = $1))
       AND m.role IN ('user', 'assistant') AND m.content IS NOT NULL
       AND (c.kind = 'private' OR (m.role = 'user' AND m.user_id = $1))
       AND to_tsvector('simple', m.content) @@ q.tsq
 )
-SELECT id, role, content, created_at, count(*) OVER () AS total FROM hits
+SELECT id, role, content, created_at, quoted_kind, quoted_origin, count(*) OVER () AS total FROM hits
 ORDER BY created_at DESC, id DESC LIMIT {MEMORY_PAGE_SIZE} OFFSET $3
 """
 
@@ -221,6 +222,9 @@ async def search_conversation(pool: Pool, user_id: int, query: str, page: int, t
     def line(r: asyncpg.Record) -> str:
         when = r["created_at"].astimezone(tz).strftime("%Y-%m-%d %H:%M")
         who = "user" if r["role"] == "user" else "assistant"
+        if r["quoted_kind"]:  # someone else's words the user brought in: never shown as theirs
+            origin = one_line(r["quoted_origin"] or "someone")
+            who = f"someone else's text ({r['quoted_kind']} from {origin}; quoted data, not the user's words)"
         return f"({when}) {who}: {_shown(r['content'])}"
 
     return format_page("Conversation Search", query, page, rows, line)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 import uuid
@@ -22,6 +21,7 @@ from core.limits import (
     REMINDER_RETRY_FIRST,
     REMINDER_RETRY_MAX,
     REMINDER_SENDS,
+    quoted,
 )
 from core.metrics import Metrics
 from core.reminders import recurrence
@@ -495,11 +495,11 @@ class ReminderEngine:
         prompt = row["agent_prompt"] or row["title"]
         text = f"[scheduled job: {row['title']}] {prompt}"
         # a job written with others' text around runs as a quoted request: no admin or memory tools (core.Core._turn)
-        quoted = () if row["own_words"] else (Quoted("job", json.dumps(row["title"], ensure_ascii=False), prompt),)
+        quote = () if row["own_words"] else (Quoted("job", quoted(row["title"]), prompt),)
         inc = Incoming(
             platform=row["platform"], user_id=row["platform_user_id"], chat_id=row["platform_chat_id"],
             thread_id=row["thread_id"], chat_kind=row["chat_kind"], user_name=row["display_name"],
-            text=text if row["own_words"] else "", quoted=quoted,
+            text=text if row["own_words"] else "", quoted=quote,
             message_id=f"{JOB_MESSAGE_PREFIX}{row['task_id']}:{shown.isoformat()}",
         )  # fmt: skip
         try:

@@ -14,17 +14,28 @@ from core.activity import make_step
 from core.storage.db import Pool, retry_dropped
 from core.types import JOB_MESSAGE_PREFIX, ChatRef, Error, Incoming, Step, UserRef
 
-_UPSERT_CTES = """
+# {counted}: whether this message counts towards the person's message rate (sql/018; a SQL boolean expression)
+_UPSERT_TEMPLATE = """
 WITH u AS (
-    INSERT INTO users (platform, platform_user_id, display_name) VALUES ($1, $2, $3)
-    ON CONFLICT (platform, platform_user_id) DO UPDATE SET display_name = EXCLUDED.display_name
-    RETURNING id, timezone
+    INSERT INTO users (platform, platform_user_id, display_name, rate_window_start, rate_count)
+    VALUES ($1, $2, $3, now(), CASE WHEN {counted} THEN 1 ELSE 0 END)
+    ON CONFLICT (platform, platform_user_id) DO UPDATE SET display_name = EXCLUDED.display_name,
+        rate_count = CASE WHEN NOT {counted} THEN users.rate_count
+                          WHEN users.rate_window_start > now() - interval '1 minute' THEN users.rate_count + 1
+                          ELSE 1 END,
+        rate_window_start = CASE WHEN NOT {counted} OR users.rate_window_start > now() - interval '1 minute'
+                                 THEN users.rate_window_start ELSE now() END
+    RETURNING id, timezone, rate_count
 ), c AS (
     INSERT INTO chats (platform, platform_chat_id, thread_id, kind, title) VALUES ($1, $4, $5, $6, $7)
     ON CONFLICT (platform, platform_chat_id, thread_id) DO UPDATE SET title = EXCLUDED.title
     RETURNING id, history_floor
 )"""
-_IDENTIFY_SQL = _UPSERT_CTES + "\nSELECT u.id AS user_id, u.timezone, c.id AS chat_id, c.history_floor FROM u, c"
+_UPSERT_CTES = _UPSERT_TEMPLATE.format(counted="(coalesce($8, '') NOT LIKE $20)")  # a turn's start: jobs aside
+_IDENTIFY_SQL = (
+    _UPSERT_TEMPLATE.format(counted="false")
+    + "\nSELECT u.id AS user_id, u.timezone, c.id AS chat_id, c.history_floor FROM u, c"
+)
 _BEGIN_SQL = (
     _UPSERT_CTES
     + """, t AS (
@@ -78,10 +89,9 @@ _BEGIN_WITH_CONTEXT_SQL = (
         WHERE user_id = u.id AND status IN ('pending', 'in_progress') AND due_at < $13
         ORDER BY due_at LIMIT $14) d) AS due,
     CASE WHEN $16 THEN memory_blocks_json(u.id) END AS memory,  -- core memory blocks (sql/006), personal turns only
-    -- message rates: turns the speaker and the chat started in the last minute before this one (scheduled jobs aside)
-    (SELECT count(*) FROM turns r WHERE r.user_id = u.id AND r.started_at > now() - interval '1 minute'
-        AND r.id IS DISTINCT FROM (SELECT id FROM t)
-        AND coalesce(r.platform_message_id, '') NOT LIKE $20) AS user_recent,
+    -- message rates: the speaker's messages before this one in their current one-minute window (sql/018), and the
+    -- turns started in this chat in the last minute (one chat's turns run one at a time); scheduled jobs aside
+    greatest(u.rate_count - 1, 0) AS user_recent,
     (SELECT count(*) FROM turns r WHERE r.chat_id = c.id AND r.started_at > now() - interval '1 minute'
         AND r.id IS DISTINCT FROM (SELECT id FROM t)
         AND coalesce(r.platform_message_id, '') NOT LIKE $20) AS chat_recent
@@ -94,12 +104,12 @@ INSERT INTO messages (chat_id, turn_id, role, content, tool_calls) SELECT $1, $2
 WHERE NOT EXISTS (SELECT 1 FROM messages WHERE turn_id = $2 AND role = 'assistant' AND tool_calls = $4::jsonb)
 """
 _ADD_TOOL_SQL = """
-INSERT INTO messages (chat_id, turn_id, role, content, tool_call_id, tool_name, tool_ok, duration_ms)
-VALUES ($1, $2, 'tool', $3, $4, $5, $6, $7)
+INSERT INTO messages (chat_id, turn_id, role, content, tool_call_id, tool_name, tool_ok, duration_ms, quoted_kind)
+VALUES ($1, $2, 'tool', $3, $4, $5, $6, $7, $8)
 """
 _ADD_TOOL_ONCE_SQL = """
-INSERT INTO messages (chat_id, turn_id, role, content, tool_call_id, tool_name, tool_ok, duration_ms)
-SELECT $1, $2, 'tool', $3, $4, $5, $6, $7
+INSERT INTO messages (chat_id, turn_id, role, content, tool_call_id, tool_name, tool_ok, duration_ms, quoted_kind)
+SELECT $1, $2, 'tool', $3, $4, $5, $6, $7, $8
 WHERE NOT EXISTS (SELECT 1 FROM messages WHERE turn_id = $2 AND role = 'tool' AND tool_call_id = $4)
 """
 _FINISH_SQL = """
@@ -216,15 +226,25 @@ async def add_assistant(
 
 
 async def add_tool_result(
-    pool: Pool, chat: ChatRef, turn_id: int, call_id: str, name: str, envelope: dict[str, Any], duration_ms: int
+    pool: Pool,
+    chat: ChatRef,
+    turn_id: int,
+    call_id: str,
+    name: str,
+    envelope: dict[str, Any],
+    duration_ms: int,
+    *,
+    foreign: bool = False,
 ) -> None:
-    """Store a tool result in full (the prompt gets a truncated copy); a retry does not store it twice."""
-    args = (chat.id, turn_id, json.dumps(envelope, ensure_ascii=False, default=str), call_id, name)
+    """Store a tool result in full (the prompt gets a truncated copy); a retry does not store it twice. `foreign`: it
+    carries someone else's text (a job written in a group), so a turn that replays it holds others' words."""
+    args = (chat.id, turn_id, json.dumps(envelope, ensure_ascii=False, default=str), call_id, name,
+            bool(envelope.get("ok")), duration_ms, "job" if foreign else None)  # fmt: skip
     await retry_dropped(
-        lambda: pool.execute(_ADD_TOOL_SQL, *args, bool(envelope.get("ok")), duration_ms),
+        lambda: pool.execute(_ADD_TOOL_SQL, *args),
         "storing a tool result",
         pool=pool,
-        again=lambda: pool.execute(_ADD_TOOL_ONCE_SQL, *args, bool(envelope.get("ok")), duration_ms),
+        again=lambda: pool.execute(_ADD_TOOL_ONCE_SQL, *args),
     )
 
 

@@ -54,6 +54,13 @@ class ToolContext:
     own_words: bool = False  # the turn's context holds only the speaker's own words (no one else's, nothing quoted)
     caps: Caps = field(default_factory=lambda: Caps())
 
+    tainted: bool = False  # a tool result of this turn brought in someone else's text (see taint)
+
+    def taint(self) -> None:
+        """A tool result carries someone else's text (e.g. a job written in a group): the rest of the turn holds
+        others' words, so no admin tools, and tasks written now are not the owner's own."""
+        self.tainted, self.own_words, self.is_admin = True, False, False
+
     @property
     def task_chat(self) -> int | None:
         """The chat whose tasks this turn may see and change: the current one in a group or with others' text in the

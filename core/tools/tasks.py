@@ -238,6 +238,8 @@ async def _update(p: ManageTasksParams, ctx: ToolContext, row: asyncpg.Record) -
             recurrence = p.recurrence.model_dump(exclude_none=True)
     job = p.job if p.job is not None else row["agent_prompt"]
     _check_job_rate(job, recurrence, ctx)
+    if p.status in OPEN_STATUSES and row["status"] not in OPEN_STATUSES:  # reopening counts like creating
+        await _check_open_cap(ctx.pool, ctx)
     updated = await ctx.pool.fetchrow(
         f"UPDATE tasks SET title = $3, details = $4, status = $5, due_at = $6, recurrence = $7,"
         f" timezone = $8, kind = $9, agent_prompt = $10, own_words = $11, updated_at = now()"
@@ -283,6 +285,16 @@ def _with_upcoming(
     return out
 
 
+async def manage_tasks_tool(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]:
+    """manage_tasks; a result that shows a task written where others' text was present brings that text into this
+    turn: from then on the turn (and its replay) counts as holding someone else's words."""
+    result = await manage_tasks(p, ctx)
+    views = [*result.get("tasks", []), *([result["task"]] if "task" in result else [])]
+    if any("origin" in v for v in views):
+        ctx.taint()
+    return result
+
+
 MANAGE_TASKS = Tool(
     name="manage_tasks",
     description=(
@@ -291,5 +303,5 @@ MANAGE_TASKS = Tool(
         "Use recurrence for repeating reminders."
     ),
     params=ManageTasksParams,
-    handler=manage_tasks,
+    handler=manage_tasks_tool,
 )

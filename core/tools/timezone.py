@@ -19,6 +19,12 @@ class SetTimezoneParams(BaseModel):
 
 async def set_timezone(p: SetTimezoneParams, ctx: ToolContext) -> dict[str, Any]:
     """Validate and store the speaking user's time zone."""
+    if not ctx.own_words:  # the zone times every private reminder: others' text must not move them
+        raise ToolError(
+            "the time zone can only be changed in a conversation of your own words (your private chat with me); "
+            "this one holds someone else's text",
+            code="forbidden",
+        )
     name = valid_zone(p.timezone)
     if name is None:
         raise ToolError(f"'{p.timezone}' is not an IANA time zone; use a name like Europe/Berlin")

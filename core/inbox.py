@@ -34,9 +34,10 @@ Handler = Callable[[InboxItem], Awaitable[None]]
 
 @dataclass
 class _Lease:
-    """This process's hold on an update it handles."""
+    """This process's hold on an update it handles, and the task handling it."""
 
     item: InboxItem
+    task: asyncio.Task[None]
     held_until: float  # monotonic time until which the lease is surely still ours (claimed or renewed before it)
     lost: bool = False  # another process took the update over: this handler sends and writes nothing more
     finishing: bool = False  # the handler is done: the update is being marked done
@@ -63,8 +64,7 @@ class Inbox:
         self.pool, self.owner, self.metrics = pool, owner, metrics
         self.concurrency, self.lease_s, self.poll_s = concurrency, lease_s, poll_s
         self._handlers: dict[str, Handler] = {}
-        self._running: dict[int, tuple[InboxItem, asyncio.Task[None]]] = {}
-        self._leases: dict[int, _Lease] = {}
+        self._leases: dict[int, _Lease] = {}  # the updates being handled here, by update_id
         self._wake = asyncio.Event()
         self._taking = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -93,7 +93,7 @@ class Inbox:
     @property
     def held(self) -> int:
         """How many updates this process is handling now."""
-        return len(self._running)
+        return len(self._leases)
 
     def lease_lost(self) -> bool:
         """Whether another process took over the update this task handles (its lease ran out): the turn here must
@@ -128,18 +128,18 @@ class Inbox:
                 await task
         self._tasks = []
         await self._listener.stop()
-        running = [task for _, task in self._running.values()]
+        running = [lease.task for lease in self._leases.values()]
         if running:
             log.info("waiting up to %g s for %d update(s) being handled", grace, len(running))
             finished: asyncio.Future[Any] = asyncio.gather(*running, return_exceptions=True)
             hurried = asyncio.ensure_future((hurry or asyncio.Event()).wait())
             await asyncio.wait({finished, hurried}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
             hurried.cancel()
-        late = dict(self._running)
-        for _, task in late.values():
-            task.cancel()
+        late = dict(self._leases)
+        for lease in late.values():
+            lease.task.cancel()
         if late:
-            await asyncio.wait([task for _, task in late.values()], timeout=1.0)
+            await asyncio.wait([lease.task for lease in late.values()], timeout=1.0)
             try:  # not counted as failed attempts; updates whose lease was lost meanwhile are left to their owner
                 handed = await store.release(self.pool, self.owner, list(late))
             except Exception as e:  # the leases run out on their own
@@ -156,7 +156,7 @@ class Inbox:
         """Claim what may run now while there is room; otherwise wait for a wake-up or the next poll."""
         while self._taking:
             self._wake.clear()
-            free = self.concurrency - len(self._running)
+            free = self.concurrency - len(self._leases)
             if free > 0 and self._handlers:
                 claimed = time.monotonic()  # the leases run at least until this + lease_s
                 try:
@@ -180,13 +180,12 @@ class Inbox:
     def _start(self, item: InboxItem, claimed: float) -> None:
         """Handle one claimed update in its own task."""
         self.metrics.inbox_wait.observe(item.waited_s)
-        self._leases[item.update_id] = _Lease(item, claimed + self.lease_s)
         if item.attempts > 1:
             self.metrics.inbox_retaken.inc()
             log.info("taking %s update %d again (attempt %d): the process before stopped or died while handling it",
                      item.platform, item.update_id, item.attempts)  # fmt: skip
         task = asyncio.create_task(self._handle(item), name=f"inbox {item.platform} {item.update_id}")
-        self._running[item.update_id] = (item, task)
+        self._leases[item.update_id] = _Lease(item, task, claimed + self.lease_s)
 
     async def _handle(self, item: InboxItem) -> None:
         """Run the adapter's handler, then mark the update done (a failure is logged: the update is not retried).
@@ -206,7 +205,7 @@ class Inbox:
             raise  # cut at shutdown: stop() hands it back
         except Exception:
             log.exception("handling %s update %d failed", item.platform, item.update_id)
-        full, more = len(self._running) >= self.concurrency, True
+        full, more = len(self._leases) >= self.concurrency, True
         lease.finishing = True
         try:
             more = not lease.lost and await self._finish(item)
@@ -217,7 +216,6 @@ class Inbox:
 
     def _forget(self, update_id: int) -> None:
         """The update is no longer handled here."""
-        self._running.pop(update_id, None)
         self._leases.pop(update_id, None)
 
     async def _finish(self, item: InboxItem) -> bool:
@@ -266,13 +264,8 @@ class Inbox:
         lease.lost = True
         log.warning("lost the lease on %s update %d (attempt %d) to another process: stopping its turn here",
                     item.platform, item.update_id, item.attempts)  # fmt: skip
-        running = self._running.get(item.update_id)
-        if (
-            running is not None
-            and self._leases.get(item.update_id) is lease
-            and running[1] is not asyncio.current_task()
-        ):
-            running[1].cancel()  # (confirm_lease() stops its own task itself)
+        if self._leases.get(item.update_id) is lease and lease.task is not asyncio.current_task():
+            lease.task.cancel()  # (confirm_lease() stops its own task itself)
 
 
 def _reason(e: BaseException) -> str:

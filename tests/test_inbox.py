@@ -112,11 +112,11 @@ async def die(proc: Proc) -> None:
     """The process dies (as with kill -9, in this test process): its handlers stop where they are and its leases
     are neither renewed nor handed back."""
     inbox = proc.core.inbox
-    dead = [task for _, task in inbox._running.values()] + inbox._tasks
+    dead = [lease.task for lease in inbox._leases.values()] + inbox._tasks
     for task in dead:
         task.cancel()
     await asyncio.wait(dead)
-    inbox._running.clear()
+    inbox._leases.clear()
     inbox._tasks = []
 
 

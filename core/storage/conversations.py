@@ -11,7 +11,7 @@ from typing import Any
 from asyncpg import Record
 
 from core.activity import make_step
-from core.storage.db import Pool, retry_dropped
+from core.storage.db import Pool, affected, retry_dropped
 from core.types import JOB_MESSAGE_PREFIX, ChatRef, Error, Incoming, Step, UserRef
 
 # {counted}: whether this message counts towards the person's message rate (sql/018; a SQL boolean expression)
@@ -317,7 +317,7 @@ async def close_abandoned_turns(pool: Pool, older_than: timedelta) -> int:
         " WHERE status = 'running' AND started_at < now() - $1::interval",
         older_than,
     )
-    return int(status.rsplit(" ", 1)[-1])
+    return affected(status)
 
 
 async def reset_conversation(pool: Pool, chat: ChatRef) -> None:

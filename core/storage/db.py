@@ -37,6 +37,11 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 _DROPPED_MESSAGES = ("cannot switch to state", "connection is closed")
 
 
+def affected(status: str) -> int:
+    """The row count of a command status such as `DELETE 12` or `UPDATE 3`."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
 def is_dropped(e: BaseException) -> bool:
     """Whether `e` means the connection was lost, rather than that the statement was wrong."""
     if isinstance(e, CONNECTION_ERRORS):

@@ -11,7 +11,7 @@ from typing import Any
 
 from asyncpg import Record
 
-from core.storage.db import Pool
+from core.storage.db import Pool, affected
 
 _PUT_SQL = """
 INSERT INTO inbox (platform, update_id, chat_key, payload) VALUES ($1, $2, $3, $4)
@@ -96,7 +96,7 @@ async def release(pool: Pool, owner: str, update_ids: Sequence[int]) -> int:
         owner,
         list(update_ids),
     )
-    return int(status.rsplit(" ", 1)[-1])
+    return affected(status)
 
 
 async def depth(pool: Pool) -> tuple[int, float]:
@@ -117,4 +117,4 @@ async def forget_done(pool: Pool, older_than_s: float, limit: int) -> int:
         older_than_s,
         limit,
     )
-    return int(status.rsplit(" ", 1)[-1])
+    return affected(status)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from core.limits import REFUSAL_KEEP, RETENTION_BATCH, RETENTION_EVERY_S, RETENTION_ROUNDS
-from core.storage.db import Pool, is_dropped
+from core.storage.db import Pool, affected, is_dropped
 from core.timeutil import Clock
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ async def _delete_in_batches(pool: Pool, sql: str, cutoff: datetime, batch: int,
     total = 0
     for _ in range(rounds):
         status = await pool.execute(sql, cutoff, batch)
-        deleted = int(status.rsplit(" ", 1)[-1])
+        deleted = affected(status)
         total += deleted
         if deleted < batch:
             break

@@ -132,14 +132,12 @@ async def open_tasks(
     )
 
 
-def _check_job_rate(job: str | None, rec: Recurrence | dict[str, Any] | None, ctx: ToolContext) -> None:
-    """An agent job repeats at most every JOB_MIN_INTERVAL_MINUTES (each run is a model call)."""
-    if not job:
+def _check_job_rate(job: str | None, rec: dict[str, Any] | None, ctx: ToolContext) -> None:
+    """An agent job repeats at most every JOB_MIN_INTERVAL_MINUTES (each run is a model call); `rec` as stored."""
+    if not job or not rec:
         return
-    minutes = rec.every_minutes if isinstance(rec, Recurrence) else (rec or {}).get("every_minutes")
-    kind = rec.kind if isinstance(rec, Recurrence) else (rec or {}).get("kind")
-    least = ctx.caps.job_min_interval_minutes
-    if kind == "interval" and isinstance(minutes, int) and minutes < least:
+    minutes, least = rec.get("every_minutes"), ctx.caps.job_min_interval_minutes
+    if rec.get("kind") == "interval" and isinstance(minutes, int) and minutes < least:
         raise ToolError(
             f"an agent job may repeat at most every {least} minutes (asked: every {minutes}); "
             "use a plain reminder for anything more frequent, or a longer interval",
@@ -169,7 +167,7 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
     if p.action == "create":
         if not p.title or not p.title.strip():
             raise ToolError("title is required to create a task")
-        _check_job_rate(p.job, p.recurrence, ctx)
+        _check_job_rate(p.job, p.recurrence.model_dump() if p.recurrence else None, ctx)
         due, upcoming = _schedule(p, ctx)
         await _check_open_cap(pool, ctx)
         row = await pool.fetchrow(

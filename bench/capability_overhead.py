@@ -17,7 +17,7 @@ from pathlib import Path
 from bench.common import bench_database, bench_settings, load_average, percentile
 from core.agent.llm import LLM
 from core.capabilities.manager import WriteCapabilityParams
-from core.core import Core
+from core.front_door import Core
 from core.storage import conversations
 from core.storage.db import create_pool
 from core.tools.framework import ToolContext

@@ -28,7 +28,7 @@ import asyncpg
 from aiohttp import web
 
 from core.agent.llm import LLM
-from core.core import Core
+from core.front_door import Core
 from core.settings import Settings, load_settings
 from core.storage.db import create_pool
 from core.storage.embedded import start_embedded

@@ -55,7 +55,7 @@ from bench.common import (
     traced_handle,
 )
 from bench.turn_overhead import CpuMeter, CpuUse, print_profile
-from core.core import Core
+from core.front_door import Core
 from tests.fake_discord import FakeDiscord
 
 SEQ_USERS = 8

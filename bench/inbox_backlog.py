@@ -24,8 +24,8 @@ import asyncio
 import time
 
 from bench.common import bench_database, percentile, quiet_logging, server_info, verdict
-from core.limits import INBOX_CONCURRENCY, INBOX_LEASE_S
-from core.storage import inbox as store
+from core.constants import INBOX_CONCURRENCY, INBOX_LEASE_S
+from core.storage import inbox_table as store
 from core.storage.db import Pool, create_pool
 
 CHATS = 1000

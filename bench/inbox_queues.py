@@ -1,9 +1,9 @@
-"""The Telegram inbox as a job queue: procrastinate, PgQueuer and the hand-written table (core.storage.inbox).
+"""The Telegram inbox as a job queue: procrastinate, PgQueuer and the hand-written table (core.storage.inbox_table).
 
 Run with `uv run --with procrastinate --with pgqueuer python bench/inbox_queues.py` (about 70 s);
 a queue whose library is not installed (or, for the hand-written one, whose module is not there yet) is skipped.
 The hand-written inbox runs on the bot's own worker (core.inbox.Inbox) when it exists, else on a loop of this file
-around core.storage.inbox's put / claim / finish.
+around core.storage.inbox_table's put / claim / finish.
 PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server in a temp dir, as bench.common does.
 
 Each queue gets the same messages and a handler that records when it starts and ends (and optionally waits a
@@ -68,8 +68,8 @@ CRASH_WAIT_S = 20.0  # part 4 gives up waiting for the re-run after this
 CRASH_TIMEOUT_S = 2.0  # heartbeat timeout / lease used in part 4 (both sides)
 CRASH_WORK_S = 0.05  # handler time in part 4, so that message 2 running alongside the re-run would show
 CRASH_TICK_S = 0.5  # heartbeat, lease renewal, polling and stalled-job sweep interval in part 4
-DEFAULT_POLL_S = 1.0  # the hand-written worker's idle poll (besides LISTEN), unless core.limits.INBOX_POLL_S
-DEFAULT_LEASE_S = 30.0  # the hand-written worker's lease outside part 4, unless core.limits.INBOX_LEASE_S
+DEFAULT_POLL_S = 1.0  # the hand-written worker's idle poll (besides LISTEN), unless core.constants.INBOX_POLL_S
+DEFAULT_LEASE_S = 30.0  # the hand-written worker's lease outside part 4, unless core.constants.INBOX_LEASE_S
 UPDATE_TEXT = "x" * 200  # the message text inside each fake update
 PLATFORM = "telegram"
 
@@ -313,7 +313,7 @@ class PgQueuer:
         """The pool belongs to the caller."""
 
 
-# ---------------------------------------------------------------- the hand-written inbox (core.storage.inbox)
+# ---------------------------------------------------------------- the hand-written inbox (core.storage.inbox_table)
 
 
 class HandWritten:
@@ -324,11 +324,11 @@ class HandWritten:
     """
 
     name = "hand-written"
-    version = "core.storage.inbox (working tree)"
+    version = "core.storage.inbox_table (working tree)"
 
     def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
         """Use the bot's pool; LISTEN on a connection of its own."""
-        self.inbox: Any = importlib.import_module("core.storage.inbox")
+        self.inbox: Any = importlib.import_module("core.storage.inbox_table")
         self.pool, self.dsn = pool, dsn
         self.owner = f"bench-{os.getpid()}"
         self.worker: asyncio.Task[None] | None = None
@@ -343,7 +343,7 @@ class HandWritten:
 
     async def start(self, handler: Handler, concurrency: int, *, fast_recovery: bool = False) -> None:
         """Start the claim loop."""
-        limits = importlib.import_module("core.limits")
+        limits = importlib.import_module("core.constants")
         lease = CRASH_TIMEOUT_S if fast_recovery else float(getattr(limits, "INBOX_LEASE_S", DEFAULT_LEASE_S))
         poll = CRASH_TICK_S if fast_recovery else float(getattr(limits, "INBOX_POLL_S", DEFAULT_POLL_S))
         self.stopping.clear()
@@ -687,7 +687,7 @@ async def crash_worker(name: str, dsn: str) -> None:
 
 def available(names: list[str]) -> tuple[list[str], list[str]]:
     """The queues that can run here, and why the others cannot."""
-    modules = {"procrastinate": "procrastinate", "pgqueuer": "pgqueuer", "hand-written": "core.storage.inbox"}
+    modules = {"procrastinate": "procrastinate", "pgqueuer": "pgqueuer", "hand-written": "core.storage.inbox_table"}
     ok, skipped = [], []
     for name in names:
         try:

@@ -37,7 +37,8 @@ from typing import Any
 import asyncpg
 
 from bench.common import bench_database, percentile, quiet_logging, server_info, verdict
-from core.memory import memory_tools, render_prompt_section
+from core.memory.blocks import render_prompt_section
+from core.memory.tools import memory_tools
 from core.storage.db import Pool, create_pool
 from core.timeutil import system_clock
 from core.tools.framework import ToolContext, ToolRegistry

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from core.limits import POOL_MAX_SIZE, POOL_MIN_SIZE
+from core.constants import POOL_MAX_SIZE, POOL_MIN_SIZE
 from core.reminders.engine import ReminderEngine, ReminderMessage
 from core.reminders.scheduler import ReminderScheduler
 from core.storage.db import create_pool

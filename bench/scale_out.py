@@ -11,7 +11,7 @@ process i's /telegram round-robin with the secret header, retrying on a non-200 
 next process, and sends a user's next message only after the previous POST got its 200 (as Telegram does
 per chat). Every (chat, message) must be answered exactly once and each chat's answers in order. Wall time
 runs from the first POST to the last answer. A last run SIGKILLs one of 4 processes in the middle: its held
-updates come back after the inbox lease (core.limits.INBOX_LEASE_S) and must still be answered once.
+updates come back after the inbox lease (core.constants.INBOX_LEASE_S) and must still be answered once.
 
 The fake Bot API enforces Telegram's per-bot flood limit (30 sendMessage in any second, by arrival, whichever
 process sends them) and answers 429 with retry_after past it; each run prints how many 429s it answered (the
@@ -48,14 +48,9 @@ import aiohttp
 import asyncpg
 from telegram.constants import FloodLimit
 
+from adapters.telegram.limits import TELEGRAM_FLEET_REFRESH_S, TELEGRAM_RATE_WINDOW_S
 from bench.common import REPO_ROOT, CpuSample, bench_database, cpu_sample, load_average, quiet_logging, server_info
-from core.limits import (
-    FLEET_ALIVE_S,
-    INBOX_CONCURRENCY,
-    INBOX_LEASE_S,
-    TELEGRAM_FLEET_REFRESH_S,
-    TELEGRAM_RATE_WINDOW_S,
-)
+from core.constants import FLEET_ALIVE_S, INBOX_CONCURRENCY, INBOX_LEASE_S
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram
 

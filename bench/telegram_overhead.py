@@ -48,6 +48,7 @@ from pydantic import SecretStr
 from telegram.constants import FloodLimit
 
 from adapters.telegram import TelegramAdapter
+from adapters.telegram.limits import TELEGRAM_RATE_WINDOW_S
 from bench.common import (
     BenchDatabase,
     FakeLLMProcess,
@@ -63,8 +64,7 @@ from bench.common import (
     verdict,
 )
 from bench.turn_overhead import CpuMeter, CpuUse, print_profile
-from core.core import Core
-from core.limits import TELEGRAM_RATE_WINDOW_S
+from core.front_door import Core
 from core.storage import conversations
 from core.types import Incoming
 from tests.fake_telegram import FakeTelegram

@@ -47,8 +47,8 @@ from bench.common import (
     verdict,
 )
 from core.agent.llm import LLM
-from core.core import Core
-from core.limits import DUE_SOON, DUE_SOON_LINES, POOL_MAX_SIZE, POOL_MIN_SIZE
+from core.constants import DUE_SOON, DUE_SOON_LINES, POOL_MAX_SIZE, POOL_MIN_SIZE
+from core.front_door import Core
 from core.memory.blocks import render_prompt_section
 from core.storage import conversations
 from core.types import Assistant, ChatKind, Error, Incoming

@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from core import Core, StartupError
-from core.limits import READY_DB_TIMEOUT_S
+from core.constants import READY_DB_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 

@@ -2,17 +2,18 @@
 
 from core.activity import activity_lines, summary_line
 from core.agent.providers import HOW_TO_CONFIGURE
-from core.commands import HELP, MEMORY_WIPE_CONFIRM, CommandName, StatusBoard
-from core.core import Core
+from core.commands import COMMANDS, HELP, MEMORY_WIPE_CONFIRM, Command, CommandArgs, CommandName, Option, StatusBoard
+from core.front_door import Core
 from core.reminders.buttons import BUTTONS
 from core.reminders.engine import DeliveryRefused, Outbox, ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, Settings, StartupError
 from core.storage.conversations import TurnSteps
-from core.storage.inbox import InboxItem
+from core.storage.inbox_table import InboxItem
 from core.types import RESTARTING, Assistant, AssistantDelta, ChatKind, Error, Event, Incoming, Quoted, Step
 
 __all__ = [
     "BUTTONS",
+    "COMMANDS",
     "EXIT_CONFIG",
     "EXIT_UNREACHABLE",
     "HELP",
@@ -22,6 +23,8 @@ __all__ = [
     "Assistant",
     "AssistantDelta",
     "ChatKind",
+    "Command",
+    "CommandArgs",
     "CommandName",
     "Core",
     "DeliveryRefused",
@@ -29,6 +32,7 @@ __all__ = [
     "Event",
     "InboxItem",
     "Incoming",
+    "Option",
     "Outbox",
     "Quoted",
     "ReminderMessage",

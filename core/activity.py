@@ -6,7 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from core.limits import ACTIVITY_LINES, OUTCOME_CHARS, truncate
+from core.constants import ACTIVITY_LINES, OUTCOME_CHARS
+from core.quoting import truncate
 from core.types import Step
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
@@ -11,9 +11,9 @@ from typing import Literal, Protocol
 from zoneinfo import ZoneInfo
 
 from core.agent.llm import LLM
-from core.limits import FLEET_SEEN_S
+from core.constants import FLEET_SEEN_S
 from core.memory.blocks import normalise_name
-from core.memory.manage import delete_memory_line, memory_overview, wipe_memory
+from core.memory.show_and_erase import delete_memory_line, memory_overview, wipe_memory
 from core.reminders import recurrence
 from core.reminders.engine import SUPERSEDED, replan_zones
 from core.settings import Settings
@@ -24,19 +24,93 @@ from core.tools.framework import ToolError
 from core.tools.tasks import open_tasks
 from core.types import Incoming
 
-HELP = (
+HELP_INTRO = (
     "I'm your personal assistant. Tell me what to remember or remind you of, in plain words — e.g. "
-    "*remind me to call mum tomorrow at 18:00* or *every weekday at 8:00 remind me to stretch*.\n\n"
-    "Commands:\n"
-    "/tasks — your open tasks\n"
-    "/timezone Area/City — show or set your time zone\n"
-    "/memory — what I remember about you; /memory forget human 2 deletes line 2 of [human], "
-    "/memory wipe erases all of it (after a confirmation)\n"
-    "/reset — start a fresh conversation\n"
-    "/status — how the bot is doing\n"
-    "/help — this help"
+    "*remind me to call mum tomorrow at 18:00* or *every weekday at 8:00 remind me to stretch*."
 )
 CommandName = Literal["help", "tasks", "timezone", "status", "reset", "memory"]
+CommandArgs = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One argument of a command: Discord shows it as a slash-command option, the text chats take it by position."""
+
+    name: str
+    description: str
+    kind: Literal["text", "integer", "flag"] = "text"
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command the bot answers without the LLM, as every front end offers it."""
+
+    name: CommandName
+    summary: str  # the menu line (Telegram's command list, Discord's slash command)
+    help: str  # what /help says it does
+    options: tuple[Option, ...] = ()
+    private: bool = False  # asked in a group, the answer goes to the speaker's private chat (it is personal)
+    aliases: tuple[str, ...] = ()  # other names the text chats accept (Telegram's /start)
+    syntax: str = ""  # what /help shows after the name, e.g. Area/City
+
+    def parse(self, text: str) -> dict[str, str]:
+        """The arguments typed after the command in a text chat, by option name."""
+        if self.name == "memory":
+            return _memory_args(text.split())
+        text = text.strip()
+        return {self.options[0].name: text} if self.options and text else {}
+
+
+def _memory_args(words: list[str]) -> dict[str, str]:
+    """`/memory`, `/memory forget <block> <line>`, `/memory wipe [confirm]` as options (else action "invalid")."""
+    action = words[0].lower() if words else "show"
+    if action in ("forget", "delete") and len(words) >= 3 and words[-1].isdecimal():
+        return {"action": "forget", "block": "_".join(words[1:-1]), "line": words[-1]}
+    if action == "wipe" and len(words) <= 2:
+        confirm = [w.lower() for w in words[1:]]
+        if confirm in ([], ["confirm"]):
+            return {"action": "wipe", "confirm": "true" if confirm else "false"}
+    return {"action": "show" if not words else "invalid"}
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("tasks", "your open tasks", "your open tasks", private=True),
+    Command(
+        "timezone",
+        "show or set your time zone",
+        "show or set your time zone",
+        (Option("zone", "An IANA time zone such as Europe/Berlin (leave empty to see yours)"),),
+        private=True,
+        syntax="Area/City",
+    ),
+    Command(
+        "memory",
+        "what I remember about you (forget a line, wipe)",
+        "what I remember about you; /memory forget human 2 deletes line 2 of [human], "
+        "/memory wipe erases all of it (after a confirmation)",
+        (
+            Option(
+                "action",
+                "show (default), forget one line, or wipe everything (asks to confirm)",
+                choices=("show", "forget", "wipe"),
+            ),
+            Option("block", "forget: the block, e.g. human"),
+            Option("line", "forget: the line number shown by /memory", kind="integer"),
+            Option("confirm", "wipe: True erases at once, without asking", kind="flag"),
+        ),
+        private=True,
+    ),
+    Command("reset", "start a fresh conversation", "start a fresh conversation"),
+    Command("status", "how the bot is doing", "how the bot is doing", private=True),
+    Command("help", "how to use me", "this help", aliases=("start",)),
+)
+COMMAND = {c.name: c for c in COMMANDS}
+
+
+HELP = (
+    HELP_INTRO + "\n\nCommands:\n" + "\n".join(f"/{c.name}{c.syntax and ' ' + c.syntax} — {c.help}" for c in COMMANDS)
+)
 RESET_DONE = "Fresh start — I've put our earlier conversation aside."
 STEPS_GONE = "I no longer have the steps of that answer (it was deleted)."
 STEPS_NOT_YOURS = "Only the person who asked can see the steps of this answer."
@@ -44,7 +118,7 @@ MEMORY_HOW = (
     "To delete a line: /memory forget <block> <line>, e.g. /memory forget human 2. "
     "To erase everything I remember about you: /memory wipe."
 )
-MEMORY_WIPE_CONFIRM = "wipe confirm"  # the /memory argument that erases (what a confirmation button sends)
+MEMORY_WIPE_CONFIRM: CommandArgs = {"action": "wipe", "confirm": "true"}  # what a confirmation button sends
 MEMORY_USAGE = "Use /memory, /memory forget <block> <line> (e.g. /memory forget human 2) or /memory wipe."
 MEMORY_WIPE_ASK = "This erases everything I remember about you: {lines} and {archival}. It cannot be undone. "
 MEMORY_WIPE_HOW = {  # how to confirm, per platform (the chat adapters put a button under the question)
@@ -183,39 +257,35 @@ class Commands:
                 listener()
         return f"Time zone set to **{name}** — it is {fmt_local(now, zone(name), now)} there."
 
-    async def memory(self, inc: Incoming, arg: str) -> str:
-        """/memory: the speaker's memory with line numbers; `forget <block> <line>`, `wipe` (asks), `wipe confirm`."""
+    async def memory(self, inc: Incoming, args: CommandArgs) -> str:
+        """/memory: the speaker's memory with line numbers; forget one line; wipe (asks first unless confirmed)."""
         user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
-        words = arg.lower().split()
-        if not words:
+        action = args.get("action", "show")
+        if action == "show":
             overview = await memory_overview(self.core.pool, user.id)
             text = overview.text(self.core.settings.MEMORY_BLOCK_WORDS)
             return f"**What I remember about you**\n```\n{text}\n```\n{MEMORY_HOW}"
-        if words[0] in ("forget", "delete") and len(words) >= 3 and words[-1].isdecimal():
-            block = "_".join(words[1:-1])
+        if action == "forget" and args.get("block") and (args.get("line") or "").isdecimal():
+            block = args["block"].strip().lower().replace(" ", "_")
             try:
-                number = int(words[-1])  # ValueError past Python's digit limit
+                number = int(args["line"])  # ValueError past Python's digit limit
                 gone = await delete_memory_line(self.core.pool, user.id, block, number)
             except ValueError:
                 return MEMORY_USAGE
             except ToolError as e:
                 return str(e)
             return f"Forgot line {number} of [{normalise_name(block)}]: “{gone}”."
-        if words == ["wipe"]:
-            overview = await memory_overview(self.core.pool, user.id)
-            lines = sum(len(block.lines) for block in overview.blocks)
-            how = MEMORY_WIPE_HOW.get(inc.platform, "To go ahead, send /memory wipe confirm.")
-            return (
-                MEMORY_WIPE_ASK.format(
-                    lines=_count(lines, "line"), archival=_count(overview.archival, "archival entry")
-                )
-                + how
-            )
-        if words == MEMORY_WIPE_CONFIRM.split():
+        if action == "wipe" and args.get("confirm") == "true":
             wiped = await wipe_memory(self.core.pool, user.id)
             return MEMORY_WIPED.format(
                 lines=_count(wiped.lines, "line"), archival=_count(wiped.archival, "archival entry")
             )
+        if action == "wipe":
+            overview = await memory_overview(self.core.pool, user.id)
+            lines = sum(len(block.lines) for block in overview.blocks)
+            how = MEMORY_WIPE_HOW.get(inc.platform, "To go ahead, send /memory wipe confirm.")
+            counts = {"lines": _count(lines, "line"), "archival": _count(overview.archival, "archival entry")}
+            return MEMORY_WIPE_ASK.format(**counts) + how
         return MEMORY_USAGE
 
     async def status(self, board: StatusBoard) -> str:

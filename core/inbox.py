@@ -11,7 +11,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from core.limits import (
+from core.constants import (
     INBOX_CONCURRENCY,
     INBOX_FORGET_BATCH,
     INBOX_KEEP_DONE_S,
@@ -21,9 +21,9 @@ from core.limits import (
     INBOX_RETRY_S,
 )
 from core.metrics import Metrics
-from core.storage import inbox as store
+from core.storage import inbox_table as store
 from core.storage.db import Pool, connect_like, retry_dropped
-from core.storage.inbox import InboxItem
+from core.storage.inbox_table import InboxItem
 from core.storage.listen import ChangeListener
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from core.limits import INBOX_WAIT_BUCKETS, LLM_SECONDS_BUCKETS, REMINDER_LATENESS_BUCKETS, TURN_SECONDS_BUCKETS
+from core.constants import INBOX_WAIT_BUCKETS, LLM_SECONDS_BUCKETS, REMINDER_LATENESS_BUCKETS, TURN_SECONDS_BUCKETS
 
 TOOL_OUTCOMES = frozenset({"ok", "invalid_args", "unknown_function", "tool_error", "timeout", "forbidden"})
 UNKNOWN_TOOL = "unknown"  # the label of a call to a name the registry does not hold (the model made it up)

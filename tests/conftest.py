@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from core.agent.llm import LLM
-from core.core import Core
+from core.front_door import Core
 from core.settings import Settings, load_settings
 from core.storage.db import Pool, create_pool
 from core.storage.embedded import start_embedded

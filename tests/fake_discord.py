@@ -287,7 +287,7 @@ class FakeDiscord(LoopbackServer):
 
     Point discord.py at it with ``discord.http.Route.BASE = fake.api_base`` and
     ``discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(fake.gateway_url)`` (monkeypatched), or per
-    client as adapters.discord.http does. Close the clients before the fake: a client that loses its server
+    client as adapters.discord.endpoints does. Close the clients before the fake: a client that loses its server
     logs its reconnect attempts as errors.
     """
 

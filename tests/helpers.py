@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from core.core import Core
+from core.front_door import Core
 from core.types import Assistant, Error, Event, Incoming
 
 

@@ -13,7 +13,7 @@ from adapters.discord.adapter import TEXT_ONLY as DISCORD_TEXT_ONLY
 from adapters.discord.adapter import UNKNOWN_AUTHOR, DiscordAdapter
 from adapters.telegram.adapter import SENT_PRIVATELY, TelegramAdapter
 from core import Incoming, Quoted
-from core.core import Core
+from core.front_door import Core
 from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_discord import FakeDiscord

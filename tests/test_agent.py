@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from core.core import default_registry
+from core.front_door import default_registry
 from core.storage.db import Pool
 from core.tools.framework import Tool, ToolContext
 from core.types import AssistantDelta, Error, ToolCall, ToolResult
@@ -92,7 +92,7 @@ class _NoParams(BaseModel):
 async def test_tool_that_raises(
     make_settings: Any, fake_llm: FakeOpenAI, pool: Pool, clock: Any, allowed_errors: list[str], make_llm: Any
 ) -> None:
-    from core.core import Core
+    from core.front_door import Core
 
     async def boom(_: _NoParams, ctx: ToolContext) -> str:
         raise RuntimeError("disk on fire")
@@ -112,7 +112,7 @@ async def test_tool_that_raises(
 async def test_slow_tool_times_out(
     make_settings: Any, fake_llm: FakeOpenAI, pool: Pool, clock: Any, make_llm: Any
 ) -> None:
-    from core.core import Core
+    from core.front_door import Core
 
     async def slow(_: _NoParams, ctx: ToolContext) -> str:
         await asyncio.Event().wait()  # never finishes on its own

@@ -9,7 +9,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from core.core import Core
+from core.front_door import Core
 from core.storage.db import Pool
 from core.types import Assistant, Error, Event, Incoming, Quoted
 from tests.conftest import FakeClock, MakeCore

@@ -19,8 +19,8 @@ import pytest
 from core.capabilities import store
 from core.capabilities.manager import EXIT_RESTART
 from core.capabilities.runtime import ThreadRunner
-from core.core import Core
-from core.limits import CAPABILITY_RESULT_CHARS
+from core.constants import CAPABILITY_RESULT_CHARS
+from core.front_door import Core
 from core.storage.db import Pool
 from core.tools.framework import ToolError
 from core.types import Assistant

@@ -126,7 +126,7 @@ async def test_reminder_printed_in_terminal_chat(
     from datetime import timedelta
 
     from bot.app import reminders
-    from core.core import Core
+    from core.front_door import Core
     from core.timeutil import system_clock
 
     settings = make_settings()

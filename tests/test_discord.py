@@ -14,9 +14,9 @@ import pytest
 import yarl
 
 from adapters.discord.adapter import CUT_SHORT, FAILED, TEXT_ONLY, DiscordAdapter
+from adapters.discord.limits import DISCORD_IDENTIFY_SPACING_S, DISCORD_READY_TIMEOUT_S
 from core.commands import STEPS_GONE, STEPS_NOT_YOURS
-from core.core import Core
-from core.limits import DISCORD_IDENTIFY_SPACING_S, DISCORD_READY_TIMEOUT_S
+from core.front_door import Core
 from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, SettingsError, StartupError
 from core.storage.db import Pool

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from core.activity import step_line
-from core.limits import TOOL_ARGUMENTS_PROMPT_CHARS
+from core.constants import TOOL_ARGUMENTS_PROMPT_CHARS
 from core.storage import conversations
 from core.storage.db import Pool, is_dropped
 from core.types import Error, ToolCall

@@ -14,7 +14,7 @@ import pytest
 
 import core.storage.listen
 from core.capabilities.manager import CHANNEL
-from core.core import Core
+from core.front_door import Core
 from core.storage.db import Pool, connect_like
 from core.storage.listen import ChangeListener
 from core.types import Error

@@ -13,9 +13,9 @@ import pytest
 
 from adapters.telegram import TelegramAdapter
 from bot.web import WebServer
-from core.core import Core
+from core.constants import INBOX_CONCURRENCY
+from core.front_door import Core
 from core.inbox import Inbox
-from core.limits import INBOX_CONCURRENCY
 from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply

@@ -18,12 +18,12 @@ import pytest
 from adapters.telegram import TelegramAdapter
 from bot.web import WebServer
 from core.agent.llm import LLM
-from core.core import Core
+from core.front_door import Core
 from core.inbox import Inbox
 from core.metrics import Metrics
-from core.storage import inbox as store
+from core.storage import inbox_table as store
 from core.storage.db import Pool
-from core.storage.inbox import InboxItem
+from core.storage.inbox_table import InboxItem
 from tests.conftest import FakeClock, MakeSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram

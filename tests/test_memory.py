@@ -15,17 +15,11 @@ import pytest
 from bot.app import embeddings
 from core.agent.prompt import GROUP_MEMORY_NOTE
 from core.capabilities.runtime import run_query
-from core.core import Core
-from core.memory import (
-    delete_memory_line,
-    memory_overview,
-    memory_tools,
-    openai_embedder,
-    prepare_embeddings,
-    render_prompt_section,
-    wipe_memory,
-)
-from core.memory.embeddings import Embedder
+from core.front_door import Core
+from core.memory.blocks import render_prompt_section
+from core.memory.embeddings import Embedder, openai_embedder, prepare_embeddings
+from core.memory.show_and_erase import delete_memory_line, memory_overview, wipe_memory
+from core.memory.tools import memory_tools
 from core.storage.conversations import begin_turn, finish_turn_with_answer
 from core.storage.db import Pool, create_pool
 from core.storage.migrations import migrate

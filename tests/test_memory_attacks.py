@@ -10,9 +10,11 @@ import asyncpg
 import pytest
 
 from core.capabilities.runtime import CapabilityQueryError, run_query
-from core.limits import MEMORY_TYPO_QUERY_WORDS
-from core.memory import memory_tools, prepare_embeddings, wipe_memory
+from core.constants import MEMORY_TYPO_QUERY_WORDS
+from core.memory.embeddings import prepare_embeddings
 from core.memory.search import _QUERY_CTES
+from core.memory.show_and_erase import wipe_memory
+from core.memory.tools import memory_tools
 from core.storage.conversations import reset_conversation
 from core.storage.db import Pool
 from core.tools.framework import ToolContext, ToolRegistry

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core import HELP, MEMORY_WIPE_CONFIRM, Core, Error, Incoming
+from core import HELP, MEMORY_WIPE_CONFIRM, CommandArgs, Core, Error, Incoming
 from core.memory.blocks import Block, store
 from core.memory.search import insert_archival
 from core.storage import conversations
@@ -29,7 +29,7 @@ async def remember(
     return user.id
 
 
-async def memory(core: Core, inc: Incoming, arg: str = "") -> str:
+async def memory(core: Core, inc: Incoming, arg: CommandArgs | str = "") -> str:
     """The text /memory answers (an allowed user always gets one)."""
     answer = await core.command(inc, "memory", arg, must_answer=True)
     assert isinstance(answer, str), answer

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from core.core import Core
+from core.front_door import Core
 from core.storage.db import Pool
 from core.types import Error, Incoming, Quoted
 from tests.conftest import FakeClock, MakeCore

@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from core.capabilities.runtime import run_query
-from core.memory import memory_tools
+from core.memory.tools import memory_tools
 from core.storage.db import Pool, create_pool
 from core.storage.migrations import SQL_DIR, migrate
 from core.tools.framework import ToolContext, ToolRegistry

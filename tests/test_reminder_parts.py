@@ -10,7 +10,7 @@ import pytest
 
 from adapters.discord.adapter import DiscordAdapter
 from adapters.telegram.adapter import TelegramAdapter
-from core.core import Core
+from core.front_door import Core
 from core.reminders.engine import Outbox, ReminderEngine
 from core.storage.db import Pool
 from tests.conftest import FakeClock, MakeCore

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import pytest
 
 from core.commands import Commands, StatusBoard
-from core.core import Core
+from core.front_door import Core
 from core.reminders.buttons import press
 from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
 from core.reminders.scheduler import ReminderScheduler

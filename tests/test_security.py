@@ -13,8 +13,8 @@ import pytest
 
 from core.agent.llm import LLM
 from core.capabilities.runtime import CapabilityQueryError, ThreadRunner, run_query
-from core.core import Core
-from core.limits import QUERY_MAX_ROWS
+from core.constants import QUERY_MAX_ROWS
+from core.front_door import Core
 from core.storage.db import Pool, create_pool
 from core.tools.framework import ToolError
 from core.types import UserRef

@@ -111,7 +111,7 @@ async def test_migrations_from_two_processes_at_once(pg_server: str) -> None:
     dsn = await _fresh_db(pg_server, "bot_test_migrate_concurrent")
     code = (
         "import asyncio, sys\n"
-        "from core.storage import create_pool, migrate\n"
+        "from core.storage.db import create_pool\nfrom core.storage.migrations import migrate\n"
         "async def main():\n"
         "    pool = await create_pool(sys.argv[1], min_size=1, max_size=1)\n"
         "    print(len(await migrate(pool)))\n"

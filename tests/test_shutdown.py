@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bot.app import run_platforms
-from core.core import Core
+from core.front_door import Core
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram

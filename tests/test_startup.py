@@ -14,7 +14,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from core.limits import CONNECT_TIMEOUT_S
+from core.constants import CONNECT_TIMEOUT_S
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 from core.storage.db import check_database
 from tests.conftest import with_database

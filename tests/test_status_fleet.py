@@ -13,8 +13,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from core.core import Core
-from core.limits import FLEET_SEEN_S
+from core.constants import FLEET_SEEN_S
+from core.front_door import Core
 from core.storage.db import Pool
 from core.storage.fleet import SeenProcess, beat, beating, seen
 from core.types import Error

@@ -14,7 +14,7 @@ async def _call(
     core: object, fake: FakeOpenAI, args: dict[str, object], *, user: str = "100", tool: str = "manage_tasks"
 ) -> dict[str, object]:
     """Have the fake model call one tool for `user`; return the envelope the model saw."""
-    from core.core import Core
+    from core.front_door import Core
 
     assert isinstance(core, Core)
     fake.script(Reply(tool_calls=[(tool, args)]), Reply(text="ok"))

@@ -10,9 +10,9 @@ import aiohttp
 import pytest
 
 from adapters.telegram.adapter import TelegramAdapter
+from adapters.telegram.limits import TELEGRAM_FLEET_STALE_S, TELEGRAM_RATE_WINDOW_S
 from adapters.telegram.request import BOT_MESSAGES_PER_S, fleet_share
-from core.core import Core
-from core.limits import TELEGRAM_FLEET_STALE_S, TELEGRAM_RATE_WINDOW_S
+from core.front_door import Core
 from core.storage import fleet
 from core.storage.db import Pool
 from tests.conftest import MakeCore

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from adapters.telegram.limits import TELEGRAM_MESSAGE_LIMIT
 from adapters.telegram.render import (
     activity_html,
     markdown_to_html,
@@ -16,7 +17,6 @@ from adapters.telegram.render import (
     utf16_len,
     visible_len,
 )
-from core.limits import TELEGRAM_MESSAGE_LIMIT
 from core.types import Step
 from tests.fake_telegram import parse_html
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from adapters.telegram.limits import TELEGRAM_MESSAGE_LIMIT
 from adapters.telegram.render import (
     markdown_to_html,
     render_reply,
@@ -16,7 +17,6 @@ from adapters.telegram.render import (
     split_plain,
     utf16_len,
 )
-from core.limits import TELEGRAM_MESSAGE_LIMIT
 from core.types import Step
 from tests.fake_telegram import parse_html
 

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bot.app import run_platforms
 from bot.web import WebServer
 from core.agent.llm import LLM
-from core.core import Core
+from core.front_door import Core
 from core.metrics import Metrics
 from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
 from core.settings import Settings, StartupError

@@ -18,7 +18,7 @@ from discord.abc import Messageable
 from discord.gateway import DiscordWebSocket
 from discord.shard import Shard
 
-from adapters.discord.http import (
+from adapters.discord.endpoints import (
     EndpointHTTP,
     Endpoints,
     GatewayUnreachable,
@@ -26,12 +26,22 @@ from adapters.discord.http import (
     scope_webhooks,
     use_endpoints,
 )
+from adapters.discord.limits import (
+    DISCORD_CUT_NOTE_S,
+    DISCORD_IDENTIFY_SPACING_S,
+    DISCORD_MESSAGE_LIMIT,
+    DISCORD_READY_TIMEOUT_S,
+    DISCORD_RETRY_FIRST_S,
+    DISCORD_RETRY_MAX_S,
+    DISCORD_TYPING_EVERY_S,
+)
 from adapters.discord.render import render_reply, split_markdown, steps_text, with_steps, without_steps
 from core import (
     EXIT_UNREACHABLE,
     MEMORY_WIPE_CONFIRM,
     RESTARTING,
     Assistant,
+    CommandArgs,
     CommandName,
     Core,
     DeliveryRefused,
@@ -42,15 +52,6 @@ from core import (
     Settings,
     StartupError,
     summary_line,
-)
-from core.limits import (
-    DISCORD_CUT_NOTE_S,
-    DISCORD_IDENTIFY_SPACING_S,
-    DISCORD_MESSAGE_LIMIT,
-    DISCORD_READY_TIMEOUT_S,
-    DISCORD_RETRY_FIRST_S,
-    DISCORD_RETRY_MAX_S,
-    DISCORD_TYPING_EVERY_S,
 )
 
 log = logging.getLogger(__name__)
@@ -512,10 +513,10 @@ class DiscordAdapter:
             line: int | None = None,
             confirm: bool = False,
         ) -> None:
-            wipe = MEMORY_WIPE_CONFIRM if confirm else "wipe"
-            arg = {"show": "", "forget": f"forget {block or ''} {'' if line is None else line}", "wipe": wipe}
-            view = _view(WipeButton(interaction.user.id)) if arg[action] == "wipe" else None
-            await self._answer_command(interaction, "memory", arg[action].strip(), private=True, view=view)
+            args = {"action": action, "block": block or "", "line": "" if line is None else str(line)}
+            args["confirm"] = "true" if confirm else "false"
+            view = _view(WipeButton(interaction.user.id)) if action == "wipe" and not confirm else None
+            await self._answer_command(interaction, "memory", args, private=True, view=view)
 
         @tree.command(name="reset", description="Start a fresh conversation in this channel")
         async def reset(interaction: discord.Interaction) -> None:
@@ -547,7 +548,7 @@ class DiscordAdapter:
         self,
         interaction: discord.Interaction,
         name: CommandName,
-        arg: str = "",
+        arg: CommandArgs | str = "",
         *,
         private: bool,
         view: discord.ui.View | None = None,

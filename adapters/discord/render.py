@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from discord.utils import escape_markdown, escape_mentions
 
+from adapters.discord.limits import DISCORD_LONG_LINE, DISCORD_MESSAGE_LIMIT
 from core import Step, activity_lines, summary_line
-from core.limits import DISCORD_LONG_LINE, DISCORD_MESSAGE_LIMIT
 
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})(.*)$")
 

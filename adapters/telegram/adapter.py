@@ -46,6 +46,18 @@ from telegram.ext import (
     filters,
 )
 
+from adapters.telegram.limits import (
+    TELEGRAM_DRAFT_CHARS,
+    TELEGRAM_DRAFT_EVERY_S,
+    TELEGRAM_FLEET_REFRESH_S,
+    TELEGRAM_FLEET_STALE_S,
+    TELEGRAM_POLL_READ_MARGIN_S,
+    TELEGRAM_POLL_RETRY_MAX_S,
+    TELEGRAM_POLL_TIMEOUT_S,
+    TELEGRAM_PREVIEW_TIMEOUT_S,
+    TELEGRAM_TYPING_AFTER_S,
+    TELEGRAM_TYPING_EVERY_S,
+)
 from adapters.telegram.provenance import quoted_of
 from adapters.telegram.render import esc, markdown_to_html, plain_text, render_reply, split_html, split_plain
 from adapters.telegram.request import AiohttpRequest, PatientRateLimiter, redact_token, redact_tokens_in_logs
@@ -63,18 +75,6 @@ from core import (
     ReminderMessage,
     Settings,
     StartupError,
-)
-from core.limits import (
-    TELEGRAM_DRAFT_CHARS,
-    TELEGRAM_DRAFT_EVERY_S,
-    TELEGRAM_FLEET_REFRESH_S,
-    TELEGRAM_FLEET_STALE_S,
-    TELEGRAM_POLL_READ_MARGIN_S,
-    TELEGRAM_POLL_RETRY_MAX_S,
-    TELEGRAM_POLL_TIMEOUT_S,
-    TELEGRAM_PREVIEW_TIMEOUT_S,
-    TELEGRAM_TYPING_AFTER_S,
-    TELEGRAM_TYPING_EVERY_S,
 )
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_inline import StateInline
 from markdown_it.tree import SyntaxTreeNode
 
+from adapters.telegram.limits import TELEGRAM_ACTIVITY_CHARS, TELEGRAM_MESSAGE_LIMIT
 from core import Step, activity_lines, summary_line
-from core.limits import TELEGRAM_ACTIVITY_CHARS, TELEGRAM_MESSAGE_LIMIT
 
 NO_ANSWER = "(The answer was empty.)"  # same words as the adapter's own fallback
 RULE = "──────────"

@@ -21,7 +21,7 @@ from telegram.error import NetworkError, RetryAfter, TimedOut
 from telegram.ext import AIORateLimiter
 from telegram.request import BaseRequest, RequestData
 
-from core.limits import TELEGRAM_CONNECTIONS, TELEGRAM_RATE_WINDOW_S, TELEGRAM_REQUEST_TIMEOUT_S
+from adapters.telegram.limits import TELEGRAM_CONNECTIONS, TELEGRAM_RATE_WINDOW_S, TELEGRAM_REQUEST_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,9 @@ from openai import AsyncStream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageFunctionToolCall
 
 from core.agent.providers import PROVIDERS
-from core.limits import REASON_CHARS, truncate
+from core.constants import REASON_CHARS
 from core.metrics import Metrics
+from core.quoting import truncate
 from core.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from typing import Any
 
 from core.activity import make_step, step_line
 from core.agent.llm import LLM, MALFORMED, LLMReply, LLMTimeout, LLMUnavailable
-from core.limits import WRAP_UP_MIN_S
+from core.constants import WRAP_UP_MIN_S
 from core.storage import conversations
 from core.tools.framework import Tool, ToolContext, ToolRegistry, calls_for_prompt, envelope_for_prompt, timed_run
 from core.types import Assistant, AssistantDelta, Error, Event, Step, ToolCall, ToolResult

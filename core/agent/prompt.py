@@ -7,7 +7,8 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from core.limits import DUE_SOON_LINES, quoted
+from core.constants import DUE_SOON_LINES
+from core.quoting import quoted
 from core.timeutil import describe_now, fmt_local
 from core.tools.framework import Tool
 from core.types import ChatRef, UserRef

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from core.limits import ANSWER_PROMPT_CHARS, TOOL_RESULT_PROMPT_CHARS, one_line, truncate
+from core.constants import ANSWER_PROMPT_CHARS, TOOL_RESULT_PROMPT_CHARS
+from core.quoting import one_line, truncate
 from core.tools.framework import calls_for_prompt
 
 

@@ -33,7 +33,8 @@ from core.capabilities.runtime import (
     schema_problem,
     syntax_problem,
 )
-from core.limits import CAPABILITY_RESULT_CHARS, truncate
+from core.constants import CAPABILITY_RESULT_CHARS
+from core.quoting import truncate
 from core.storage.db import Pool, connect_like
 from core.storage.listen import ChangeListener
 from core.timeutil import Clock

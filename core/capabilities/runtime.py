@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from core.limits import (
+from core.constants import (
     CAPABILITY_LIVE_CALLS,
     CAPABILITY_LIVE_CALLS_PER_USER,
     QUERY_MAX_ARGS,

@@ -10,14 +10,14 @@ from typing import Any
 
 import asyncpg
 
-from core.limits import (
+from core.constants import (
     MEMORY_LINE_CHARS,
     MEMORY_MAX_BLOCKS,
     MEMORY_NAME_SHOW_CHARS,
     MEMORY_WARN_SHARE,
     MEMORY_WORD_CHARS,
-    truncate,
 )
+from core.quoting import truncate
 from core.storage.db import Pool
 from core.tools.framework import ToolError
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import asyncpg
 import openai
 
-from core.limits import MEMORY_EMBED_TIMEOUT_S
+from core.constants import MEMORY_EMBED_TIMEOUT_S
 from core.storage.db import Pool
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import asyncpg
 
-from core.limits import (
+from core.constants import (
     MEMORY_ENTRY_SHOW_CHARS,
     MEMORY_PAGE_SIZE,
     MEMORY_SEARCH_MAX_PAGE,
@@ -22,10 +22,9 @@ from core.limits import (
     MEMORY_TYPO_WORDS,
     MEMORY_VECTOR_CANDIDATES,
     MEMORY_VECTOR_MIN_SIMILARITY,
-    one_line,
-    truncate,
 )
 from core.memory.embeddings import Embedder, embed_query, store_embedding
+from core.quoting import one_line, truncate
 from core.settings import Settings
 from core.storage.db import Pool
 from core.tools.framework import ToolError

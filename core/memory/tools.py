@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from core.limits import ARCHIVAL_CONTENT_CHARS, MEMORY_QUERY_CHARS
+from core.constants import ARCHIVAL_CONTENT_CHARS, MEMORY_QUERY_CHARS
 from core.memory.blocks import Block, check_room, clean_line, line_index, load_blocks, pick, plural, store, with_warning
 from core.memory.embeddings import Embedder
 from core.memory.search import DEFAULT_ARCHIVAL_MAX, Inserted, insert_archival, search_archival, search_conversation

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Protocol
 
-from core.limits import (
+from core.constants import (
     REMINDER_AGENT_RUNS,
     REMINDER_BATCH,
     REMINDER_ERROR_CHARS,
@@ -21,9 +21,9 @@ from core.limits import (
     REMINDER_RETRY_FIRST,
     REMINDER_RETRY_MAX,
     REMINDER_SENDS,
-    quoted,
 )
 from core.metrics import Metrics
+from core.quoting import quoted
 from core.reminders import recurrence
 from core.reminders.buttons import BUTTONS
 from core.storage.db import Pool, retry_dropped

@@ -10,7 +10,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from core.limits import NEXT_OCCURRENCES
+from core.constants import NEXT_OCCURRENCES
 
 _DAY_NAMES = {"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
 

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from core.limits import REMINDER_MAX_PLANNED, REMINDER_SWEEP_S
+from core.constants import REMINDER_MAX_PLANNED, REMINDER_SWEEP_S
 from core.reminders.engine import ReminderEngine
 
 log = logging.getLogger(__name__)

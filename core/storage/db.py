@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
-from core.limits import CONNECT_TIMEOUT_S, DISCARD_CLOSE_TIMEOUT_S, DROP_RETRY_DELAYS, POOL_MAX_SIZE, POOL_MIN_SIZE
+from core.constants import CONNECT_TIMEOUT_S, DISCARD_CLOSE_TIMEOUT_S, DROP_RETRY_DELAYS, POOL_MAX_SIZE, POOL_MIN_SIZE
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 
 log = logging.getLogger(__name__)

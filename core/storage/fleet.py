@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from core.limits import FLEET_ADAPTER_CHARS, FLEET_ALIVE_S, FLEET_BEAT_S, FLEET_FORGET, FLEET_HOST_CHARS, truncate
+from core.constants import FLEET_ADAPTER_CHARS, FLEET_ALIVE_S, FLEET_BEAT_S, FLEET_FORGET, FLEET_HOST_CHARS
+from core.quoting import truncate
 from core.storage.db import Pool, is_dropped, retry_dropped
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from core.limits import CONNECT_TIMEOUT_S, LISTEN_CHECK_S, LISTEN_RETRY_S
+from core.constants import CONNECT_TIMEOUT_S, LISTEN_CHECK_S, LISTEN_RETRY_S
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from core.limits import REFUSAL_KEEP, RETENTION_BATCH, RETENTION_EVERY_S, RETENTION_ROUNDS
+from core.constants import REFUSAL_KEEP, RETENTION_BATCH, RETENTION_EVERY_S, RETENTION_ROUNDS
 from core.storage.db import Pool, affected, is_dropped
 from core.timeutil import Clock
 

@@ -16,13 +16,13 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as JsonSchemaError
 from pydantic import BaseModel, ValidationError
 
-from core.limits import (
+from core.constants import (
     TOOL_ARGUMENTS_PROMPT_CHARS,
     TOOL_NAME_CHARS,
     TOOL_RESULT_PROMPT_CHARS,
     VALIDATION_PROBLEMS_SHOWN,
-    truncate,
 )
+from core.quoting import truncate
 from core.storage.db import Pool
 from core.timeutil import Clock, zone
 from core.types import ChatRef, UserRef

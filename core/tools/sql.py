@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from core.limits import SQL_MAX_CHARS, SQL_MAX_ROWS, SQL_STATEMENT_TIMEOUT_MS
+from core.constants import SQL_MAX_CHARS, SQL_MAX_ROWS, SQL_STATEMENT_TIMEOUT_MS
 from core.storage.db import untrusted_sql_connection
 from core.tools.framework import Tool, ToolContext, ToolError
 

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import asyncpg
 from pydantic import BaseModel, Field
 
-from core.limits import NEXT_OCCURRENCES, TASK_LIST_ROWS
+from core.constants import NEXT_OCCURRENCES, TASK_LIST_ROWS
 from core.reminders import recurrence
 from core.reminders.recurrence import Recurrence
 from core.storage.db import Pool

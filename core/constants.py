@@ -1,41 +1,14 @@
-"""Every fixed limit of the bot in one place (sizes, cuts, caps, timeouts), and the one helper that cuts text.
+"""The core's fixed numbers in one place (sizes, cuts, caps, timeouts); each platform keeps its own in its adapter.
 
 A leaf: imports nothing from the project. Settings an operator sets (core/settings.py) are configuration, not
-limits. Times end in _S (seconds) or _MS, or are timedeltas.
+constants. Times end in _S (seconds) or _MS, or are timedeltas.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
-# Platforms: message sizes and how often their previews refresh.
-TELEGRAM_MESSAGE_LIMIT = 4096  # Telegram's limit, in UTF-16 code units of the text after tags
-TELEGRAM_ACTIVITY_CHARS = 1500  # the activity block is capped so the answer keeps most of the last part
-TELEGRAM_DRAFT_CHARS = 4000  # a streamed draft shows at most the last this many characters
-TELEGRAM_TYPING_EVERY_S = 4.0  # Telegram shows "typing…" for about 5 s
-TELEGRAM_TYPING_AFTER_S = 0.3  # an answer faster than this needs no "typing…" (saves a Bot API call per quick turn)
-TELEGRAM_DRAFT_EVERY_S = 0.6  # at most this often a streamed draft is updated
-TELEGRAM_PREVIEW_TIMEOUT_S = 2.0  # a typing action or draft that takes longer is not worth waiting for
-TELEGRAM_POLL_TIMEOUT_S = 30  # long polling: getUpdates waits up to this long for an update
-TELEGRAM_REQUEST_TIMEOUT_S = 5.0  # read and connect timeout of a Bot API call (a poll gets its own wait on top)
-TELEGRAM_POLL_RETRY_MAX_S = 30.0  # a failing getUpdates is retried at once, then after 1, 2, 4… s up to this
-TELEGRAM_POLL_READ_MARGIN_S = 10.0  # a poll's read timeout is its long-poll wait plus this
-TELEGRAM_CONNECTIONS = 64  # the Bot API connection pool
-TELEGRAM_RATE_WINDOW_S = 1.1  # the bot's 30 messages per second are counted over this window (a second + jitter)
-TELEGRAM_FLEET_REFRESH_S = 2.0  # each process re-reads how many processes share the bot's messages this often
-TELEGRAM_FLEET_STALE_S = 20.0  # a fleet view older than this (database away) halves the process's share
-DISCORD_MESSAGE_LIMIT = 2000  # Discord's content limit per message
-DISCORD_LONG_LINE = DISCORD_MESSAGE_LIMIT - 100  # longer lines are cut into pieces (room for a fence reopened)
-DISCORD_TYPING_EVERY_S = 8.0  # Discord shows "typing…" for about 10 s
-DISCORD_READY_TIMEOUT_S = 60.0  # start-up gives up on a gateway that does not say READY within this
-DISCORD_CUT_NOTE_S = 3.0  # at most this long to tell a user their answer was cut by a shutdown
-DISCORD_RETRY_FIRST_S = 2.0  # first pause before a new client replaces a gateway connection that died
-DISCORD_RETRY_MAX_S = 300.0  # the pause doubles up to this
-DISCORD_IDENTIFY_SPACING_S = 5.0  # discord.py waits this long before each further shard of a process identifies
-
 # Incoming messages and the access policy.
-MAX_INCOMING_CHARS = 16000  # longer messages are refused politely without calling the LLM
 REFUSAL_EVERY_S = 3600.0  # a refused user is told at most once per chat per hour
 
 # What the prompt gets (the database keeps everything whole).
@@ -125,28 +98,6 @@ MEMORY_TYPO_LENGTH_SLACK = 2  # such a word is at most this many characters shor
 MEMORY_TYPO_WORDS = 3  # at most this many of them per query word
 MEMORY_TYPO_QUERY_WORDS = 8  # at most this many unknown words of one query are widened so (the longest)
 MEMORY_SEARCH_MAX_PAGE = 1_000_000  # a later page is past the end for anyone (its OFFSET must fit a bigint)
-
-
-_LINE_BREAKS: dict[int, str] = {ord(c): f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"}  # JSON escapes the rest
-
-
-def quoted(text: str) -> str:
-    """`text` as a JSON string for the prompt: quoted, and no character in it can start a line of its own (JSON
-    leaves U+2028, U+2029, NEL and a few separators raw, and str.splitlines() and some models break on them)."""
-    return json.dumps(text, ensure_ascii=False).translate(_LINE_BREAKS)
-
-
-def one_line(text: str) -> str:
-    """`text` with every kind of line break and run of white space folded into one space (names, origins)."""
-    return " ".join(text.split())
-
-
-def truncate(text: str, limit: int, *, one_line: bool = False) -> str:
-    """`text` cut after `limit` characters with "… [truncated, N more characters]"; `one_line`: flat, "…" at `limit`."""
-    if one_line:
-        flat = " ".join(text.split())
-        return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-    return text if len(text) <= limit else text[:limit] + f"… [truncated, {len(text) - limit} more characters]"
 
 
 # The inbox (sql/008): platform updates stored before they are acknowledged, taken by any process.

@@ -17,16 +17,26 @@ from core.agent.loop import Limits, run_agent
 from core.agent.prompt import system_prompt
 from core.agent.replay import build_replay
 from core.capabilities import manager
-from core.commands import HELP, RESET_DONE, STEPS_GONE, STEPS_NOT_YOURS, CommandName, Commands, StatusBoard
+from core.commands import (
+    COMMAND,
+    HELP,
+    RESET_DONE,
+    STEPS_GONE,
+    STEPS_NOT_YOURS,
+    CommandArgs,
+    CommandName,
+    Commands,
+    StatusBoard,
+)
+from core.constants import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, REFUSAL_EVERY_S
 from core.inbox import Inbox
-from core.limits import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, REFUSAL_EVERY_S
 from core.memory.blocks import render_prompt_section
 from core.memory.embeddings import Embedder
 from core.memory.tools import memory_tools
 from core.metrics import Metrics
 from core.reminders.buttons import press
 from core.settings import Settings
-from core.storage import conversations, fleet, notices
+from core.storage import conversations, fleet, refusals
 from core.storage.conversations import StoredAnswer, TurnSteps
 from core.storage.db import Pool
 from core.timeutil import Clock, system_clock, zone
@@ -111,21 +121,22 @@ class Core:
     # ---- the front door adapters call (besides handle, reset, is_allowed, refusal) -----------------
 
     async def command(
-        self, inc: Incoming, name: CommandName, arg: str = "", *, must_answer: bool = False
+        self, inc: Incoming, name: CommandName, args: CommandArgs | str = "", *, must_answer: bool = False
     ) -> str | Error | None:
-        """Answer /help, /tasks, /timezone, /status, /reset or /memory without the LLM: its Markdown text, or for a
-        user who may not use the bot the refusal (None when already given in this chat within the hour, unless
-        `must_answer`: a slash command or button always gets one)."""
+        """Answer a command of the catalogue (COMMANDS) without the LLM: its Markdown text, or for a user who may not
+        use the bot the refusal (None when already given in this chat within the hour, unless `must_answer`: a slash
+        command or button always gets one). `args`: the options by name, or the text typed after the command."""
         if not self.is_allowed(inc):
             return Error("not_allowed", self.refusal_text(inc)) if must_answer else await self.refusal(inc)
+        options = COMMAND[name].parse(args) if isinstance(args, str) else args
         if name == "tasks":
             return await self._commands.tasks(inc)
         if name == "timezone":
-            return await self._commands.timezone(inc, arg)
+            return await self._commands.timezone(inc, options.get("zone", ""))
         if name == "status":
             return await self._commands.status(self.status_board)
         if name == "memory":
-            return await self._commands.memory(inc, arg)
+            return await self._commands.memory(inc, options)
         if name == "reset":
             await self.reset(inc)
             return RESET_DONE
@@ -220,7 +231,7 @@ class Core:
 
     async def refusal(self, inc: Incoming) -> Error | None:
         """The refusal for a user who may not use the bot (at most once per chat per hour, across all processes)."""
-        if not await notices.claim_refusal_notice(self.pool, inc.chat_key, REFUSAL_EVERY_S):
+        if not await refusals.claim_refusal_notice(self.pool, inc.chat_key, REFUSAL_EVERY_S):
             return None
         return Error("not_allowed", self.refusal_text(inc))
 

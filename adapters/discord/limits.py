@@ -1,0 +1,12 @@
+"""Discord's fixed numbers: message sizes, typing pacing and gateway supervision."""
+
+from __future__ import annotations
+
+DISCORD_MESSAGE_LIMIT = 2000  # Discord's content limit per message
+DISCORD_LONG_LINE = DISCORD_MESSAGE_LIMIT - 100  # longer lines are cut into pieces (room for a fence reopened)
+DISCORD_TYPING_EVERY_S = 8.0  # Discord shows "typing…" for about 10 s
+DISCORD_READY_TIMEOUT_S = 60.0  # start-up gives up on a gateway that does not say READY within this
+DISCORD_CUT_NOTE_S = 3.0  # at most this long to tell a user their answer was cut by a shutdown
+DISCORD_RETRY_FIRST_S = 2.0  # first pause before a new client replaces a gateway connection that died
+DISCORD_RETRY_MAX_S = 300.0  # the pause doubles up to this
+DISCORD_IDENTIFY_SPACING_S = 5.0  # discord.py waits this long before each further shard of a process identifies

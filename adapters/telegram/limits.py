@@ -1,0 +1,21 @@
+"""Telegram's fixed numbers: message sizes, preview pacing, polling and the Bot API connection pool."""
+
+from __future__ import annotations
+
+from telegram.constants import MessageLimit
+
+TELEGRAM_MESSAGE_LIMIT = int(MessageLimit.MAX_TEXT_LENGTH)  # 4096, in UTF-16 code units of the text after tags
+TELEGRAM_ACTIVITY_CHARS = 1500  # the activity block is capped so the answer keeps most of the last part
+TELEGRAM_DRAFT_CHARS = 4000  # a streamed draft shows at most the last this many characters
+TELEGRAM_TYPING_EVERY_S = 4.0  # Telegram shows "typing…" for about 5 s
+TELEGRAM_TYPING_AFTER_S = 0.3  # an answer faster than this needs no "typing…" (saves a Bot API call per quick turn)
+TELEGRAM_DRAFT_EVERY_S = 0.6  # at most this often a streamed draft is updated
+TELEGRAM_PREVIEW_TIMEOUT_S = 2.0  # a typing action or draft that takes longer is not worth waiting for
+TELEGRAM_POLL_TIMEOUT_S = 30  # long polling: getUpdates waits up to this long for an update
+TELEGRAM_REQUEST_TIMEOUT_S = 5.0  # read and connect timeout of a Bot API call (a poll gets its own wait on top)
+TELEGRAM_POLL_RETRY_MAX_S = 30.0  # a failing getUpdates is retried at once, then after 1, 2, 4… s up to this
+TELEGRAM_POLL_READ_MARGIN_S = 10.0  # a poll's read timeout is its long-poll wait plus this
+TELEGRAM_CONNECTIONS = 64  # the Bot API connection pool
+TELEGRAM_RATE_WINDOW_S = 1.1  # the bot's 30 messages per second are counted over this window (a second + jitter)
+TELEGRAM_FLEET_REFRESH_S = 2.0  # each process re-reads how many processes share the bot's messages this often
+TELEGRAM_FLEET_STALE_S = 20.0  # a fleet view older than this (database away) halves the process's share

@@ -12,9 +12,11 @@ import logging
 import sys
 import traceback
 
-from core.agent.providers import config_problem
-from core.settings import Settings, SettingsError, StartupError, load_settings, redact
-from core.storage.db import check_database
+from core import Settings, SettingsError, StartupError, config_problem, load_settings, redact
+
+# the libraries' own INFO lines (connected, started, requests) stay out of a normal start; --debug shows them
+LIBRARY_LOGGERS = ("telegram", "httpx", "httpcore", "discord", "apscheduler", "aiohttp", "openai", "asyncio")
+VOICE_WARNING = "voice will NOT be supported"  # discord.py's warning at client start: the bot uses no voice
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -36,6 +38,14 @@ def log_level(settings: Settings, debug: bool) -> int:
     if settings.LOG_LEVEL is not None:
         return logging.getLevelNamesMapping()[settings.LOG_LEVEL]
     return logging.INFO if settings.TELEGRAM_BOT_TOKEN or settings.DISCORD_BOT_TOKEN else logging.WARNING
+
+
+def configure_logging(level: int) -> None:
+    """One line per record; libraries log warnings and errors only (everything with DEBUG)."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(level if level <= logging.DEBUG else max(level, logging.WARNING))
+    logging.getLogger("discord.client").addFilter(lambda record: VOICE_WARNING not in record.getMessage())
 
 
 def failure_line(e: BaseException, settings: Settings) -> str:
@@ -67,12 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         print(problem, file=sys.stderr)
         return 2
     debug = args.debug or settings.LOG_LEVEL == "DEBUG"
-    logging.basicConfig(level=log_level(settings, args.debug), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(log_level(settings, args.debug))
     ask_text = " ".join(args.text) if args.command == "ask" else None
     try:
-        if settings.DATABASE_URL is not None:  # a wrong DATABASE_URL fails fast, before the heavy imports
-            asyncio.run(check_database(settings.DATABASE_URL.get_secret_value()))
-        from bot.app import run_bot  # the heavy imports (openai SDK, adapters) only after the checks
+        from bot.app import run_bot  # the adapters (PTB, discord.py) only after the checks
 
         return asyncio.run(run_bot(settings, ask_text=ask_text, ask_continue=ask_text is not None and args.cont))
     except KeyboardInterrupt:

@@ -1,11 +1,10 @@
-"""The HTTP server on PORT: /healthz, /readyz and /metrics (webhook routes join the same aiohttp app later).
+"""The HTTP server on PORT: /healthz, /readyz, /metrics and the Telegram webhook route (one aiohttp app).
 
 /metrics needs `Authorization: Bearer <METRICS_TOKEN>` when that is set; without it, webhook mode (the port is
 public) does not serve /metrics at all, and polling mode serves it openly as before."""
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import logging
@@ -13,10 +12,8 @@ import os
 from collections.abc import Sequence
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from core import Core, StartupError
-from core.constants import READY_DB_TIMEOUT_S
+from core import METRICS_CONTENT_TYPE, Core, StartupError
 
 log = logging.getLogger(__name__)
 
@@ -27,27 +24,6 @@ METRICS_REALM = 'Bearer realm="metrics"'  # the WWW-Authenticate challenge of a 
 def _json(http_status: int, **body: str) -> web.Response:
     """A one-line JSON answer."""
     return web.Response(status=http_status, text=json.dumps(body), content_type="application/json")
-
-
-async def not_ready(core: Core, adapters: Sequence[str]) -> str | None:
-    """Why this process should get no traffic (shutting down, database, a configured adapter), or None when ready.
-
-    The reason names only the part, never a host, a state text or a secret."""
-    if core.draining:
-        return "shutting down"
-    try:
-        await asyncio.wait_for(core.pool.fetchval("SELECT 1"), READY_DB_TIMEOUT_S)
-    except TimeoutError:
-        return f"database: no answer within {READY_DB_TIMEOUT_S:g} s"
-    except Exception as e:
-        return f"database unreachable ({type(e).__name__})"
-    for name in adapters:
-        state = core.status_board.adapters.get(name)
-        if state is None:
-            return f"{name}: not connected"
-        if state.startswith("disconnected"):  # the Discord adapter's state while its gateway is down
-            return f"{name}: disconnected"
-    return None
 
 
 class WebServer:
@@ -108,7 +84,7 @@ class WebServer:
 
     async def readyz(self, request: web.Request) -> web.Response:
         """200 when the database answers and every configured adapter is connected, else 503 with the reason."""
-        reason = await not_ready(self.core, self.adapters)
+        reason = await self.core.not_ready(self.adapters)
         if reason is None:
             return _json(200, status="ready")
         return _json(503, status="not ready", reason=reason)
@@ -126,5 +102,4 @@ class WebServer:
             resp = _json(401, error="unauthorized: send Authorization: Bearer <METRICS_TOKEN>")
             resp.headers["WWW-Authenticate"] = METRICS_REALM
             return resp
-        body = generate_latest(self.core.metrics.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=self.core.metrics_text(), headers={"Content-Type": METRICS_CONTENT_TYPE})

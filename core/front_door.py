@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -27,24 +27,29 @@ from core.commands import (
     CommandName,
     Commands,
     StatusBoard,
+    app_version,
 )
-from core.constants import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, REFUSAL_EVERY_S
-from core.inbox import Inbox
+from core.constants import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, READY_DB_TIMEOUT_S, REFUSAL_EVERY_S
+from core.inbox import Delivery, Handler, Inbox, Parse
 from core.memory.blocks import render_prompt_section
 from core.memory.embeddings import Embedder
 from core.memory.tools import memory_tools
 from core.metrics import Metrics
 from core.reminders.buttons import press
+from core.reminders.engine import Outbox, ReminderEngine
+from core.reminders.scheduler import ReminderScheduler
 from core.settings import Settings
 from core.storage import conversations, fleet, refusals
-from core.storage.conversations import StoredAnswer, TurnSteps
+from core.storage.conversations import StoredAnswer
 from core.storage.db import Pool
+from core.storage.retention import pruning
+from core.texts import RESTARTING
 from core.timeutil import Clock, system_clock, zone
 from core.tools.framework import Caps, ToolContext, ToolRegistry
 from core.tools.sql import EXECUTE_SQL
 from core.tools.tasks import MANAGE_TASKS
 from core.tools.timezone import SET_TIMEZONE
-from core.types import JOB_MESSAGE_PREFIX, RESTARTING, Assistant, Error, Event, Incoming, ToolResult
+from core.types import JOB_MESSAGE_PREFIX, Assistant, Error, Event, Incoming, ToolResult, TurnSteps
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +109,11 @@ class Core:
         self._locks: dict[str, _ChatLock] = {}
         self.task_listeners: list[Callable[[], None]] = []
         self.capabilities = manager.CapabilityManager(
-            pool, self.registry, capabilities_dir or manager.MATERIALISED_DIR, settings.CAPABILITY_TIMEOUT, clock
+            pool,
+            self.registry,
+            capabilities_dir or manager.materialised_dir(settings.DATA_DIR),
+            settings.CAPABILITY_TIMEOUT,
+            clock,
         )
         self.capabilities.install()
         self.exit_code: int | None = None  # set by restart(mode="full") once its answer has been sent
@@ -162,12 +171,39 @@ class Core:
             return Error("not_yours", STEPS_NOT_YOURS)
         return found
 
-    def report_state(self, adapter: str, state: str | None) -> None:
-        """An adapter's state for /status (None: stopped, no longer listed)."""
+    def report_state(self, adapter: str, state: str | None, *, connected: bool = True) -> None:
+        """An adapter's state for /status (None: stopped, no longer listed); not `connected`: /readyz says not ready."""
+        board = self.status_board
         if state is None:
-            self.status_board.adapters.pop(adapter, None)
+            board.adapters.pop(adapter, None)
         else:
-            self.status_board.adapters[adapter] = state
+            board.adapters[adapter] = state
+        if connected and state is not None:
+            board.disconnected.discard(adapter)
+        else:
+            board.disconnected.add(adapter)
+
+    async def not_ready(self, adapters: Sequence[str]) -> str | None:
+        """Why this process should get no traffic (shutting down, the database, one of `adapters` not connected), or
+        None when ready. The reason names only the part, never a host, a state text or a secret."""
+        if self.draining:
+            return "shutting down"
+        try:
+            await asyncio.wait_for(self.pool.fetchval("SELECT 1"), READY_DB_TIMEOUT_S)
+        except TimeoutError:
+            return f"database: no answer within {READY_DB_TIMEOUT_S:g} s"
+        except Exception as e:
+            return f"database unreachable ({type(e).__name__})"
+        for name in adapters:
+            if name not in self.status_board.adapters:
+                return f"{name}: not connected"
+            if name in self.status_board.disconnected:
+                return f"{name}: disconnected"
+        return None
+
+    def metrics_text(self) -> bytes:
+        """This process's metrics in the Prometheus text format."""
+        return self.metrics.exposition()
 
     def report_poll(self, adapter: str) -> None:
         """An adapter polled its platform successfully (shown in /status)."""
@@ -243,8 +279,21 @@ class Core:
             f"add {inc.user_key} to ALLOWED_USERS."
         )
 
-    async def handle(self, inc: Incoming, *, stream: bool = False) -> AsyncGenerator[Event, None]:
-        """Answer one incoming message; yields nothing for a duplicate or an ignored message."""
+    async def receive(self, platform: str, update_id: int, chat_key: str, payload: dict[str, Any], update: Any) -> bool:
+        """Store a platform update before the platform is told it arrived (False: stored before, a redelivery); it is
+        handled once, in order per `chat_key`, by this process (at once when it can) or another one (see serve)."""
+        return await self.inbox.receive(platform, update_id, chat_key, payload, update)
+
+    def serve(self, platform: str, parse: Parse, handler: Handler) -> None:
+        """Hand `platform`'s stored updates to `handler` as Deliveries (`parse` turns a stored payload back into the
+        adapter's update); they are handled in this process from now on, until drain()."""
+        self.inbox.serve(platform, parse, handler)
+
+    async def handle(
+        self, inc: Incoming, *, stream: bool = False, delivery: Delivery | None = None
+    ) -> AsyncGenerator[Event, None]:
+        """Answer one incoming message (`delivery`: the stored update it came in, whose lease the answer needs);
+        yields nothing for a duplicate or an ignored message."""
         if not self.is_allowed(inc):
             refusal = await self.refusal(inc)
             if refusal is not None:
@@ -266,10 +315,10 @@ class Core:
         self._track_turn_task()
         started, counted = time.monotonic(), False
         try:
-            async with self._chat_turn(inc.chat_key), aclosing(self._turn(inc, stream)) as events:
+            async with self._chat_turn(inc.chat_key), aclosing(self._turn(inc, stream, delivery)) as events:
                 async for event in events:
-                    if isinstance(event, Assistant | Error):  # an update another process took over: nothing sent
-                        await self.inbox.confirm_lease()
+                    if isinstance(event, Assistant | Error) and delivery is not None:  # taken over: nothing sent
+                        await self.inbox.confirm(delivery)
                     counted = self._measure(event, started) or counted
                     yield event
         except BaseException as e:  # a turn that ended without its final event
@@ -317,16 +366,53 @@ class Core:
             log.warning("closed %d turn(s) left running by a stopped process as cut short", closed)
         return closed
 
-    async def _close_unfinished(self, turn_id: int, status: str) -> None:
+    async def _close_unfinished(self, turn_id: int, status: str, delivery: Delivery | None) -> None:
         """Record a turn that ended without an answer (best effort: the database may be what failed); not when the
         inbox lost its update to another process, which runs this turn now."""
-        if self.inbox.lease_lost():
+        if delivery is not None and delivery.lost:
             log.info("turn %d left to the process that took its update over", turn_id)
             return
         try:
             await asyncio.shield(conversations.finish_turn(self.pool, turn_id, status, 0))
         except (Exception, asyncio.CancelledError) as e:
             log.warning("could not close turn %d as %s: %s", turn_id, status, type(e).__name__)
+
+    @asynccontextmanager
+    async def running(self, outboxes: Mapping[str, Outbox]) -> AsyncIterator[None]:
+        """While the block runs: capability changes other processes make load here too, old rows are pruned, and the
+        reminder scheduler delivers through `outboxes` (one per running front end; missed ones are caught up first)."""
+        settings = self.settings
+        engine = ReminderEngine(
+            self.pool,
+            outboxes,
+            system_clock,
+            agent=self.answer_text,
+            grace=timedelta(hours=settings.REMINDER_GRACE_HOURS),
+            on_failure=self.report_failed_delivery,
+            default_tz=settings.DEFAULT_TIMEZONE,
+            metrics=self.metrics,
+        )
+        scheduler = ReminderScheduler(engine)
+        keep = timedelta(days=settings.RETENTION_DAYS)
+        async with self.capabilities.following(), pruning(self.pool, self.clock, keep):
+            self.task_listeners.append(scheduler.tasks_changed)
+            await scheduler.start()
+            try:
+                yield
+            finally:
+                await scheduler.stop(settings.SHUTDOWN_GRACE_SECONDS)
+                self.task_listeners.remove(scheduler.tasks_changed)
+
+    @asynccontextmanager
+    async def in_fleet(self) -> AsyncIterator[None]:
+        """While the block runs this process is in the fleet (/status lists it; platforms share their rate limits by
+        it): bot/ keeps it there until drained, since answers still going out count."""
+        async with fleet.beating(self.pool, self.status_board, app_version(), process_id=self.process_id):
+            yield
+
+    def on_exit(self, listener: Callable[[], None]) -> None:
+        """Call `listener` when an answer asked the bot to stop (restart mode full); exit_code says with what."""
+        self.stop_listeners.append(listener)
 
     def request_exit(self, code: int) -> None:
         """Stop the bot with this exit code: the composition root's stop listeners end the run."""
@@ -400,7 +486,7 @@ class Core:
             entry = self._locks[key] = _ChatLock()
         return _TurnSlot(self._locks, key, entry)
 
-    async def _turn(self, inc: Incoming, stream: bool) -> AsyncGenerator[Event, None]:
+    async def _turn(self, inc: Incoming, stream: bool, delivery: Delivery | None) -> AsyncGenerator[Event, None]:
         """One turn inside the chat's slot."""
         now = self.clock()
         # Personal memory (prompt and tools) only outside groups: private chats, the terminal, jobs posted there; not in
@@ -409,11 +495,12 @@ class Core:
         personal = not group and not any(q.kind == "job" for q in inc.quoted)
         start = await conversations.begin_turn(
             self.pool, inc, self.settings.DEFAULT_TIMEZONE, self.settings.HISTORY_MESSAGES, now + DUE_SOON,
-            DUE_SOON_LINES, authors=group, memory=personal,
+            DUE_SOON_LINES, authors=group, memory=personal, redelivered=delivery is not None and delivery.redelivered,
         )  # fmt: skip
         user, chat, turn_id, rows, due = start.user, start.chat, start.turn_id, start.history, start.due
         if turn_id is None:
-            stored = await conversations.stored_answer(self.pool, inc) if inc.redelivered else None
+            redelivered = delivery is not None and delivery.redelivered
+            stored = await conversations.stored_answer(self.pool, inc) if redelivered else None
             if stored is not None:  # answered before its process died: send what of it did not go out
                 answer = await self._stored_answer(stored)
                 if answer is not None:
@@ -455,7 +542,7 @@ class Core:
                 yield event
         except BaseException as e:  # cancelled at shutdown, closed by the adapter, or a failure: not `running`
             if not ended:
-                await self._close_unfinished(turn_id, "failed" if isinstance(e, Exception) else "cut_short")
+                await self._close_unfinished(turn_id, "failed" if isinstance(e, Exception) else "cut_short", delivery)
             raise
         finally:  # runs once the adapter consumed the answer (or closed the turn after it)
             if ctx.requested_exit is not None:

@@ -1,4 +1,5 @@
-"""The inbox worker: takes stored updates (stored by any process) and hands each to its adapter, one per chat."""
+"""The inbox worker: stores each platform update before the platform is told, and hands it to its adapter, parsed
+once, one at a time per chat across all processes (taken at once by the receiving process when it can)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,26 @@ from core.storage.listen import ChangeListener
 log = logging.getLogger(__name__)
 
 CHANNEL = "inbox"  # sql/008_inbox.sql's trigger notifies it when an update is stored
-Handler = Callable[[InboxItem], Awaitable[None]]
+
+
+@dataclass(eq=False)
+class Delivery:
+    """A stored platform update handed to its adapter: parsed once, with how many times a process took it."""
+
+    platform: str
+    update_id: int
+    attempt: int  # 1 the first time; more: a process before died or was cut while handling it
+    update: Any  # what the adapter's parse function made of the stored payload
+    lost: bool = False  # another process took it over (this one stalled past its lease): send and write nothing more
+
+    @property
+    def redelivered(self) -> bool:
+        """Whether an earlier attempt may have half done it (its turn resumes or resends its stored answer)."""
+        return self.attempt > 1
+
+
+Parse = Callable[[dict[str, Any]], Any]
+Handler = Callable[[Delivery], Awaitable[None]]
 
 
 @dataclass
@@ -37,14 +56,10 @@ class _Lease:
     """This process's hold on an update it handles, and the task handling it."""
 
     item: InboxItem
+    delivery: Delivery
     task: asyncio.Task[None]
     held_until: float  # monotonic time until which the lease is surely still ours (claimed or renewed before it)
-    lost: bool = False  # another process took the update over: this handler sends and writes nothing more
     finishing: bool = False  # the handler is done: the update is being marked done
-
-
-# the lease of the update the current task handles (None outside the inbox's handlers)
-_current: ContextVar[_Lease | None] = ContextVar("inbox_lease", default=None)
 
 
 class Inbox:
@@ -63,24 +78,34 @@ class Inbox:
         """`owner` names this process in the leases it takes."""
         self.pool, self.owner, self.metrics = pool, owner, metrics
         self.concurrency, self.lease_s, self.poll_s = concurrency, lease_s, poll_s
-        self._handlers: dict[str, Handler] = {}
+        self._handlers: dict[str, tuple[Parse, Handler]] = {}
         self._leases: dict[int, _Lease] = {}  # the updates being handled here, by update_id
         self._wake = asyncio.Event()
         self._taking = False
         self._tasks: list[asyncio.Task[None]] = []
         self._listener = ChangeListener(CHANNEL, lambda: connect_like(pool), self._notified)
 
-    async def put(self, platform: str, update_id: int, chat_key: str, payload: dict[str, Any]) -> bool:
+    async def receive(self, platform: str, update_id: int, chat_key: str, payload: dict[str, Any], update: Any) -> bool:
         """Store an update (committed when this returns: only then may the platform be told); False for a redelivery.
-        A dropped connection is retried: storing twice stores once."""
-        # every process taking updates, this one too, hears of it from the notification (sql/008's trigger)
-        return await retry_dropped(
-            lambda: store.put(self.pool, platform, update_id, chat_key, payload), "storing an update", pool=self.pool
+        When this process serves the platform, has room and the chat has nothing open, it takes the update in the
+        same statement and starts `update` (the payload already parsed) here; otherwise the stored row wakes the
+        processes. A dropped connection is retried: storing twice stores once."""
+        take = self._taking and platform in self._handlers and len(self._leases) < self.concurrency
+        claimer = self.owner if take else None
+        claimed = time.monotonic()
+        stored, item = await retry_dropped(
+            lambda: store.receive(self.pool, platform, update_id, chat_key, payload, claimer, self.lease_s),
+            "storing an update",
+            pool=self.pool,
         )
+        if item is not None and item.update_id not in self._leases:  # ours (also when a retry found our own claim)
+            self._start(item, claimed, update)
+        return stored
 
-    def serve(self, platform: str, handler: Handler) -> None:
-        """Run `platform`'s stored updates in this process with `handler` (starts taking work on first use)."""
-        self._handlers[platform] = handler
+    def serve(self, platform: str, parse: Parse, handler: Handler) -> None:
+        """Run `platform`'s stored updates in this process: `parse` turns a stored payload into the adapter's update
+        (once per delivery), `handler` handles it (starts taking work on first use)."""
+        self._handlers[platform] = (parse, handler)
         self._wake.set()
         if not self._taking:
             self._taking = True
@@ -95,26 +120,27 @@ class Inbox:
         """How many updates this process is handling now."""
         return len(self._leases)
 
-    def lease_lost(self) -> bool:
-        """Whether another process took over the update this task handles (its lease ran out): the turn here must
-        write and send nothing more, the new owner runs it."""
-        lease = _current.get()
-        return lease is not None and lease.lost
-
-    async def confirm_lease(self) -> None:
-        """Before an answer goes out: return while the update this task handles is still this process's (at once
-        outside the inbox's handlers), else cancel this task. Asks the database only when the lease may have run
-        out (renewals failed, or this process stalled); when it cannot say, the answer goes out."""
-        lease = _current.get()
-        if lease is None:
-            return
-        if not lease.lost and time.monotonic() >= lease.held_until:
+    async def confirm(self, delivery: Delivery) -> None:
+        """Before an answer goes out: return while the update is still this process's, else cancel this task. Asks
+        the database only when the lease may have run out (renewals failed, or this process stalled); when it cannot
+        say, the answer goes out."""
+        lease = self._leases.get(delivery.update_id)
+        if (
+            lease is not None
+            and lease.delivery is delivery
+            and not delivery.lost
+            and time.monotonic() >= lease.held_until
+        ):
             try:
                 await self._keep([lease])
             except Exception as e:
-                log.warning("could not confirm the lease on %s update %d (%s); answering anyway",
-                            lease.item.platform, lease.item.update_id, _reason(e))  # fmt: skip
-        if lease.lost:
+                log.warning(
+                    "could not confirm the lease on %s update %d (%s); answering anyway",
+                    delivery.platform,
+                    delivery.update_id,
+                    _reason(e),
+                )
+        if delivery.lost:
             raise asyncio.CancelledError  # caught by _handle: nothing more is sent or written here
 
     async def stop(self, grace: float, hurry: asyncio.Event | None = None) -> int:
@@ -177,30 +203,39 @@ class Inbox:
                 async with asyncio.timeout(self.poll_s):
                     await self._wake.wait()
 
-    def _start(self, item: InboxItem, claimed: float) -> None:
-        """Handle one claimed update in its own task."""
+    def _start(self, item: InboxItem, claimed: float, update: Any = None) -> None:
+        """Handle one claimed update in its own task (`update`: already parsed by the receiver; else parsed there)."""
         self.metrics.inbox_wait.observe(item.waited_s)
         if item.attempts > 1:
             self.metrics.inbox_retaken.inc()
-            log.info("taking %s update %d again (attempt %d): the process before stopped or died while handling it",
-                     item.platform, item.update_id, item.attempts)  # fmt: skip
-        task = asyncio.create_task(self._handle(item), name=f"inbox {item.platform} {item.update_id}")
-        self._leases[item.update_id] = _Lease(item, task, claimed + self.lease_s)
+            log.info(
+                "taking %s update %d again (attempt %d): the process before stopped or died while handling it",
+                item.platform,
+                item.update_id,
+                item.attempts,
+            )
+        delivery = Delivery(item.platform, item.update_id, item.attempts, update)
+        task = asyncio.create_task(self._handle(item, delivery), name=f"inbox {item.platform} {item.update_id}")
+        self._leases[item.update_id] = _Lease(item, delivery, task, claimed + self.lease_s)
 
-    async def _handle(self, item: InboxItem) -> None:
-        """Run the adapter's handler, then mark the update done (a failure is logged: the update is not retried).
-        A handler whose lease another process took over is cancelled and leaves the update to that process."""
+    async def _handle(self, item: InboxItem, delivery: Delivery) -> None:
+        """Parse (unless the receiver did), run the adapter's handler, then mark the update done (a failure is logged:
+        the update is not retried). A handler whose lease another process took over is cancelled and leaves the update
+        to that process."""
         lease = self._leases[item.update_id]
-        _current.set(lease)
+        parse, handler = self._handlers[item.platform]
         try:
             if item.failed_attempts >= INBOX_MAX_ATTEMPTS:  # it took down every process that tried it: give up on it
-                log.warning("%s update %d given up after %d attempts", item.platform, item.update_id,
-                            item.failed_attempts)  # fmt: skip
+                log.warning(
+                    "%s update %d given up after %d attempts", item.platform, item.update_id, item.failed_attempts
+                )
             else:
-                await self._handlers[item.platform](item)
+                if delivery.update is None:
+                    delivery.update = parse(item.payload)
+                await handler(delivery)
         except asyncio.CancelledError:
             self._forget(item.update_id)
-            if lease.lost:
+            if delivery.lost:
                 return  # another process answers it: nothing to finish or hand back here
             raise  # cut at shutdown: stop() hands it back
         except Exception:
@@ -208,7 +243,7 @@ class Inbox:
         full, more = len(self._leases) >= self.concurrency, True
         lease.finishing = True
         try:
-            more = not lease.lost and await self._finish(item)
+            more = not delivery.lost and await self._finish(item)
         finally:
             self._forget(item.update_id)
             if more or full:  # the chat's next update may go now, or a slot came free for waiting ones
@@ -225,12 +260,17 @@ class Inbox:
             try:
                 more = await retry_dropped(lambda: store.finish(self.pool, item), "finishing an update", pool=self.pool)
                 if more is None:
-                    log.warning("%s update %d was taken over by another process while handled here (its lease ran "
-                                "out); left to that process", item.platform, item.update_id)  # fmt: skip
+                    log.warning(
+                        "%s update %d was taken over by another process while handled here (its lease ran "
+                        "out); left to that process",
+                        item.platform,
+                        item.update_id,
+                    )
                 return bool(more)
             except Exception as e:
-                log.warning("could not mark %s update %d done (%s); trying again", item.platform, item.update_id,
-                            _reason(e))  # fmt: skip
+                log.warning(
+                    "could not mark %s update %d done (%s); trying again", item.platform, item.update_id, _reason(e)
+                )
                 await asyncio.sleep(INBOX_RETRY_S)
 
     async def _renew(self) -> None:
@@ -255,15 +295,19 @@ class Inbox:
         for lease in leases:
             if lease.item.update_id not in lost:
                 lease.held_until = max(lease.held_until, started + self.lease_s)
-            elif not lease.finishing and not lease.lost:  # a finished update is not held either: not a loss
+            elif not lease.finishing and not lease.delivery.lost:  # a finished update is not held either: not a loss
                 self._lose(lease)
 
     def _lose(self, lease: _Lease) -> None:
         """Another process took this update over after its lease ran out: stop its handler here, now."""
         item = lease.item
-        lease.lost = True
-        log.warning("lost the lease on %s update %d (attempt %d) to another process: stopping its turn here",
-                    item.platform, item.update_id, item.attempts)  # fmt: skip
+        lease.delivery.lost = True
+        log.warning(
+            "lost the lease on %s update %d (attempt %d) to another process: stopping its turn here",
+            item.platform,
+            item.update_id,
+            item.attempts,
+        )
         if self._leases.get(item.update_id) is lease and lease.task is not asyncio.current_task():
             lease.task.cancel()  # (confirm_lease() stops its own task itself)
 

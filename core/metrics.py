@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from core.constants import INBOX_WAIT_BUCKETS, LLM_SECONDS_BUCKETS, REMINDER_LATENESS_BUCKETS, TURN_SECONDS_BUCKETS
 
 TOOL_OUTCOMES = frozenset({"ok", "invalid_args", "unknown_function", "tool_error", "timeout", "forbidden"})
+CONTENT_TYPE = CONTENT_TYPE_LATEST  # of exposition()
 UNKNOWN_TOOL = "unknown"  # the label of a call to a name the registry does not hold (the model made it up)
 OTHER = "other"  # the label of an error code outside TOOL_OUTCOMES
 
@@ -22,29 +23,54 @@ class Metrics:
         r = self.registry
         ProcessCollector(registry=r)
         GCCollector(registry=r)
-        self.turns = Counter("bot_turns", "Turns by outcome: ok, cut_short, an error code, failed, interrupted",
-                             ["outcome"], registry=r)  # fmt: skip
-        self.turn_seconds = Histogram("bot_turn_seconds", "From the message to the final answer of a turn (s)",
-                                      registry=r, buckets=TURN_SECONDS_BUCKETS)  # fmt: skip
-        self.llm_seconds = Histogram("bot_llm_request_seconds", "One model request until its whole reply (s)",
-                                     registry=r, buckets=LLM_SECONDS_BUCKETS)  # fmt: skip
-        self.llm_errors = Counter("bot_llm_errors", "Failed model requests: timeout, unreachable, refused, malformed",
-                                  ["kind"], registry=r)  # fmt: skip
-        self.tool_calls = Counter("bot_tool_calls", "Tool calls by tool and outcome (ok or the error code)",
-                                  ["tool", "outcome"], registry=r)  # fmt: skip
+        self.turns = Counter(
+            "bot_turns", "Turns by outcome: ok, cut_short, an error code, failed, interrupted", ["outcome"], registry=r
+        )
+        self.turn_seconds = Histogram(
+            "bot_turn_seconds",
+            "From the message to the final answer of a turn (s)",
+            registry=r,
+            buckets=TURN_SECONDS_BUCKETS,
+        )
+        self.llm_seconds = Histogram(
+            "bot_llm_request_seconds",
+            "One model request until its whole reply (s)",
+            registry=r,
+            buckets=LLM_SECONDS_BUCKETS,
+        )
+        self.llm_errors = Counter(
+            "bot_llm_errors", "Failed model requests: timeout, unreachable, refused, malformed", ["kind"], registry=r
+        )
+        self.tool_calls = Counter(
+            "bot_tool_calls", "Tool calls by tool and outcome (ok or the error code)", ["tool", "outcome"], registry=r
+        )
         self.reminders_delivered = Counter("bot_reminders_delivered", "Reminders the platform accepted", registry=r)
         self.reminders_late = Counter("bot_reminders_late", "Delivered reminders that were late", registry=r)
-        self.reminders_retried = Counter("bot_reminders_retried", "Reminder sends that failed and wait for a retry",
-                                         registry=r)  # fmt: skip
+        self.reminders_retried = Counter(
+            "bot_reminders_retried", "Reminder sends that failed and wait for a retry", registry=r
+        )
         self.reminders_failed = Counter("bot_reminders_failed", "Reminders that ended undelivered", registry=r)
-        self.reminder_lateness = Histogram("bot_reminder_lateness_seconds", "Delivery time minus due time (s)",
-                                           registry=r, buckets=REMINDER_LATENESS_BUCKETS)  # fmt: skip
+        self.reminder_lateness = Histogram(
+            "bot_reminder_lateness_seconds",
+            "Delivery time minus due time (s)",
+            registry=r,
+            buckets=REMINDER_LATENESS_BUCKETS,
+        )
         self.inbox_depth = Gauge("bot_inbox_depth", "Updates stored and not yet handled, all processes", registry=r)
         self.inbox_age = Gauge("bot_inbox_oldest_seconds", "Age of the oldest update not yet handled (s)", registry=r)
-        self.inbox_wait = Histogram("bot_inbox_wait_seconds", "From storing an update to a process taking it (s)",
-                                    registry=r, buckets=INBOX_WAIT_BUCKETS)  # fmt: skip
-        self.inbox_retaken = Counter("bot_inbox_retaken", "Updates taken again (lease ran out or handed back)",
-                                     registry=r)  # fmt: skip
+        self.inbox_wait = Histogram(
+            "bot_inbox_wait_seconds",
+            "From storing an update to a process taking it (s)",
+            registry=r,
+            buckets=INBOX_WAIT_BUCKETS,
+        )
+        self.inbox_retaken = Counter(
+            "bot_inbox_retaken", "Updates taken again (lease ran out or handed back)", registry=r
+        )
+
+    def exposition(self) -> bytes:
+        """Every metric of this process in the Prometheus text format (CONTENT_TYPE)."""
+        return generate_latest(self.registry)
 
     def turn(self, outcome: str, seconds: float) -> None:
         """One finished turn."""

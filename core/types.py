@@ -8,7 +8,6 @@ from typing import Any, Literal
 ChatKind = Literal["private", "group"]
 QuotedKind = Literal["forward", "quote", "reply", "job"]
 JOB_MESSAGE_PREFIX = "job:"  # the platform message id of a scheduled agent job's turn starts with this
-RESTARTING = "I'm restarting right now — please send that again in a minute."  # new work while draining
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,6 @@ class Incoming:
     reply_to: str | None = None
     attachments: tuple[str, ...] = ()
     quoted: tuple[Quoted, ...] = ()  # others' text that came with it (forwards, quotes): never the speaker's words
-    redelivered: bool = False  # handled before by a process that died or was cut: finish its turn, answer once
 
     @property
     def user_key(self) -> str:
@@ -142,3 +140,16 @@ class Error:
 
 
 Event = AssistantDelta | ToolCall | ToolResult | Assistant | Error
+
+
+@dataclass(frozen=True)
+class TurnSteps:
+    """A stored turn's tool activity, with who asked and where (for the "Show steps" button)."""
+
+    turn_id: int
+    platform: str
+    user_id: str  # the platform id of the user whose message started the turn
+    chat_id: str
+    thread_id: str
+    steps: tuple[Step, ...]
+    elapsed_s: float

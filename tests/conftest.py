@@ -198,14 +198,20 @@ async def make_llm(make_settings: MakeSettings) -> AsyncIterator[Callable[[Setti
 
 
 @pytest.fixture
-def make_core(pool: Pool, make_settings: MakeSettings, clock: FakeClock, make_llm: Callable[..., LLM]) -> MakeCore:
-    """A Core on the test database and the fake LLM."""
+async def make_core(
+    pool: Pool, make_settings: MakeSettings, clock: FakeClock, make_llm: Callable[..., LLM]
+) -> AsyncIterator[MakeCore]:
+    """A Core on the test database and the fake LLM; drained at the end (its inbox stops), as bot/ does."""
+    made: list[Core] = []
 
     def make(**overrides: Any) -> Core:
         settings = make_settings(**overrides)
-        return Core(settings, pool, make_llm(settings), clock=clock)
+        made.append(Core(settings, pool, make_llm(settings), clock=clock))
+        return made[-1]
 
-    return make
+    yield make
+    for core in made:
+        await core.drain(0)
 
 
 @pytest.fixture
@@ -224,11 +230,9 @@ def fail_on_logged_errors(caplog: pytest.LogCaptureFixture, allowed_errors: list
     assert not bad, f"unexpected error logs: {[r.getMessage() for r in bad]}"
 
 
-@pytest.fixture(autouse=True)
-def capabilities_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Cores built in tests materialise capabilities into a temporary directory, never the repo's."""
-    import core.capabilities.manager
+@pytest.fixture
+def capabilities_dir(tmp_path: Path) -> Path:
+    """Where cores built by make_core materialise capabilities: under their temporary DATA_DIR."""
+    from core.capabilities.manager import materialised_dir
 
-    directory = tmp_path / "capabilities"
-    monkeypatch.setattr(core.capabilities.manager, "MATERIALISED_DIR", directory)
-    return directory
+    return materialised_dir(tmp_path / "data")

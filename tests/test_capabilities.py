@@ -71,14 +71,13 @@ async def test_model_fixes_syntax_error_and_calls_the_new_tool_in_one_conversati
 ) -> None:
     core = admin_core(make_core)
     broken = 'async def greet(params, ctx):\n    name = params["who"]\n    return "hello " name\n'
+    greet = {"name": "greet", "description": "Greets someone by name.", "parameters_schema": GREET_SCHEMA}
     fake_llm.script(
-        Reply(tool_calls=[("write_capability", {"name": "greet", "description": "Greets someone by name.",
-                                                "code": broken, "parameters_schema": GREET_SCHEMA})]),
-        Reply(tool_calls=[("write_capability", {"name": "greet", "description": "Greets someone by name.",
-                                                "code": GREET, "parameters_schema": GREET_SCHEMA})]),
+        Reply(tool_calls=[("write_capability", {**greet, "code": broken})]),
+        Reply(tool_calls=[("write_capability", {**greet, "code": GREET})]),
         Reply(tool_calls=[("greet", {"who": "Bob"})]),
         Reply(text="It says hello to Bob."),
-    )  # fmt: skip
+    )
     a = answer(await run(core, incoming("make a greeting tool and greet Bob", user=ADMIN, name="Ann")))
     first = tool_messages(fake_llm.requests[1])[0]
     assert first["ok"] is False and first["error"]["code"] == "tool_error"
@@ -104,18 +103,30 @@ async def test_model_fixes_syntax_error_and_calls_the_new_tool_in_one_conversati
 @pytest.mark.parametrize(
     ("code", "schema", "error", "needle"),
     [
-        ("import no_such_module_xyz\n\nasync def cap(params):\n    return 1\n", OBJECT, "import_error",
-         "ModuleNotFoundError: No module named 'no_such_module_xyz'"),
-        ("x = 1\ny = x / 0\n\nasync def cap(params):\n    return 1\n", OBJECT, "import_error",
-         "ZeroDivisionError: division by zero (line 2)"),
+        (
+            "import no_such_module_xyz\n\nasync def cap(params):\n    return 1\n",
+            OBJECT,
+            "import_error",
+            "ModuleNotFoundError: No module named 'no_such_module_xyz'",
+        ),
+        (
+            "x = 1\ny = x / 0\n\nasync def cap(params):\n    return 1\n",
+            OBJECT,
+            "import_error",
+            "ZeroDivisionError: division by zero (line 2)",
+        ),
         ("async def other(params):\n    return 1\n", OBJECT, "missing_function", "no function named 'cap'"),
         ("def cap(params):\n    return 1\n", OBJECT, "missing_function", "must be a coroutine function"),
         ("async def cap():\n    return 1\n", OBJECT, "missing_function", "must take (params: dict)"),
-        ("async def cap(params):\n    return 1\n", {"type": "object", "properties": {"n": {"type": "nope"}}},
-         "invalid_schema", "properties/n/type"),
+        (
+            "async def cap(params):\n    return 1\n",
+            {"type": "object", "properties": {"n": {"type": "nope"}}},
+            "invalid_schema",
+            "properties/n/type",
+        ),
         ("async def cap(params):\n    return 1\n", {"type": "array"}, "invalid_schema", '"type": "object"'),
     ],
-)  # fmt: skip
+)
 async def test_validation_errors_are_structured_and_nothing_is_stored(
     make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, code: str, schema: dict[str, Any], error: str, needle: str
 ) -> None:
@@ -292,6 +303,23 @@ async def test_materialised_from_the_database_after_a_restart_with_an_empty_dire
     assert "broken" not in tool_names(fake_llm.requests[-1])
 
 
+async def test_code_is_materialised_under_data_dir_never_into_the_source_tree(
+    make_core: MakeCore, fake_llm: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = admin_core(make_core, DATA_DIR="state")  # relative: counted from the cwd at start (make_settings: tmp_path)
+    monkeypatch.chdir(tmp_path.parent)  # a later cwd changes nothing
+    directory = tmp_path / "state" / "capabilities"
+    assert core.capabilities.directory == directory and not directory.exists()  # created when first needed
+    where = "async def where_am_i(params):\n    return __file__\n"
+    assert (await write(core, fake_llm, "where_am_i", where))["ok"]
+    assert await call(core, fake_llm, "where_am_i") == {"ok": True, "result": str(directory / "where_am_i_v1.py")}
+    for folder in ("core", "capabilities"):
+        assert not list((ROOT / folder).rglob("where_am_i_v*.py"))
+    assert not (ROOT / "core" / "capabilities" / "_materialised").exists()
+    for path in [*(ROOT / "core").rglob("*.py"), ROOT / ".gitignore", ROOT / "pyproject.toml"]:
+        assert "_materialised" not in path.read_text(encoding="utf-8"), path
+
+
 async def test_new_version_is_used_at_once_and_rollback_restores_the_old(
     make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
 ) -> None:
@@ -339,18 +367,25 @@ async def test_non_admin_can_call_but_neither_write_nor_change(
 ) -> None:
     core = admin_core(make_core)
     assert (await write(core, fake_llm, "greet", GREET, GREET_SCHEMA))["ok"]
+    evil = {
+        "name": "evil",
+        "description": "x",
+        "code": "async def evil(p):\n    return 1\n",
+        "parameters_schema": OBJECT,
+    }
     fake_llm.script(
-        Reply(tool_calls=[
-            ("write_capability", {"name": "evil", "description": "x", "code": "async def evil(p):\n    return 1\n",
-                                  "parameters_schema": OBJECT}),
-            ("manage_capability", {"action": "disable", "name": "greet"}),
-            ("manage_capability", {"action": "rollback", "name": "greet", "version": 1}),
-            ("manage_capability", {"action": "show", "name": "greet"}),
-            ("restart", {"mode": "full"}),
-            ("greet", {"who": "me"}),
-        ]),
+        Reply(
+            tool_calls=[
+                ("write_capability", evil),
+                ("manage_capability", {"action": "disable", "name": "greet"}),
+                ("manage_capability", {"action": "rollback", "name": "greet", "version": 1}),
+                ("manage_capability", {"action": "show", "name": "greet"}),
+                ("restart", {"mode": "full"}),
+                ("greet", {"who": "me"}),
+            ]
+        ),
         Reply(text="ok"),
-    )  # fmt: skip
+    )
     answer(await run(core, incoming("try everything", user=MEMBER, name="Max")))
     offered = tool_names(fake_llm.requests[-2])
     assert "greet" in offered
@@ -466,9 +501,15 @@ async def test_python_m_bot_exits_42_after_printing_the_answer(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "TELEGRAM_", "DISCORD_"))}
     env.update(PYTHONPATH=str(ROOT), DATABASE_URL=db_dsn, LLM_BASE_URL=fake_llm.base_url, LLM_API_KEY="test")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", env=env, cwd=str(tmp_path),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "bot",
+        env=env,
+        cwd=str(tmp_path),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     proc.stdin.write(b"please restart\n")
     await proc.stdin.drain()  # stdin stays open: the bot must leave on its own

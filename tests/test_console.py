@@ -125,7 +125,6 @@ async def test_reminder_printed_in_terminal_chat(
 ) -> None:
     from datetime import timedelta
 
-    from bot.app import reminders
     from core.front_door import Core
     from core.timeutil import system_clock
 
@@ -146,7 +145,7 @@ async def test_reminder_printed_in_terminal_chat(
             await asyncio.sleep(0.05)
         yield "/quit"
 
-    async with reminders(settings, core, {"console": console.ConsoleOutbox(printed.append)}):
+    async with core.running({"console": console.ConsoleOutbox(printed.append)}):
         await console.chat_loop(core, lines(), printed.append)
     text = "".join(printed)
     assert "I'll remind you." in text and "⏰ Tea — due" in text

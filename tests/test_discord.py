@@ -20,7 +20,8 @@ from core.front_door import Core
 from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, SettingsError, StartupError
 from core.storage.db import Pool
-from core.types import RESTARTING, Incoming
+from core.texts import RESTARTING
+from core.types import Incoming
 from tests.conftest import FakeClock, MakeCore, MakeSettings
 from tests.fake_discord import FakeDiscord
 from tests.fake_openai import FakeOpenAI, Reply

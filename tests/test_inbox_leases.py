@@ -19,11 +19,10 @@ from adapters.telegram import TelegramAdapter
 from bot.web import WebServer
 from core.agent.llm import LLM
 from core.front_door import Core
-from core.inbox import Inbox
+from core.inbox import Delivery, Inbox
 from core.metrics import Metrics
 from core.storage import inbox_table as store
 from core.storage.db import Pool
-from core.storage.inbox_table import InboxItem
 from tests.conftest import FakeClock, MakeSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram
@@ -188,7 +187,7 @@ async def test_a_stalled_process_sends_nothing_once_its_update_was_taken_over(
 async def test_finish_renew_and_hand_back_only_touch_a_lease_still_held(pool: Pool, pool_b: Pool) -> None:
     # two processes' inboxes as the storage sees them: A's lease on update 1 ran out and B took the update over
     for update_id in (1, 2):
-        await store.put(pool, "telegram", update_id, "telegram:7", {"n": update_id})
+        await store.receive(pool, "telegram", update_id, "telegram:7", {"n": update_id}, None, 30.0)
     [a_item] = await store.claim(pool, "a", ["telegram"], 30.0, 10)
     await run_out(pool, 1)
     [b_item] = await store.claim(pool_b, "b", ["telegram"], 30.0, 10)
@@ -213,24 +212,24 @@ async def test_a_finish_after_the_lease_was_taken_over_does_not_let_the_chats_ne
     events: list[str] = []
     a_release, b_release = asyncio.Event(), asyncio.Event()
 
-    def handler(name: str, release: asyncio.Event) -> Callable[[InboxItem], Awaitable[None]]:
-        async def handle(item: InboxItem) -> None:
-            events.append(f"{name} starts {item.update_id}")
-            if item.update_id == 1:
+    def handler(name: str, release: asyncio.Event) -> Callable[[Delivery], Awaitable[None]]:
+        async def handle(delivery: Delivery) -> None:
+            events.append(f"{name} starts {delivery.update_id}")
+            if delivery.update_id == 1:
                 await release.wait()
-            events.append(f"{name} ends {item.update_id}")
+            events.append(f"{name} ends {delivery.update_id}")
 
         return handle
 
     a = Inbox(pool, "a", Metrics(), lease_s=30.0, poll_s=0.05)  # renews every 10 s: not within this test
     b = Inbox(pool_b, "b", Metrics(), lease_s=30.0, poll_s=0.05)
     try:
-        await a.put("telegram", 1, "telegram:7", {})
-        await a.put("telegram", 2, "telegram:7", {})
-        a.serve("telegram", handler("a", a_release))
+        await a.receive("telegram", 1, "telegram:7", {}, None)
+        await a.receive("telegram", 2, "telegram:7", {}, None)
+        a.serve("telegram", dict, handler("a", a_release))
         assert await until(lambda: events == ["a starts 1"])
         await run_out(pool, 1)
-        b.serve("telegram", handler("b", b_release))
+        b.serve("telegram", dict, handler("b", b_release))
         assert await until(lambda: events[-1:] == ["b starts 1"])
         a_release.set()  # A's handler ends after B took its update over: A's finish must change nothing
         assert await until(lambda: a.held == 0)

@@ -12,7 +12,6 @@ import asyncpg
 import openai
 import pytest
 
-from bot.app import embeddings
 from core.agent.prompt import GROUP_MEMORY_NOTE
 from core.capabilities.runtime import run_query
 from core.front_door import Core
@@ -20,6 +19,7 @@ from core.memory.blocks import render_prompt_section
 from core.memory.embeddings import Embedder, openai_embedder, prepare_embeddings
 from core.memory.show_and_erase import delete_memory_line, memory_overview, wipe_memory
 from core.memory.tools import memory_tools
+from core.startup import embeddings
 from core.storage.conversations import begin_turn, finish_turn_with_answer
 from core.storage.db import Pool, create_pool
 from core.storage.migrations import migrate
@@ -582,7 +582,7 @@ async def test_prompt_warns_while_a_block_is_80_percent_full(make_core: MakeCore
 async def test_start_up_wires_embeddings_only_when_an_embedding_model_is_set(
     make_settings: Any, make_llm: Any, pool: Pool, fake_llm: FakeOpenAI, clock: FakeClock
 ) -> None:
-    """bot.app.embeddings: none without EMBEDDING_MODEL; with it, a turn's archival insert gets a vector."""
+    """core.startup.embeddings: none without EMBEDDING_MODEL; with it, a turn's archival insert gets a vector."""
     plain = make_settings()
     assert await embeddings(plain, pool, make_llm(plain)) is None
     settings = make_settings(EMBEDDING_MODEL="fake-embed")

@@ -120,7 +120,8 @@ async def test_readyz_503_when_an_adapter_is_disconnected(
 ) -> None:
     server = await make_server(pool, ("telegram", "discord"))
     server.core.report_state("telegram", "@test_bot")
-    server.core.report_state("discord", "disconnected since 2026-11-21 10:00 UTC: 4004 Authentication failed")
+    down = "disconnected since 2026-11-21 10:00 UTC: 4004 Authentication failed"
+    server.core.report_state("discord", down, connected=False)
     status, body = await get(http, server, "/readyz")
     assert (status, body) == (503, '{"status": "not ready", "reason": "discord: disconnected"}')
 

@@ -10,7 +10,6 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
-from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -68,9 +67,9 @@ from core import (
     AssistantDelta,
     CommandName,
     Core,
+    Delivery,
     DeliveryRefused,
     Error,
-    InboxItem,
     Incoming,
     ReminderMessage,
     Settings,
@@ -113,8 +112,6 @@ COMMANDS = [
 App = Application[Any, Any, Any, Any, Any, Any]
 HANDLED_UPDATES = [Update.MESSAGE, Update.CALLBACK_QUERY]  # allowed_updates: what the handlers take
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-# True while the update being handled was taken before by a process that died or was cut (see core.inbox)
-_redelivered: ContextVar[bool] = ContextVar("telegram_update_redelivered", default=False)
 
 
 class TelegramAdapter:
@@ -155,6 +152,7 @@ class TelegramAdapter:
         self._poller: asyncio.Task[None] | None = None
         self._fleet_follower: asyncio.Task[None] | None = None
         self._fleet_size, self._fleet_read = 1, self.rate_limiter.clock()  # the last fleet view, and when it was read
+        self._deliveries: dict[int, Delivery] = {}  # the stored updates being handled, by update_id
         self._add_handlers()
 
     def _add_handlers(self) -> None:
@@ -224,7 +222,7 @@ class TelegramAdapter:
         await self.app.start()
         await self.take_share()  # before the first answer goes out
         self._fleet_follower = asyncio.create_task(self._follow_fleet(), name="telegram fleet share")
-        self.core.inbox.serve("telegram", self._on_stored)
+        self.core.serve("telegram", self._parse, self._on_stored)
         self.core.report_state("telegram", f"@{self.username}" + (" (webhook)" if self.webhook_url else ""))
 
     async def _set_webhook(self) -> None:
@@ -249,7 +247,6 @@ class TelegramAdapter:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._poller = self._fleet_follower = None
-        await self.core.inbox.stop(self._grace)  # nothing left to do when the process drained it already
         if self.app.running:
             await self.app.stop()
         await self.app.shutdown()
@@ -329,12 +326,20 @@ class TelegramAdapter:
         """Put an update in the inbox under its chat (updates of one chat are handled one at a time, in order)."""
         chat, user = update.effective_chat, update.effective_user
         key = f"telegram:{chat.id}" if chat else f"telegram:user:{user.id}" if user else "telegram:-"
-        await self.core.inbox.put("telegram", update.update_id, key, data)
+        await self.core.receive("telegram", update.update_id, key, data, update)
 
-    async def _on_stored(self, item: InboxItem) -> None:
-        """Handle a stored update with the handlers (in this task, so `_redelivered` reaches _incoming)."""
-        _redelivered.set(item.attempts > 1)
-        await self.app.process_update(Update.de_json(item.payload, self.app.bot))
+    def _parse(self, payload: dict[str, Any]) -> Update:
+        """A stored update's payload as PTB's Update (bound to this bot)."""
+        return Update.de_json(payload, self.app.bot)
+
+    async def _on_stored(self, delivery: Delivery) -> None:
+        """Handle a stored update with the handlers (its delivery reaches the turn through `_deliveries`)."""
+        update: Update = delivery.update
+        self._deliveries[update.update_id] = delivery
+        try:
+            await self.app.process_update(update)
+        finally:
+            self._deliveries.pop(update.update_id, None)
 
     # ---- translation -------------------------------------------------------------------------
 
@@ -371,7 +376,6 @@ class TelegramAdapter:
             message_id=str(msg.message_id),
             reply_to=str(msg.reply_to_message.message_id) if msg.reply_to_message else None,
             quoted=quoted_of(msg),
-            redelivered=_redelivered.get(),
         )
 
     # ---- handlers ----------------------------------------------------------------------------
@@ -381,7 +385,9 @@ class TelegramAdapter:
         msg = update.message
         if msg is None or msg.from_user is None or msg.from_user.is_bot or not self._addressed(msg):
             return
-        await self._turn(self._incoming(msg, msg.text or msg.caption or ""), msg)
+        await self._turn(
+            self._incoming(msg, msg.text or msg.caption or ""), msg, self._deliveries.get(update.update_id)
+        )
 
     async def _on_other(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Photos, stickers, voice…: a short "text only" answer when addressed to the bot."""
@@ -545,13 +551,13 @@ class TelegramAdapter:
 
     # ---- a turn --------------------------------------------------------------------------------
 
-    async def _turn(self, inc: Incoming, msg: Message) -> None:
+    async def _turn(self, inc: Incoming, msg: Message, delivery: Delivery | None) -> None:
         """Run the core on one message with live feedback, then send the reply."""
         private = msg.chat.type == ChatType.PRIVATE
         typing = asyncio.create_task(self._keep_typing(msg))
         draft = _Draft(self, msg) if private else None
         try:
-            async with aclosing(self.core.handle(inc, stream=private)) as events:
+            async with aclosing(self.core.handle(inc, stream=private, delivery=delivery)) as events:
                 async for event in events:
                     if isinstance(event, AssistantDelta) and draft is not None:
                         await draft.add(event.text)

@@ -42,7 +42,6 @@ from core.tools.framework import Tool, ToolContext, ToolError, ToolRegistry
 
 log = logging.getLogger(__name__)
 
-MATERIALISED_DIR = Path(__file__).resolve().parent.parent / "capabilities" / "_materialised"
 NAME_PATTERN = r"^[a-z][a-z0-9_]{1,47}$"
 CHANNEL = "capability_changed"  # sql/007_fleet.sql's trigger notifies it on every committed change
 EXIT_RESTART = 42  # restart(mode="full") exits with this code; bot/loop.sh and Procfile platforms start again
@@ -55,6 +54,12 @@ CODE_HELP = (
     "capability_user_id() is the speaker's users.id). Return JSON-serialisable data. Blocking code is fine "
     "(own thread)."
 )
+
+
+def materialised_dir(data_dir: Path) -> Path:
+    """DATA_DIR/capabilities, made absolute now (a relative DATA_DIR counts from the start's cwd): the run-time code
+    is written there, never into the source tree, so a read-only deploy still works."""
+    return (data_dir / "capabilities").resolve()
 
 
 def changed_name(payload: str) -> str | None:
@@ -291,9 +296,15 @@ class CapabilityManager:
             )
 
         cap_ctx = CapabilityContext(
-            ctx.user.platform_user_id, ctx.user.display_name, ctx.user.platform, ctx.user.timezone, ctx.is_admin,
-            self.clock, query, loop,
-        )  # fmt: skip
+            ctx.user.platform_user_id,
+            ctx.user.display_name,
+            ctx.user.platform,
+            ctx.user.timezone,
+            ctx.is_admin,
+            self.clock,
+            query,
+            loop,
+        )
         args = (dict(params), cap_ctx) if cap.takes_context else (dict(params),)
 
         async def job() -> Any:
@@ -376,10 +387,15 @@ class CapabilityManager:
         if v is None:
             raise ToolError(f"{name} has no version {version}")
         return {
-            "name": name, "version": v.version, "current_version": current.version, "enabled": current.enabled,
-            "description": v.description, "parameters_schema": v.parameters_schema, "code": v.code,
+            "name": name,
+            "version": v.version,
+            "current_version": current.version,
+            "enabled": current.enabled,
+            "description": v.description,
+            "parameters_schema": v.parameters_schema,
+            "code": v.code,
             "summary": f"{name} v{v.version}",
-        }  # fmt: skip
+        }
 
     async def _rollback(self, name: str, version: int | None, current: store.Version, by: str) -> dict[str, Any]:
         """Make an older version current again (loaded first, so a broken one changes nothing)."""

@@ -12,7 +12,7 @@ from asyncpg import Record
 
 from core.activity import make_step
 from core.storage.db import Pool, affected, retry_dropped
-from core.types import JOB_MESSAGE_PREFIX, ChatRef, Error, Incoming, Step, UserRef
+from core.types import JOB_MESSAGE_PREFIX, ChatRef, Error, Incoming, Step, TurnSteps, UserRef
 
 # {counted}: whether this message counts towards the person's message rate (sql/018; a SQL boolean expression)
 _UPSERT_TEMPLATE = """
@@ -158,6 +158,7 @@ async def begin_turn(
     *,
     authors: bool = False,
     memory: bool = False,
+    redelivered: bool = False,
 ) -> TurnStart:
     """Identify, store the message, open its turn and load its context, in one round trip before the LLM.
 
@@ -171,7 +172,7 @@ async def begin_turn(
     kinds, origins, texts = [q.kind for q in inc.quoted], [q.origin for q in inc.quoted], [q.text for q in inc.quoted]
 
     def attempt(retry: bool) -> Awaitable[Record | None]:
-        mode = 2 if inc.redelivered else 1 if retry else 0  # $11: see _BEGIN_SQL
+        mode = 2 if redelivered else 1 if retry else 0  # $11: see _BEGIN_SQL
         return pool.fetchrow(
             _BEGIN_WITH_CONTEXT_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
             inc.chat_kind, inc.chat_title, inc.message_id, inc.text, True, mode, max(0, history - 1 - len(inc.quoted)),
@@ -331,19 +332,6 @@ async def reset_conversation(pool: Pool, chat: ChatRef) -> None:
 async def set_timezone(pool: Pool, user: UserRef, tz_name: str) -> None:
     """Store the user's IANA time zone."""
     await pool.execute("UPDATE users SET timezone = $2 WHERE id = $1", user.id, tz_name)
-
-
-@dataclass(frozen=True)
-class TurnSteps:
-    """A stored turn's tool activity, with who asked and where (for the "Show steps" button)."""
-
-    turn_id: int
-    platform: str
-    user_id: str  # the platform id of the user whose message started the turn
-    chat_id: str
-    thread_id: str
-    steps: tuple[Step, ...]
-    elapsed_s: float
 
 
 _STEPS_SQL = """

@@ -1,4 +1,5 @@
-"""The inbox table (sql/008; the claim is sql/013): store an update once, claim the next one of each chat, finish it.
+"""The inbox table (sql/008; the claim sql/013, store-and-claim sql/019): store an update once, claim the next one of
+each chat, finish it.
 
 A lease is the owner and the attempt that claimed it: renew, finish and hand-back touch an update only while this
 process still holds it, so a process whose lease ran out and was taken over changes nothing."""
@@ -13,10 +14,7 @@ from asyncpg import Record
 
 from core.storage.db import Pool, affected
 
-_PUT_SQL = """
-INSERT INTO inbox (platform, update_id, chat_key, payload) VALUES ($1, $2, $3, $4)
-ON CONFLICT (platform, update_id) DO NOTHING
-"""
+_RECEIVE_SQL = "SELECT stored, owner, attempts, handed_back, done FROM inbox_receive($1, $2, $3, $4, $5, $6)"
 
 _RENEW_SQL = """
 UPDATE inbox SET lease_until = now() + make_interval(secs => $3)
@@ -44,10 +42,24 @@ class InboxItem:
         return self.attempts - 1 - self.handed_back
 
 
-async def put(pool: Pool, platform: str, update_id: int, chat_key: str, payload: dict[str, Any]) -> bool:
-    """Store an update durably (committed on return); False when it was stored before (a redelivery)."""
-    status = await pool.execute(_PUT_SQL, platform, update_id, chat_key, payload)
-    return status.endswith(" 1")
+async def receive(
+    pool: Pool,
+    platform: str,
+    update_id: int,
+    chat_key: str,
+    payload: dict[str, Any],
+    claimer: str | None,
+    lease_s: float,
+) -> tuple[bool, InboxItem | None]:
+    """Store an update durably (committed on return), taken by `claimer` at once when its chat has nothing open
+    (sql/019): whether it was new (False: a redelivery), and the item when `claimer` holds it now (also a redelivery
+    that `claimer` took on an earlier try whose answer was lost)."""
+    row = await pool.fetchrow(_RECEIVE_SQL, platform, update_id, chat_key, payload, claimer, lease_s)
+    assert row is not None
+    if claimer is None or row["owner"] != claimer or row["done"]:
+        return bool(row["stored"]), None
+    item = InboxItem(platform, update_id, chat_key, payload, row["attempts"], 0.0, claimer, row["handed_back"])
+    return bool(row["stored"]), item
 
 
 async def claim(pool: Pool, owner: str, platforms: Sequence[str], lease_s: float, limit: int) -> list[InboxItem]:

@@ -1,0 +1,14 @@
+"""What users read that every front end shows the same way: failures, fallbacks, notes and button labels."""
+
+from __future__ import annotations
+
+FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
+EMPTY_ANSWER = "(The answer was empty.)"
+TEXT_ONLY = "I can only read text for now — please type your message (text sent with a photo or file works too)."
+SENT_PRIVATELY = "I've sent it to you in a private chat."
+CUT_SHORT = "Sorry — I was restarting and had to stop working on that. Please ask again in a minute."
+RESTARTING = "I'm restarting right now — please send that again in a minute."  # new work while draining
+REMINDER_BUTTON_LABELS = {"done": "✅ Done", "snooze10": "😴 10 min", "snooze60": "😴 1 h"}
+WIPE_LABEL = "🗑 Yes, wipe my memory"
+NOT_YOUR_BUTTON = "This button is not for you: {how} to erase your own memory."  # how: the platform's wipe command
+SHOW_STEPS, HIDE_STEPS = "Show steps", "Hide steps"

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from core import journal
 from core.agent.llm import LLM
 from core.agent.loop import Limits, run_agent
 from core.agent.prompt import system_prompt
@@ -40,7 +41,6 @@ from core.reminders.engine import Outbox, ReminderEngine
 from core.reminders.scheduler import ReminderScheduler
 from core.settings import Settings
 from core.storage import conversations, fleet, refusals
-from core.storage.conversations import StoredAnswer
 from core.storage.db import Pool
 from core.storage.retention import pruning
 from core.texts import RESTARTING
@@ -49,7 +49,7 @@ from core.tools.framework import Caps, ToolContext, ToolRegistry
 from core.tools.sql import EXECUTE_SQL
 from core.tools.tasks import MANAGE_TASKS
 from core.tools.timezone import SET_TIMEZONE
-from core.types import JOB_MESSAGE_PREFIX, Assistant, Error, Event, Incoming, ToolResult, TurnSteps
+from core.types import JOB_MESSAGE_PREFIX, Assistant, Error, Event, Incoming, ModelToolCalls, ToolResult, TurnSteps
 
 log = logging.getLogger(__name__)
 
@@ -156,9 +156,14 @@ class Core:
         if not self.is_allowed(inc):
             return False, self.refusal_text(inc)
         return await press(
-            self.pool, self.clock, platform=inc.platform, presser_id=inc.user_id, task_id=task_id, action=action,
+            self.pool,
+            self.clock,
+            platform=inc.platform,
+            presser_id=inc.user_id,
+            task_id=task_id,
+            action=action,
             default_tz=self.settings.DEFAULT_TIMEZONE,
-        )  # fmt: skip
+        )
 
     async def turn_steps(self, inc: Incoming, turn_id: int) -> TurnSteps | Error:
         """A turn's steps for its "Show steps" button: only the user who asked (or an admin) may see them."""
@@ -338,9 +343,12 @@ class Core:
             return True
         return False
 
-    async def _stored_answer(self, stored: StoredAnswer) -> Assistant | Error | None:
-        """A stored final answer with its steps, as the turn's event; an error answer (one part) only when it did not
-        go out."""
+    async def _answer_again(self, inc: Incoming) -> Assistant | Error | None:
+        """The answer stored for a redelivered message, with its steps, to send what of it did not go out (its first
+        process died after answering); an error answer (one part) only when it did not go out; None when none."""
+        stored = await conversations.stored_answer(self.pool, inc)
+        if stored is None:
+            return None
         if stored.error_code is not None:
             if stored.sent_parts:
                 log.info("error answer of turn %d was sent before its process died; not sent again", stored.turn_id)
@@ -353,10 +361,7 @@ class Core:
     async def mark_sent(self, turn_id: int, parts: int) -> None:
         """Record that the platform accepted the first `parts` parts of a turn's answer, so a process that takes the
         update again sends only the rest (best effort: a failure only risks sending a part twice)."""
-        try:
-            await conversations.mark_sent(self.pool, turn_id, parts)
-        except Exception as e:
-            log.warning("could not record a sent answer of turn %d (%s)", turn_id, type(e).__name__)
+        await journal.mark_sent(self.pool, turn_id, parts)
 
     async def close_abandoned_turns(self) -> int:
         """At start: close turns a dead process left running (safe while other processes run turns)."""
@@ -365,17 +370,6 @@ class Core:
         if closed:
             log.warning("closed %d turn(s) left running by a stopped process as cut short", closed)
         return closed
-
-    async def _close_unfinished(self, turn_id: int, status: str, delivery: Delivery | None) -> None:
-        """Record a turn that ended without an answer (best effort: the database may be what failed); not when the
-        inbox lost its update to another process, which runs this turn now."""
-        if delivery is not None and delivery.lost:
-            log.info("turn %d left to the process that took its update over", turn_id)
-            return
-        try:
-            await asyncio.shield(conversations.finish_turn(self.pool, turn_id, status, 0))
-        except (Exception, asyncio.CancelledError) as e:
-            log.warning("could not close turn %d as %s: %s", turn_id, status, type(e).__name__)
 
     @asynccontextmanager
     async def running(self, outboxes: Mapping[str, Outbox]) -> AsyncIterator[None]:
@@ -493,25 +487,30 @@ class Core:
         # a job whose prompt was written with others' text around (it comes as a "job" quote).
         admin, group = self.is_admin(inc), inc.chat_kind == "group"
         personal = not group and not any(q.kind == "job" for q in inc.quoted)
-        start = await conversations.begin_turn(
-            self.pool, inc, self.settings.DEFAULT_TIMEZONE, self.settings.HISTORY_MESSAGES, now + DUE_SOON,
-            DUE_SOON_LINES, authors=group, memory=personal, redelivered=delivery is not None and delivery.redelivered,
-        )  # fmt: skip
+        start = await journal.begin(
+            self.pool,
+            inc,
+            delivery,
+            default_tz=self.settings.DEFAULT_TIMEZONE,
+            history=self.settings.HISTORY_MESSAGES,
+            due_before=now + DUE_SOON,
+            due_limit=DUE_SOON_LINES,
+            authors=group,
+            memory=personal,
+        )
         user, chat, turn_id, rows, due = start.user, start.chat, start.turn_id, start.history, start.due
-        if turn_id is None:
-            redelivered = delivery is not None and delivery.redelivered
-            stored = await conversations.stored_answer(self.pool, inc) if redelivered else None
-            if stored is not None:  # answered before its process died: send what of it did not go out
-                answer = await self._stored_answer(stored)
-                if answer is not None:
-                    yield answer
-                return
-            log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
+        if turn_id is None:  # stored before: a duplicate, or a redelivery whose turn ended (answered or not)
+            again = await self._answer_again(inc) if delivery is not None and delivery.redelivered else None
+            if again is not None:
+                yield again
+            else:
+                log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
+        writes = journal.TurnJournal(self.pool, chat, turn_id, delivery)
         flood = self._flood(inc, start.user_recent, start.chat_recent)
         if flood is not None:  # stored, not answered: the note (once) is the turn's answer, resent on a redelivery
             note = Error("rate_limited", flood, turn_id) if flood else None
-            await conversations.finish_turn(self.pool, turn_id, "failed", 0, error=note)
+            await writes.fail(note)
             if note is not None:
                 yield note
             return
@@ -522,9 +521,17 @@ class Core:
         own_words = not foreign and (not group or self._all_by(inc, rows))
         is_admin = admin and not foreign and (not group or self.admins_only(inc.platform, rows))
         ctx = ToolContext(
-            self.pool, user, chat, is_admin, self.clock, self.limits.step_timeout, self._tasks_changed,
-            personal=personal, own_words=own_words, caps=self.caps,
-        )  # fmt: skip
+            self.pool,
+            user,
+            chat,
+            is_admin,
+            self.clock,
+            self.limits.step_timeout,
+            self._tasks_changed,
+            personal=personal,
+            own_words=own_words,
+            caps=self.caps,
+        )
         tools = self.registry.offered(is_admin, personal)
         caps = self.capabilities.summaries()
         memory = None if start.memory is None else render_prompt_section(start.memory, self.settings.MEMORY_BLOCK_WORDS)
@@ -533,16 +540,15 @@ class Core:
             {"role": "system", "content": prompt},
             *build_replay(rows, group=chat.kind == "group"),
         ]
-        ended = False
         try:
             async for event in run_agent(
                 self.llm, self.registry, tools, ctx, turn_id, messages, self.limits, stream=stream
             ):
-                ended = ended or isinstance(event, Assistant | Error)
-                yield event
+                await writes.record(event)
+                if not isinstance(event, ModelToolCalls):  # the journal's business only
+                    yield event
         except BaseException as e:  # cancelled at shutdown, closed by the adapter, or a failure: not `running`
-            if not ended:
-                await self._close_unfinished(turn_id, "failed" if isinstance(e, Exception) else "cut_short", delivery)
+            await writes.close_unfinished("failed" if isinstance(e, Exception) else "cut_short")
             raise
         finally:  # runs once the adapter consumed the answer (or closed the turn after it)
             if ctx.requested_exit is not None:

@@ -106,12 +106,22 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class ModelToolCalls:
+    """The model's reply of one step asked for tool calls (`calls` in the API's shape; the journal stores it)."""
+
+    content: str | None
+    calls: tuple[dict[str, Any], ...]
+    type: Literal["model_tool_calls"] = "model_tool_calls"
+
+
+@dataclass(frozen=True)
 class ToolResult:
     """A tool call finished; `envelope` is exactly what the model sees (before truncation)."""
 
     call_id: str
     step: Step
     envelope: dict[str, Any]
+    foreign: bool = False  # the result brought in others' text (marked so later turns treat it as quoted data)
     type: Literal["tool_result"] = "tool_result"
 
 
@@ -139,7 +149,7 @@ class Error:
     type: Literal["error"] = "error"
 
 
-Event = AssistantDelta | ToolCall | ToolResult | Assistant | Error
+Event = AssistantDelta | ModelToolCalls | ToolCall | ToolResult | Assistant | Error
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,8 @@ from typing import Any
 from core.activity import make_step, step_line
 from core.agent.llm import LLM, MALFORMED, LLMReply, LLMTimeout, LLMUnavailable
 from core.constants import WRAP_UP_MIN_S
-from core.storage import conversations
 from core.tools.framework import Tool, ToolContext, ToolRegistry, calls_for_prompt, envelope_for_prompt, timed_run
-from core.types import Assistant, AssistantDelta, Error, Event, Step, ToolCall, ToolResult
+from core.types import Assistant, AssistantDelta, Error, Event, ModelToolCalls, Step, ToolCall, ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,7 @@ async def run_agent(
     *,
     stream: bool = False,
 ) -> AsyncGenerator[Event, None]:
-    """Run one turn, storing every message, and yield its events; always ends with Assistant or Error.
+    """Run one turn and yield its events (the caller's journal stores them); always ends with Assistant or Error.
 
     The tools are offered again at every step, so a capability written in this turn can be called in it.
     """
@@ -96,9 +95,7 @@ async def run_agent(
         except LLMUnavailable as e:
             if not steps:  # the error is the turn's answer: stored like one, so a redelivery sends this same text
                 hint = REFUSED_HINT if e.refused else "please try again in a moment."
-                error = Error("llm_unavailable", f"{e} Your message is saved; {hint}", turn_id)
-                await conversations.finish_turn(ctx.pool, turn_id, "failed", 0, error=error)
-                yield error
+                yield Error("llm_unavailable", f"{e} Your message is saved; {hint}", turn_id)
                 return
             cut_short = f"the language model stopped answering ({e})"
             break
@@ -114,14 +111,13 @@ async def run_agent(
             text = (reply.content or "").strip()
             if reply.finish_reason == "length":
                 text += LENGTH_NOTE
-            await conversations.finish_turn_with_answer(ctx.pool, ctx.chat, turn_id, text, "done", len(steps))
             yield Assistant(text, turn_id, tuple(steps), time.monotonic() - started)
             return
         calls = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in reply.tool_calls
         ]
-        await conversations.add_assistant(ctx.pool, ctx.chat, turn_id, reply.content, calls)
+        yield ModelToolCalls(reply.content, tuple(calls))
         messages.append({"role": "assistant", "content": reply.content, "tool_calls": calls_for_prompt(calls)})
         for c in reply.tool_calls:
             yield ToolCall(c.id, c.name, c.arguments)
@@ -129,20 +125,16 @@ async def run_agent(
             was_tainted = ctx.tainted
             envelope, took = await timed_run(registry, c.name, c.arguments, ctx, budget)
             foreign = ctx.tainted and not was_tainted  # this result brought in others' text: marked for later turns
-            await conversations.add_tool_result(
-                ctx.pool, ctx.chat, turn_id, c.id, c.name, envelope, int(took * 1000), foreign=foreign
-            )
             if registry.revision != revision or foreign:  # e.g. write_capability added a tool; admin tools went
                 schemas, revision = [t.schema for t in registry.offered(ctx.is_admin, ctx.personal)], registry.revision
             messages.append({"role": "tool", "tool_call_id": c.id, "content": envelope_for_prompt(envelope)})
             step = make_step(c.name, c.arguments, envelope, took)
             steps.append(step)
-            yield ToolResult(c.id, step, envelope)
+            yield ToolResult(c.id, step, envelope, foreign)
     else:
         cut_short = f"the step limit ({limits.max_steps} steps)"
     assert cut_short is not None
     text = await _wrap_up(llm, messages, schemas, limits, deadline, steps, cut_short)
-    await conversations.finish_turn_with_answer(ctx.pool, ctx.chat, turn_id, text, "cut_short", len(steps))
     yield Assistant(text, turn_id, tuple(steps), time.monotonic() - started, cut_short=cut_short)
 
 

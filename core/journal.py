@@ -1,0 +1,114 @@
+"""The turn journal: every conversation write of one turn, in order (its start, each step, its answer or error answer,
+the parts the platform accepted, how it ended). The agent loop only turns model and tool calls into events.
+
+A turn that came from the inbox writes nothing more once its update was taken over by another process (this one
+stalled past its lease): the journal checks the delivery before each write and stops the turn instead."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime
+
+from core.inbox import Delivery
+from core.storage import conversations
+from core.storage.conversations import TurnStart
+from core.storage.db import Pool
+from core.types import Assistant, ChatRef, Error, Event, Incoming, ModelToolCalls, ToolResult
+
+log = logging.getLogger(__name__)
+
+
+async def begin(
+    pool: Pool,
+    inc: Incoming,
+    delivery: Delivery | None,
+    *,
+    default_tz: str,
+    history: int,
+    due_before: datetime,
+    due_limit: int,
+    authors: bool,
+    memory: bool,
+) -> TurnStart:
+    """Store the message and open its turn (one round trip); a redelivered update takes its turn back."""
+    return await conversations.begin_turn(
+        pool,
+        inc,
+        default_tz,
+        history,
+        due_before,
+        due_limit,
+        authors=authors,
+        memory=memory,
+        redelivered=delivery is not None and delivery.redelivered,
+    )
+
+
+async def mark_sent(pool: Pool, turn_id: int, parts: int) -> None:
+    """Record that the platform accepted the first `parts` parts of a turn's answer, so a process that takes the
+    update again sends only the rest (best effort: a failure only risks sending a part twice)."""
+    try:
+        await conversations.mark_sent(pool, turn_id, parts)
+    except Exception as e:
+        log.warning("could not record a sent answer of turn %d (%s)", turn_id, type(e).__name__)
+
+
+class TurnJournal:
+    """The writes of one running turn."""
+
+    def __init__(self, pool: Pool, chat: ChatRef, turn_id: int, delivery: Delivery | None) -> None:
+        """Write `turn_id` of `chat`; `delivery`: the stored update the turn answers (None: not from the inbox)."""
+        self.pool, self.chat, self.turn_id, self.delivery = pool, chat, turn_id, delivery
+        self.ended = False  # the answer (or error answer) is stored: the turn is closed
+
+    def _still_ours(self) -> None:
+        """Stop the turn (cancel it) when its update now belongs to another process: that one writes it."""
+        if self.delivery is not None and self.delivery.lost:
+            raise asyncio.CancelledError
+
+    async def record(self, event: Event) -> None:
+        """Store what `event` adds to the conversation: model tool calls, a tool result, the answer or error answer."""
+        if isinstance(event, ModelToolCalls):
+            self._still_ours()
+            await conversations.add_assistant(self.pool, self.chat, self.turn_id, event.content, list(event.calls))
+        elif isinstance(event, ToolResult):
+            self._still_ours()
+            await conversations.add_tool_result(
+                self.pool,
+                self.chat,
+                self.turn_id,
+                event.call_id,
+                event.step.name,
+                event.envelope,
+                int(event.step.duration_s * 1000),
+                foreign=event.foreign,
+            )
+        elif isinstance(event, Assistant):
+            self._still_ours()
+            status = "done" if event.cut_short is None else "cut_short"
+            await conversations.finish_turn_with_answer(
+                self.pool, self.chat, self.turn_id, event.text, status, len(event.steps)
+            )
+            self.ended = True
+        elif isinstance(event, Error):
+            await self.fail(event)
+
+    async def fail(self, error: Error | None) -> None:
+        """Close the turn as failed; `error`: the answer the user gets (stored, sent again on a redelivery)."""
+        self._still_ours()
+        await conversations.finish_turn(self.pool, self.turn_id, "failed", 0, error=error)
+        self.ended = True
+
+    async def close_unfinished(self, status: str) -> None:
+        """Record a turn that ended without an answer (best effort: the database may be what failed); not when its
+        update was taken over by another process, which runs this turn now."""
+        if self.ended:
+            return
+        if self.delivery is not None and self.delivery.lost:
+            log.info("turn %d left to the process that took its update over", self.turn_id)
+            return
+        try:
+            await asyncio.shield(conversations.finish_turn(self.pool, self.turn_id, status, 0))
+        except (Exception, asyncio.CancelledError) as e:
+            log.warning("could not close turn %d as %s: %s", self.turn_id, status, type(e).__name__)

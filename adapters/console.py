@@ -8,9 +8,22 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
-from core import HOW_TO_CONFIGURE, Assistant, Core, Error, Incoming, ReminderMessage, activity_lines, summary_line
+from core import (
+    COMMANDS,
+    HOW_TO_CONFIGURE,
+    Assistant,
+    CommandName,
+    Core,
+    Error,
+    Incoming,
+    ReminderMessage,
+    activity_lines,
+    summary_line,
+)
 
 PROMPT = "you › "
+QUIT = ("/quit", "/exit")
+BY_NAME: dict[str, CommandName] = {f"/{n}": c.name for c in COMMANDS for n in (c.name, *c.aliases)}
 Write = Callable[[str], None]
 
 
@@ -71,9 +84,9 @@ async def ask(core: Core, inc: Incoming) -> tuple[str, bool]:
     return "", True
 
 
-async def memory(core: Core, arg: str) -> str:
-    """/memory [forget <block> <line> | wipe [confirm]] in the terminal chat (no LLM involved)."""
-    answer = await core.command(console_incoming(f"/memory{arg}"), "memory", arg.strip(), must_answer=True)
+async def command(core: Core, name: CommandName, arg: str) -> str:
+    """A command of the catalogue typed in the terminal chat, answered without the LLM."""
+    answer = await core.command(console_incoming(f"/{name} {arg}"), name, arg.strip(), must_answer=True)
     return render(answer) if isinstance(answer, Error) else answer or ""
 
 
@@ -90,22 +103,16 @@ async def stdin_lines() -> AsyncIterator[str]:
 
 
 async def chat_loop(core: Core, lines: AsyncIterator[str], write: Write) -> None:
-    """The interactive terminal conversation; /reset starts fresh, /memory shows (and erases) what the bot keeps,
-    /quit (or end of input) leaves."""
-    write(
-        "Terminal chat — type a message; /reset for a fresh conversation, /memory for what I remember, "
-        "/quit to leave.\n"
-    )
+    """The interactive terminal conversation: the commands of the catalogue (/help lists them) are answered without
+    the LLM, /quit (or end of input) leaves, anything else goes to the model."""
+    write("Terminal chat — type a message; /help for the commands, /reset for a fresh conversation, /quit to leave.\n")
     async for line in lines:
         text = line.strip()
-        if text in ("/quit", "/exit"):
+        word, _, arg = text.partition(" ")
+        if text in QUIT:
             return
-        if text == "/reset":
-            await core.reset(console_incoming(text))
-            write("(conversation reset)\n")
-            continue
-        if text == "/memory" or text.startswith("/memory "):
-            write(f"bot › {await memory(core, text.removeprefix('/memory'))}\n")
+        if word in BY_NAME:
+            write(f"bot › {await command(core, BY_NAME[word], arg)}\n")
             continue
         if text:
             answer, _ = await ask(core, console_incoming(text))

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from adapters import console
+from core import COMMANDS, HELP
+from core.commands import RESET_DONE
 from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
@@ -115,9 +117,27 @@ async def test_interactive_loop(make_core: MakeCore, fake_llm: FakeOpenAI, pool:
     printed: list[str] = []
     await console.chat_loop(core, lines(), printed.append)
     text = "".join(printed)
-    assert "bot › Hello!" in text and "(conversation reset)" in text and "bot › Fresh start." in text
+    assert "bot › Hello!" in text and RESET_DONE in text and "bot › Fresh start." in text
     assert [m["content"] for m in fake_llm.requests[1]["messages"][1:]] == ["who am i"]
     assert len(fake_llm.requests) == 2
+
+
+async def test_the_terminal_chat_answers_every_command_of_the_catalogue_without_the_model(
+    make_core: MakeCore, fake_llm: FakeOpenAI
+) -> None:
+    core = make_core()
+    typed = [f"/{c.name}" for c in COMMANDS if c.name != "reset"] + ["/start", "/timezone Europe/Berlin", "/quit"]
+
+    async def lines() -> AsyncIterator[str]:
+        for line in typed:
+            yield line
+
+    printed: list[str] = []
+    await console.chat_loop(core, lines(), printed.append)
+    text = "".join(printed)
+    assert fake_llm.requests == []
+    assert text.count(HELP) == 2 and "You have no open tasks" in text and "Your time zone is" in text
+    assert "**Status**" in text and "What I remember about you" in text and "Time zone set to **Europe/Berlin**" in text
 
 
 async def test_reminder_printed_in_terminal_chat(

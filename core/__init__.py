@@ -7,7 +7,8 @@ from core.front_door import Core
 from core.inbox import Delivery
 from core.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from core.reminders.buttons import BUTTONS
-from core.reminders.engine import DeliveryRefused, Outbox, ReminderMessage
+from core.reminders.engine import DeliveryRefused, Outbox
+from core.reminders.messages import ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, Settings, SettingsError, StartupError, load_settings, redact
 from core.startup import open_core
 from core.texts import (

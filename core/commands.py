@@ -15,7 +15,8 @@ from core.constants import FLEET_SEEN_S
 from core.memory.blocks import normalise_name
 from core.memory.show_and_erase import delete_memory_line, memory_overview, wipe_memory
 from core.reminders import recurrence
-from core.reminders.engine import SUPERSEDED, replan_zones
+from core.reminders.messages import SUPERSEDED
+from core.reminders.queries import replan_zones
 from core.settings import Settings
 from core.storage import conversations, fleet
 from core.storage.db import Pool

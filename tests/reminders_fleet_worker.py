@@ -16,7 +16,8 @@ import sys
 from datetime import timedelta
 from typing import TextIO
 
-from core.reminders.engine import ReminderEngine, ReminderMessage
+from core.reminders.engine import ReminderEngine
+from core.reminders.messages import ReminderMessage
 from core.reminders.scheduler import ReminderScheduler
 from core.storage.db import create_pool
 from core.timeutil import system_clock

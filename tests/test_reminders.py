@@ -12,7 +12,8 @@ import pytest
 from core.commands import Commands, StatusBoard
 from core.front_door import Core
 from core.reminders.buttons import press
-from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
+from core.reminders.engine import DeliveryRefused, ReminderEngine
+from core.reminders.messages import ReminderMessage
 from core.reminders.scheduler import ReminderScheduler
 from core.storage.db import Pool
 from core.types import Incoming
@@ -338,6 +339,23 @@ async def test_transient_failures_retry_with_growing_backoff_until_delivered(
     assert out.calls == 9 and len(out.sent) == 1
     assert out.sent[0].text.startswith("⏰ Retry — was due")
     assert eng.failed_deliveries == 0
+
+
+async def test_a_long_outage_keeps_retrying_every_five_minutes(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
+) -> None:
+    # hours of a platform outage: the 45th attempt's wait would pass the largest timedelta if it kept doubling
+    await due_now(make_core, fake_llm, clock, "Outage")
+    out = Outbox(fail_first=2)
+    eng = engine(pool, clock, out)
+    assert await eng.tick() == 0
+    clock.now = (await occurrence(pool))["lease_until"]
+    await pool.execute("UPDATE occurrences SET attempts = 60")
+    assert await eng.tick() == 0
+    row = await occurrence(pool)
+    assert row["status"] == "claimed" and (row["lease_until"] - clock.now).total_seconds() == 300
+    clock.now = row["lease_until"]
+    assert await eng.tick() == 1 and len(out.sent) == 1
 
 
 async def test_no_adapter_yet_is_retried_and_survives_a_restart(

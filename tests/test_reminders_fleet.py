@@ -19,7 +19,8 @@ from pathlib import Path
 
 import asyncpg
 
-from core.reminders.engine import ReminderEngine, ReminderMessage
+from core.reminders.engine import ReminderEngine
+from core.reminders.messages import ReminderMessage
 from core.reminders.scheduler import ReminderScheduler
 from core.storage.db import Pool
 from tests.conftest import FakeClock

@@ -23,7 +23,8 @@ from bot.web import WebServer
 from core.agent.llm import LLM
 from core.front_door import Core
 from core.metrics import Metrics
-from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
+from core.reminders.engine import DeliveryRefused, ReminderEngine
+from core.reminders.messages import ReminderMessage
 from core.settings import Settings, StartupError
 from core.storage.db import Pool
 from core.types import ToolCall

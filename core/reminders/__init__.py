@@ -1,1 +1,2 @@
-"""Reminders: recurrence rules, the engine that claims and delivers due occurrences, its scheduler, and buttons."""
+"""Reminders: recurrence rules, the engine that claims and delivers due occurrences, its SQL (queries), its texts
+(messages), its scheduler, and buttons."""

@@ -1,4 +1,5 @@
-"""Recurring schedules in the user's zone, with next times from APScheduler's triggers (DST-correct)."""
+"""Recurring schedules in the user's zone, with next times from APScheduler's triggers (DST-correct), and a stored
+task's next and latest missed times."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from zoneinfo import ZoneInfo
 
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
+from asyncpg import Record
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from core.constants import NEXT_OCCURRENCES
+from core.timeutil import zone
 
 _DAY_NAMES = {"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
 
@@ -148,5 +151,29 @@ def describe(rec: Recurrence) -> str:
 
 
 def from_json(data: Any) -> Recurrence | None:
-    """Parse a stored recurrence (jsonb) or None."""
+    """The recurrence stored in a task's jsonb column; None for a one-shot task."""
     return Recurrence.model_validate(data) if data else None
+
+
+def zone_name(row: Record, default_tz: str | None) -> str:
+    """The owner's current zone: theirs, else the bot's default, else the zone the task was set in."""
+    return str(row["user_tz"] or default_tz or row["task_tz"] or "UTC")
+
+
+def next_due(row: Record, after: datetime, start: datetime, default_tz: str | None = None) -> datetime | None:
+    """A recurring task's next occurrence strictly after `after` (None for a one-shot task)."""
+    rec = from_json(row["recurrence"])
+    if rec is None:
+        return None
+    times = next_times(rec, zone(zone_name(row, default_tz)), after, start, count=1)
+    return times[0] if times else None
+
+
+def latest_missed(row: Record, now: datetime, default_tz: str | None = None) -> datetime:
+    """For a recurring task behind schedule, its latest occurrence not after `now` (bounded work)."""
+    rec = from_json(row["recurrence"])
+    scheduled: datetime = row["scheduled_at"]
+    if rec is None:
+        return scheduled
+    latest = latest_time(rec, zone(zone_name(row, default_tz)), scheduled, now)
+    return latest if latest is not None and latest > scheduled else scheduled

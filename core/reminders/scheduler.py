@@ -21,10 +21,14 @@ class ReminderScheduler:
     queueing, so thousands of due times in a minute cost a handful of claim queries, not thousands."""
 
     def __init__(
-        self, engine: ReminderEngine, *, sweep_s: float = REMINDER_SWEEP_S, horizon: timedelta | None = None,
+        self,
+        engine: ReminderEngine,
+        *,
+        sweep_s: float = REMINDER_SWEEP_S,
+        horizon: timedelta | None = None,
         max_planned: int = REMINDER_MAX_PLANNED,
-    ) -> None:  # fmt: skip
-        """Wrap an engine; nothing runs until start()."""
+    ) -> None:
+        """Wrap an engine (date jobs up to `horizon` ahead, twice the sweep by default); nothing runs until start()."""
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
         self.engine = engine
@@ -44,8 +48,9 @@ class ReminderScheduler:
     async def start(self) -> None:
         """Catch up on anything missed (downtime), then run the sweep and plan date jobs."""
         self.scheduler.start()
-        self.scheduler.add_job(self._job, "interval", [self.sweep], seconds=self.sweep_s, id="sweep",
-                               max_instances=1, coalesce=True)  # fmt: skip
+        self.scheduler.add_job(
+            self._job, "interval", [self.sweep], seconds=self.sweep_s, id="sweep", max_instances=1, coalesce=True
+        )
         await self.sweep()
 
     async def stop(self, grace: float | None = None) -> None:
@@ -129,8 +134,11 @@ class ReminderScheduler:
             if when in self._planned:
                 continue
             self._planned.add(when)
-            self.scheduler.add_job(self._job, DateTrigger(run_date=when), [self.wake], id=f"due:{when.isoformat()}",
-                                   replace_existing=True, misfire_grace_time=None)  # fmt: skip
+            due = DateTrigger(run_date=when)
+            job_id = f"due:{when.isoformat()}"
+            self.scheduler.add_job(
+                self._job, due, [self.wake], id=job_id, replace_existing=True, misfire_grace_time=None
+            )
 
     def tasks_changed(self) -> None:
         """A task was created or moved: plan its date job now, not at the next sweep."""

@@ -195,8 +195,10 @@ class Commands:
             "SELECT t.id, t.title, o.scheduled_at FROM occurrences o JOIN tasks t ON t.id = o.task_id"
             " WHERE t.user_id = $1 AND o.status = 'skipped' AND o.scheduled_at > $2 AND o.error IS DISTINCT FROM $3"
             " ORDER BY o.scheduled_at",
-            user.id, now - timedelta(days=7), SUPERSEDED,
-        )  # fmt: skip
+            user.id,
+            now - timedelta(days=7),
+            SUPERSEDED,
+        )
         notes = [f"- #{r['id']} {r['title']} — was due {fmt_local(r['scheduled_at'], tz, now)}" for r in skipped]
         skipped_text = "\n\n**Missed while I was offline** (not sent):\n" + "\n".join(notes) if notes else ""
         skipped_text += await self._not_delivered(user.id, tz, now)
@@ -223,8 +225,9 @@ class Commands:
             " AND (o.status = 'failed' OR (o.status = 'claimed' AND o.error IS NOT NULL"
             "      AND t.due_at = o.scheduled_at AND t.status IN ('pending', 'in_progress')))"  # not done/snoozed since
             " ORDER BY o.scheduled_at",
-            user_id, now - timedelta(days=7),
-        )  # fmt: skip
+            user_id,
+            now - timedelta(days=7),
+        )
         failed = [r for r in rows if r["status"] == "failed"]
         retrying = [r for r in rows if r["status"] == "claimed"]
         out = ""

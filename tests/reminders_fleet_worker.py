@@ -47,8 +47,13 @@ async def main(out: TextIO, dsn: str, instance: str, lease_s: float, sweep_s: fl
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     pool = await create_pool(dsn, min_size=1, max_size=4)
-    engine = ReminderEngine(pool, {"telegram": FileOutbox(out, hang_after)}, system_clock,
-                            lease=timedelta(seconds=lease_s), instance=instance)  # fmt: skip
+    engine = ReminderEngine(
+        pool,
+        {"telegram": FileOutbox(out, hang_after)},
+        system_clock,
+        lease=timedelta(seconds=lease_s),
+        instance=instance,
+    )
     sched = ReminderScheduler(engine, sweep_s=sweep_s)
     await sched.start()
     print("ready", flush=True)

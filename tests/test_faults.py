@@ -236,10 +236,28 @@ async def test_retried_begin_turn_takes_back_its_own_committed_turn(pool: Pool) 
     assert first is not None
     # the first attempt committed but its answer was lost: the retry must answer, not call it a duplicate
     row = await pool.fetchrow(
-        conversations._BEGIN_WITH_CONTEXT_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
-        inc.chat_kind, inc.chat_title, inc.message_id, inc.text, True, True, 39, due_before, 10, False, True,
-        [], [], [], "job:%",
-    )  # fmt: skip
+        conversations._BEGIN_WITH_CONTEXT_SQL,
+        inc.platform,
+        inc.user_id,
+        inc.user_name,
+        inc.chat_id,
+        inc.thread_id,
+        inc.chat_kind,
+        inc.chat_title,
+        inc.message_id,
+        inc.text,
+        True,
+        True,
+        39,
+        due_before,
+        10,
+        False,
+        True,
+        [],
+        [],
+        [],
+        "job:%",
+    )
     assert row is not None and row["turn_id"] == first
     assert row["history"] == []  # the taken-back turn's own message is not replayed twice
     assert row["memory"] == []  # a private turn loads the (empty) core memory in the same round trip

@@ -110,9 +110,15 @@ async def spawn_bot(db_dsn: str, tg: FakeTelegram, fake_llm: FakeOpenAI, tmp_pat
         with log.open("wb") as out:
             # cwd: an empty directory, so that no developer's .env in the repo root is read
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot", cwd=tmp_path, env=env, stdin=asyncio.subprocess.DEVNULL,
-                stdout=out, stderr=out,
-            )  # fmt: skip
+                sys.executable,
+                "-m",
+                "bot",
+                cwd=tmp_path,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+            )
         bot = Bot(proc, url, log)
         started.append(bot)
         await wait_ready(proc, f"http://127.0.0.1:{port}/readyz", log)
@@ -151,9 +157,13 @@ async def answered_once(pool: Pool, tg: FakeTelegram, hold: Hold) -> None:
 
 
 async def test_a_bot_process_killed_mid_turn_is_answered_once_by_another(
-    spawn_bot: SpawnBot, start_proc: StartProc, make_settings: MakeSettings, tg: FakeTelegram, fake_llm: FakeOpenAI,
+    spawn_bot: SpawnBot,
+    start_proc: StartProc,
+    make_settings: MakeSettings,
+    tg: FakeTelegram,
+    fake_llm: FakeOpenAI,
     pool: Pool,
-) -> None:  # fmt: skip
+) -> None:
     fake_llm.default = hold = Hold()
     first = await caught_mid_turn(spawn_bot, make_settings, tg, hold)
     await first.kill()

@@ -35,9 +35,7 @@ ALICE, BOB = "100", "200"
 async def turn(pool: Pool, user: str, text: str, reply: str | None = None, *, group: bool = False) -> UserRef:
     """Store a message (and the bot's answer) the way a real turn does; the speaking user's reference."""
     chat = "-500" if group else user
-    inc = Incoming(
-        "telegram", user, chat, text, user_name=f"u{user}", chat_kind="group" if group else "private"
-    )  # fmt: skip
+    inc = Incoming("telegram", user, chat, text, user_name=f"u{user}", chat_kind="group" if group else "private")
     start = await begin_turn(pool, inc, "UTC", 40, datetime(2100, 1, 1, tzinfo=UTC), 5)
     assert start.turn_id is not None
     if reply is not None:
@@ -471,9 +469,15 @@ ALICE_BLOCKS = (
     "</core_memory>"
 )
 MEMORY_TOOLS = {
-    "core_memory_read", "core_memory_append", "core_memory_replace", "core_memory_delete",
-    "core_memory_list_blocks", "archival_memory_insert", "archival_memory_search", "conversation_search",
-}  # fmt: skip
+    "core_memory_read",
+    "core_memory_append",
+    "core_memory_replace",
+    "core_memory_delete",
+    "core_memory_list_blocks",
+    "archival_memory_insert",
+    "archival_memory_search",
+    "conversation_search",
+}
 
 
 def _system(request: dict[str, Any]) -> str:
@@ -485,12 +489,14 @@ def _system(request: dict[str, Any]) -> str:
 async def _remember_alice(core: Core, fake_llm: FakeOpenAI) -> None:
     """Alice introduces herself in her private chat; the model stores two lines in [human]."""
     fake_llm.script(
-        Reply(tool_calls=[
-            ("core_memory_append", {"block": "human", "content": "Name: Alice"}),
-            ("core_memory_append", {"block": "human", "content": "Works at: Google"}),
-        ]),
+        Reply(
+            tool_calls=[
+                ("core_memory_append", {"block": "human", "content": "Name: Alice"}),
+                ("core_memory_append", {"block": "human", "content": "Works at: Google"}),
+            ]
+        ),
         Reply(text="Nice to meet you, Alice."),
-    )  # fmt: skip
+    )
     a = answer(await run(core, incoming("My name is Alice and I work at Google", user=ALICE, name="Alice")))
     assert [s.ok for s in a.steps] == [True, True]
 
@@ -521,12 +527,14 @@ async def test_group_prompt_has_no_personal_memory_and_memory_tools_are_not_offe
     await _remember_alice(core, fake_llm)
     before = len(fake_llm.requests)
     fake_llm.script(
-        Reply(tool_calls=[
-            ("core_memory_read", {"block": "human"}),
-            ("core_memory_append", {"block": "human", "content": "Likes: group secrets"}),
-        ]),
+        Reply(
+            tool_calls=[
+                ("core_memory_read", {"block": "human"}),
+                ("core_memory_append", {"block": "human", "content": "Likes: group secrets"}),
+            ]
+        ),
         Reply(text="ok"),
-    )  # fmt: skip
+    )
     a = answer(await run(core, incoming("what do you know about me?", user=ALICE, chat="-500", kind="group")))
     group = fake_llm.requests[before]
     assert "<core_memory>" not in _system(group) and "Google" not in _system(group)

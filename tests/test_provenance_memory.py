@@ -70,12 +70,14 @@ async def test_a_capability_called_in_a_group_returns_no_private_memory(
     core = admin_core(make_core)
     assert (await write(core, fake_llm, "my_memory", MEMORY_CAP, {"type": "object"}))["ok"]
     fake_llm.script(
-        Reply(tool_calls=[
-            ("core_memory_append", {"block": "human", "content": "Max's PIN is 4711"}),
-            ("archival_memory_insert", {"content": "Max's diagnosis: private"}),
-        ]),
+        Reply(
+            tool_calls=[
+                ("core_memory_append", {"block": "human", "content": "Max's PIN is 4711"}),
+                ("archival_memory_insert", {"content": "Max's diagnosis: private"}),
+            ]
+        ),
         Reply(text="noted"),
-    )  # fmt: skip
+    )
     answer(await run(core, incoming("remember this", user=MEMBER, name="Max")))
     private = await _capability(core, fake_llm, {}, kind="private")
     assert private["result"] == {"blocks": [["Max's PIN is 4711"]], "entries": ["Max's diagnosis: private"]}
@@ -280,14 +282,27 @@ async def test_an_insert_retried_after_its_answer_was_lost_says_stored(lossy: Pe
     ("tool", "args", "said", "lines"),
     [
         ("core_memory_append", {"content": "C"}, 'Appended to [human] at line 3: "C" (3/500 words)', ["A", "B", "C"]),
-        ("core_memory_append", {"content": "B"}, 'Line already exists in [human] at line 2: "B" (no change)',
-         ["A", "B"]),
-        ("core_memory_replace", {"line_number": 1, "new_content": "B"}, '"B" is already line 2 of [human], so line 1'
-         ' ("A") was removed instead of repeating it; lines below it moved up (1/500 words)', ["B"]),
-        ("core_memory_replace", {"line_number": 1, "new_content": "X"}, 'Replaced line 1 in [human]: "A" → "X"'
-         " (2/500 words)", ["X", "B"]),
+        (
+            "core_memory_append",
+            {"content": "B"},
+            'Line already exists in [human] at line 2: "B" (no change)',
+            ["A", "B"],
+        ),
+        (
+            "core_memory_replace",
+            {"line_number": 1, "new_content": "B"},
+            '"B" is already line 2 of [human], so line 1'
+            ' ("A") was removed instead of repeating it; lines below it moved up (1/500 words)',
+            ["B"],
+        ),
+        (
+            "core_memory_replace",
+            {"line_number": 1, "new_content": "X"},
+            'Replaced line 1 in [human]: "A" → "X" (2/500 words)',
+            ["X", "B"],
+        ),
     ],
-)  # fmt: skip
+)
 async def test_a_block_write_retried_after_its_answer_was_lost_answers_as_done_once(
     lossy: Person, pool: Pool, tool: str, args: dict[str, Any], said: str, lines: list[str]
 ) -> None:

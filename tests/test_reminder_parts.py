@@ -35,8 +35,10 @@ def engine(pool: Pool, clock: FakeClock, platform: str, outbox: Outbox, core: Co
 
 async def create(core: Core, llm: FakeOpenAI, args: dict[str, Any], **where: Any) -> None:
     """Have the model create a task due at 10:01, then move the clock to that minute."""
-    llm.script(Reply(tool_calls=[("manage_tasks", {"action": "create", "due_at": "2026-11-21T10:01", **args})]),
-               Reply(text="ok"))  # fmt: skip
+    llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "due_at": "2026-11-21T10:01", **args})]),
+        Reply(text="ok"),
+    )
     answer(await run(core, incoming("task", **where)))
 
 
@@ -63,9 +65,11 @@ async def telegram(tg: FakeTelegram, make_core: MakeCore) -> AsyncIterator[tuple
 async def discord_bot(dc: FakeDiscord, make_core: MakeCore) -> AsyncIterator[tuple[Core, DiscordAdapter]]:
     """The real Discord adapter against the fake REST + gateway; Alice may use the bot."""
     core = make_core(
-        DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url,
+        DISCORD_BOT_TOKEN=dc.token,
+        DISCORD_API_BASE_URL=dc.api_base,
+        DISCORD_GATEWAY_URL=dc.gateway_url,
         ADMINS=f"discord:{ALICE}",
-    )  # fmt: skip
+    )
     adapter = DiscordAdapter(core, core.settings, guild_ready_timeout=0.05)
     await adapter.start()
     try:
@@ -104,8 +108,10 @@ async def test_telegram_agent_job_failing_on_its_second_part_resends_only_that_p
     assert visible([part1, part2]) == f"⏰ Morning summary\n\n{LONG}"
     assert "reply_markup" not in part1
     assert [b["callback_data"] for b in part2["reply_markup"]["inline_keyboard"][0]] == [
-        "rem:done:1", "rem:snooze10:1", "rem:snooze60:1"
-    ]  # fmt: skip
+        "rem:done:1",
+        "rem:snooze10:1",
+        "rem:snooze60:1",
+    ]
     row = await occurrence(pool)
     assert row["status"] == "delivered" and row["sent_parts"] == 2 and row["sent_text"] is None
 
@@ -135,8 +141,9 @@ async def test_telegram_retry_after_every_part_was_sent_sends_nothing(
     # a process sent the whole reminder and died before recording its delivery
     await pool.execute(
         "INSERT INTO occurrences (task_id, scheduled_at, claimed_by, lease_until, sent_parts, sent_text)"
-        " SELECT id, due_at, 'dead', $1, 1, '⏰ Stretch — due 10:01' FROM tasks", clock.now,
-    )  # fmt: skip
+        " SELECT id, due_at, 'dead', $1, 1, '⏰ Stretch — due 10:01' FROM tasks",
+        clock.now,
+    )
     assert await engine(pool, clock, "telegram", adapter, core).tick() == 1
     assert tg.sent == [] and (await occurrence(pool))["status"] == "delivered"
 
@@ -160,8 +167,10 @@ async def test_discord_reminder_failing_on_its_second_part_resends_only_that_par
     assert part1["content"].startswith(f"<@{ALICE}> ⏰ Read this — due 10:01\n")
     assert LONG[:3500].endswith(part2["content"].strip())
     assert [c["custom_id"].split(":")[1] for row in part2["components"] for c in row["components"]] == [
-        "done", "snooze10", "snooze60"
-    ]  # fmt: skip
+        "done",
+        "snooze10",
+        "snooze60",
+    ]
     assert dc.failed == [f"POST /channels/{channel}/messages"]
     assert (await occurrence(pool))["status"] == "delivered"
 

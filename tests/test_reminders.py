@@ -198,8 +198,9 @@ async def test_downtime_rules(make_core: MakeCore, fake_llm: FakeOpenAI, pool: P
     assert await pool.fetchval("SELECT due_at FROM tasks WHERE title = 'Hourly'") == datetime(
         2026, 11, 21, 16, 0, tzinfo=UTC
     )
-    skipped = await pool.fetchrow("SELECT o.status, o.error FROM occurrences o JOIN tasks t ON t.id = o.task_id"
-                                  " WHERE t.title = 'Ancient'")  # fmt: skip
+    skipped = await pool.fetchrow(
+        "SELECT o.status, o.error FROM occurrences o JOIN tasks t ON t.id = o.task_id WHERE t.title = 'Ancient'"
+    )
     assert skipped is not None and skipped["status"] == "skipped"
     assert await engine(pool, clock, out).tick() == 0
 
@@ -212,8 +213,9 @@ async def test_two_schedulers_on_one_database(
     for i in range(1, 40):
         await pool.execute(
             "INSERT INTO tasks (user_id, chat_id, title, due_at) SELECT u.id, c.id, $1, $2 FROM users u, chats c",
-            f"t{i}", clock.now + timedelta(seconds=i % 5),
-        )  # fmt: skip
+            f"t{i}",
+            clock.now + timedelta(seconds=i % 5),
+        )
     clock.advance(minutes=1)
     a, b = Outbox(), Outbox()
     results = await asyncio.gather(engine(pool, clock, a, batch=7).tick(), engine(pool, clock, b, batch=7).tick())
@@ -232,8 +234,9 @@ async def test_claim_left_by_a_crashed_process_is_retried_after_the_lease(
     # another process claimed it and died before sending
     await pool.execute(
         "INSERT INTO occurrences (task_id, scheduled_at, claimed_by, lease_until) SELECT id, due_at, 'dead', $1"
-        " FROM tasks", clock.now + timedelta(minutes=2),
-    )  # fmt: skip
+        " FROM tasks",
+        clock.now + timedelta(minutes=2),
+    )
     out = Outbox()
     eng = engine(pool, clock, out, lease=timedelta(minutes=2))
     assert await eng.tick() == 0  # the lease still holds
@@ -247,8 +250,11 @@ async def test_agent_job_runs_a_turn_and_falls_back_when_llm_down(
     make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock
 ) -> None:
     core = make_core()
-    await create(core, fake_llm, {"title": "Morning summary", "job": "summarise my open tasks",
-                                  "recurrence": {"kind": "cron", "time": "11:00"}})  # fmt: skip
+    await create(
+        core,
+        fake_llm,
+        {"title": "Morning summary", "job": "summarise my open tasks", "recurrence": {"kind": "cron", "time": "11:00"}},
+    )
     out = Outbox()
     eng = engine(pool, clock, out, agent=core.answer_text)
     clock.now = datetime(2026, 11, 21, 11, 0, 1, tzinfo=UTC)

@@ -54,10 +54,19 @@ async def start(dsn: str, tmp: Path, index: int, hang_after: int = 0) -> Worker:
     """Launch one process (cwd the repo root) and wait for its `ready` line."""
     out = tmp / f"deliveries-{index}.txt"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.reminders_fleet_worker", dsn, str(out), f"fleet-{index}", str(LEASE_S),
-        str(SWEEP_S), str(hang_after), cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "tests.reminders_fleet_worker",
+        dsn,
+        str(out),
+        f"fleet-{index}",
+        str(LEASE_S),
+        str(SWEEP_S),
+        str(hang_after),
+        cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    )
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), TIMEOUT_S)
     assert line == b"ready\n", line
@@ -103,11 +112,14 @@ async def seed(dsn: str) -> set[tuple[int, datetime]]:
         series = [now - timedelta(seconds=58 - i * 2 / RECURRING) for i in range(RECURRING)]
         rows = await conn.fetch(
             "INSERT INTO tasks (user_id, chat_id, title, due_at, recurrence, timezone)"
-            " SELECT $1, $2, 'fleet ' || ord, due, CASE WHEN ord > $4 THEN '{\"kind\": \"interval\","
+            ' SELECT $1, $2, \'fleet \' || ord, due, CASE WHEN ord > $4 THEN \'{"kind": "interval",'
             " \"every_minutes\": 1}'::jsonb END, 'UTC' FROM unnest($3::timestamptz[]) WITH ORDINALITY AS d(due, ord)"
             " RETURNING id, due_at, recurrence IS NOT NULL AS recurring",
-            user_id, chat_id, ones + series, ONE_SHOTS,
-        )  # fmt: skip
+            user_id,
+            chat_id,
+            ones + series,
+            ONE_SHOTS,
+        )
     finally:
         await conn.close()
     expected = {(r["id"], r["due_at"]) for r in rows}
@@ -161,7 +173,7 @@ async def test_a_process_killed_mid_send_loses_and_repeats_nothing(db_dsn: str, 
                 "SELECT count(*) FILTER (WHERE status = 'claimed') AS held,"
                 " count(*) FILTER (WHERE status = 'delivered') AS recorded"
                 " FROM occurrences WHERE claimed_by = 'fleet-0'"
-            )  # fmt: skip
+            )
             assert row is not None
             held.append(int(row["held"]))
             # every send in its file is recorded as delivered: a kill between a send and its record would

@@ -29,8 +29,11 @@ async def a_task(pool: Pool, *, status: str = "pending", due_at: datetime | None
     task_id: int = await pool.fetchval(
         "INSERT INTO tasks (user_id, chat_id, title, status, due_at) VALUES ($1, $2, 'water the plants', $3, $4)"
         " RETURNING id",
-        user_id, chat_id, status, due_at or NOW + timedelta(days=1),
-    )  # fmt: skip
+        user_id,
+        chat_id,
+        status,
+        due_at or NOW + timedelta(days=1),
+    )
     return task_id
 
 
@@ -39,8 +42,11 @@ async def an_occurrence(pool: Pool, task_id: int, days_ago: float, status: str) 
     at = NOW - timedelta(days=days_ago)
     await pool.execute(
         "INSERT INTO occurrences (task_id, scheduled_at, status, lease_until) VALUES ($1, $2, $3, $4)",
-        task_id, at, status, at + timedelta(minutes=2) if status == "claimed" else None,
-    )  # fmt: skip
+        task_id,
+        at,
+        status,
+        at + timedelta(minutes=2) if status == "claimed" else None,
+    )
     return at
 
 

@@ -161,9 +161,12 @@ async def test_admin_session_state_does_not_reach_the_next_user(
 
 
 async def test_admin_sql_that_deallocates_statements_does_not_break_the_next_turns(
-    one_connection_pool: Pool, make_settings: MakeSettings, make_llm: Callable[..., LLM], clock: FakeClock,
+    one_connection_pool: Pool,
+    make_settings: MakeSettings,
+    make_llm: Callable[..., LLM],
+    clock: FakeClock,
     fake_llm: FakeOpenAI,
-) -> None:  # fmt: skip
+) -> None:
     pool = one_connection_pool
     settings = make_settings(ADMINS="telegram:1", ALLOWED_USERS="*")
     core = Core(settings, pool, make_llm(settings), clock=clock)

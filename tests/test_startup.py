@@ -43,15 +43,18 @@ def assert_one_line(err: str, *needles: str) -> None:
 @pytest.mark.parametrize(
     ("url", "code", "reason"),
     [
-        ("postgresql://bot:{pw}@127.0.0.1:{closed}/bot", EXIT_UNREACHABLE, "cannot connect to 127.0.0.1:{closed} "
-         "(connection refused)"),
+        (
+            "postgresql://bot:{pw}@127.0.0.1:{closed}/bot",
+            EXIT_UNREACHABLE,
+            "cannot connect to 127.0.0.1:{closed} (connection refused)",
+        ),
         ("postgresql://bot:{pw}@nohost.invalid/bot", EXIT_UNREACHABLE, "cannot resolve the host of nohost.invalid"),
         ("mysql://bot:{pw}@127.0.0.1/bot", EXIT_CONFIG, "must start with postgresql:// (got 'mysql://')"),
         ("postgresql://bot:{pw}@127.0.0.1:99999/bot", EXIT_CONFIG, "port 99999 is not a valid port number"),
         ("postgresql://bot:{pw}@[::1/bot", EXIT_CONFIG, "is not a valid URL (Invalid IPv6 URL)"),
     ],
     ids=["refused", "unknown-host", "bad-scheme", "bad-port", "unclosed-bracket"],
-)  # fmt: skip
+)
 async def test_bad_database_url_is_one_line(tmp_path: Path, url: str, code: int, reason: str) -> None:
     port = closed_port()
     env = {"DATABASE_URL": url.format(pw=SECRET, closed=port), "LLM_API_KEY": "sk-test"}
@@ -131,8 +134,9 @@ async def test_adapter_start_failure_is_one_line(db_dsn: str, fake_llm: FakeOpen
     assert all(" INFO " in line or " WARNING " in line for line in err.splitlines()[:-1]), err  # only log lines
 
 
-async def test_unexpected_start_failure_is_one_line_with_the_debug_hint(pg_server: str, db_dsn: str,
-                                                                        tmp_path: Path) -> None:  # fmt: skip
+async def test_unexpected_start_failure_is_one_line_with_the_debug_hint(
+    pg_server: str, db_dsn: str, tmp_path: Path
+) -> None:
     conn = await asyncpg.connect(pg_server)
     try:
         await conn.execute("DROP DATABASE IF EXISTS bot_startup_clash")
@@ -181,12 +185,23 @@ async def test_clean_exit_after_a_crash_stops_the_embedded_server(fake_llm: Fake
     pgdata = data.resolve() / "pg"
     base = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "TELEGRAM_", "DISCORD_"))}
     base.pop("DATABASE_URL", None)
-    env = {**base, "PYTHONPATH": str(ROOT), "LLM_BASE_URL": fake_llm.base_url, "LLM_API_KEY": "x",
-           "DATA_DIR": str(data)}  # fmt: skip
+    env = {
+        **base,
+        "PYTHONPATH": str(ROOT),
+        "LLM_BASE_URL": fake_llm.base_url,
+        "LLM_API_KEY": "x",
+        "DATA_DIR": str(data),
+    }
     crashed = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", env=env, cwd=str(tmp_path),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "bot",
+        env=env,
+        cwd=str(tmp_path),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     try:
         assert crashed.stdout is not None
         banner = await asyncio.wait_for(crashed.stdout.readline(), 60)  # the terminal chat runs: the server is up
@@ -197,8 +212,9 @@ async def test_clean_exit_after_a_crash_stops_the_embedded_server(fake_llm: Fake
         await crashed.wait()
     try:
         assert postgres_pids(pgdata), "the server outlives the killed bot"
-        rc, out, err = await bot_cli("ask", "hi", env={"LLM_BASE_URL": fake_llm.base_url, "DATA_DIR": str(data)},
-                                     cwd=tmp_path)  # fmt: skip
+        rc, out, err = await bot_cli(
+            "ask", "hi", env={"LLM_BASE_URL": fake_llm.base_url, "DATA_DIR": str(data)}, cwd=tmp_path
+        )
         assert rc == 0, err
         assert out == "ok\n"
         assert postgres_pids(pgdata) == [], "the clean exit left the server it used running"

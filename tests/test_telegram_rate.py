@@ -65,8 +65,10 @@ async def add_peer(pool: Pool, adapters: Sequence[str] = TELEGRAM, *, seen_s_ago
     await pool.execute(
         "INSERT INTO processes (id, host, pid, version, adapters, seen_at)"
         " VALUES ($1, 'elsewhere', 1, 'test', $2, now() - make_interval(secs => $3))",
-        peer, list(adapters), seen_s_ago,
-    )  # fmt: skip
+        peer,
+        list(adapters),
+        seen_s_ago,
+    )
     return peer
 
 

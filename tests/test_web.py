@@ -172,11 +172,15 @@ async def test_metrics_count_turns_tools_llm_and_reminders_without_user_data(
     before = samples((await get(http, server, "/metrics"))[1])
     assert value(before, "bot_turns_total", outcome="ok") == 0
     fake_llm.script(
-        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": USER_TEXT, "due_at": "2026-11-21T10:01"}),
-                          (MADE_UP_TOOL, {"what": USER_TEXT})]),
+        Reply(
+            tool_calls=[
+                ("manage_tasks", {"action": "create", "title": USER_TEXT, "due_at": "2026-11-21T10:01"}),
+                (MADE_UP_TOOL, {"what": USER_TEXT}),
+            ]
+        ),
         Reply(text=f"Done: {USER_TEXT}"),
         Reply(status=400, text=f"the request is too long: {USER_TEXT}"),
-    )  # fmt: skip
+    )
     answer(await run(core, incoming(USER_TEXT, user=USER_ID, chat=CHAT_ID, kind="group", name="Zanzibar")))
     refused = final(await run(core, incoming(f"again {USER_TEXT}", user=USER_ID, chat=CHAT_ID, kind="group")))
     assert refused.type == "error"

@@ -174,10 +174,28 @@ async def begin_turn(
     def attempt(retry: bool) -> Awaitable[Record | None]:
         mode = 2 if redelivered else 1 if retry else 0  # $11: see _BEGIN_SQL
         return pool.fetchrow(
-            _BEGIN_WITH_CONTEXT_SQL, inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id,
-            inc.chat_kind, inc.chat_title, inc.message_id, inc.text, True, mode, max(0, history - 1 - len(inc.quoted)),
-            due_before, due_limit, authors, memory, kinds, origins, texts, f"{JOB_MESSAGE_PREFIX}%",
-        )  # fmt: skip
+            _BEGIN_WITH_CONTEXT_SQL,
+            inc.platform,
+            inc.user_id,
+            inc.user_name,
+            inc.chat_id,
+            inc.thread_id,
+            inc.chat_kind,
+            inc.chat_title,
+            inc.message_id,
+            inc.text,
+            True,
+            mode,
+            max(0, history - 1 - len(inc.quoted)),
+            due_before,
+            due_limit,
+            authors,
+            memory,
+            kinds,
+            origins,
+            texts,
+            f"{JOB_MESSAGE_PREFIX}%",
+        )
 
     row = await retry_dropped(lambda: attempt(False), "storing a message", pool=pool, again=lambda: attempt(True))
     assert row is not None
@@ -196,9 +214,17 @@ def _new_row(
 ) -> dict[str, Any]:
     """A message stored by this turn's start, as a history row (the history query cannot see it yet)."""
     return {
-        "id": None, "role": "user", "content": text, "author_name": name, "tool_calls": None, "tool_call_id": None,
-        "quoted_kind": kind, "quoted_origin": origin, "platform_message_id": mid, "author_id": author,
-    }  # fmt: skip
+        "id": None,
+        "role": "user",
+        "content": text,
+        "author_name": name,
+        "tool_calls": None,
+        "tool_call_id": None,
+        "quoted_kind": kind,
+        "quoted_origin": origin,
+        "platform_message_id": mid,
+        "author_id": author,
+    }
 
 
 async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:
@@ -239,8 +265,16 @@ async def add_tool_result(
 ) -> None:
     """Store a tool result in full (the prompt gets a truncated copy); a retry does not store it twice. `foreign`: it
     carries someone else's text (a job written in a group), so a turn that replays it holds others' words."""
-    args = (chat.id, turn_id, json.dumps(envelope, ensure_ascii=False, default=str), call_id, name,
-            bool(envelope.get("ok")), duration_ms, "job" if foreign else None)  # fmt: skip
+    args = (
+        chat.id,
+        turn_id,
+        json.dumps(envelope, ensure_ascii=False, default=str),
+        call_id,
+        name,
+        bool(envelope.get("ok")),
+        duration_ms,
+        "job" if foreign else None,
+    )
     await retry_dropped(
         lambda: pool.execute(_ADD_TOOL_SQL, *args),
         "storing a tool result",
@@ -365,6 +399,11 @@ async def turn_steps(pool: Pool, turn_id: int) -> TurnSteps | None:
             envelope = {"ok": False, "error": {"code": "tool_error"}}
         steps.append(make_step(m["tool_name"] or name, raw_args, envelope, (m["duration_ms"] or 0) / 1000))
     return TurnSteps(
-        turn_id, row["platform"], row["platform_user_id"] or "", row["platform_chat_id"], row["thread_id"],
-        tuple(steps), row["elapsed"] or 0.0,
-    )  # fmt: skip
+        turn_id,
+        row["platform"],
+        row["platform_user_id"] or "",
+        row["platform_chat_id"],
+        row["thread_id"],
+        tuple(steps),
+        row["elapsed"] or 0.0,
+    )

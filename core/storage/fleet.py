@@ -80,8 +80,13 @@ async def beat(pool: Pool, me: ProcessInfo) -> None:
         "WITH forgotten AS (DELETE FROM processes WHERE seen_at < now() - $6::interval AND id <> $1)"
         " INSERT INTO processes (id, host, pid, version, adapters) VALUES ($1, $2, $3, $4, $5)"
         " ON CONFLICT (id) DO UPDATE SET version = excluded.version, adapters = excluded.adapters, seen_at = now()",
-        me.id, me.host, me.pid, me.version, list(me.adapters), FLEET_FORGET,
-    )  # fmt: skip
+        me.id,
+        me.host,
+        me.pid,
+        me.version,
+        list(me.adapters),
+        FLEET_FORGET,
+    )
 
 
 async def leave(pool: Pool, process_id: str) -> None:
@@ -108,8 +113,10 @@ async def peers(pool: Pool, adapter: str, me: str, within: timedelta = timedelta
     count = await pool.fetchval(
         "SELECT count(*) FROM processes WHERE seen_at >= now() - $3::interval AND id <> $2"
         " AND EXISTS (SELECT 1 FROM unnest(adapters) AS a WHERE starts_with(a, $1))",
-        f"{adapter} (", me, within,
-    )  # fmt: skip
+        f"{adapter} (",
+        me,
+        within,
+    )
     return int(count)
 
 

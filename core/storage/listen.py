@@ -52,8 +52,11 @@ class ChangeListener:
             except Exception as e:
                 log.warning(
                     "the %s listener lost its connection (%s: %s); connecting again in %g s",
-                    self.channel, type(e).__name__, e, LISTEN_RETRY_S,
-                )  # fmt: skip
+                    self.channel,
+                    type(e).__name__,
+                    e,
+                    LISTEN_RETRY_S,
+                )
             self.listening.clear()
             await asyncio.sleep(LISTEN_RETRY_S)
 

@@ -86,8 +86,9 @@ async def _prune_once(pool: Pool, clock: Clock, keep_occurrences: timedelta) -> 
         log.warning("pruning old rows could not reach the database (%s); it tries again later", type(e).__name__)
         return
     if pruned.occurrences or pruned.refusal_notices:
-        log.info("pruned %d ended reminder occurrences and %d refusal notices", pruned.occurrences,
-                 pruned.refusal_notices)  # fmt: skip
+        log.info(
+            "pruned %d ended reminder occurrences and %d refusal notices", pruned.occurrences, pruned.refusal_notices
+        )
 
 
 async def _prune_forever(pool: Pool, clock: Clock, keep_occurrences: timedelta, every_s: float) -> None:

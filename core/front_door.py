@@ -294,6 +294,11 @@ class Core:
         adapter's update); they are handled in this process from now on, until drain()."""
         self.inbox.serve(platform, parse, handler)
 
+    def unserve(self, platform: str) -> None:
+        """Stop handing `platform`'s stored updates to this process (its adapter stopped: other processes, or this one
+        once the adapter serves again, take them); drain() stops the whole inbox."""
+        self.inbox.unserve(platform)
+
     async def handle(
         self, inc: Incoming, *, stream: bool = False, delivery: Delivery | None = None
     ) -> AsyncGenerator[Event, None]:

@@ -115,6 +115,10 @@ class Inbox:
                 asyncio.create_task(self._renew(), name="inbox lease renewal"),
             ]
 
+    def unserve(self, platform: str) -> None:
+        """Take no more of `platform`'s updates in this process (its adapter stopped); ones running here go on."""
+        self._handlers.pop(platform, None)
+
     @property
     def held(self) -> int:
         """How many updates this process is handling now."""
@@ -223,7 +227,11 @@ class Inbox:
         the update is not retried). A handler whose lease another process took over is cancelled and leaves the update
         to that process."""
         lease = self._leases[item.update_id]
-        parse, handler = self._handlers[item.platform]
+        served = self._handlers.get(item.platform)
+        if served is None:  # its adapter stopped since the claim: hand it back for another process at once
+            await self._hand_back(item)
+            return
+        parse, handler = served
         try:
             if item.failed_attempts >= INBOX_MAX_ATTEMPTS:  # it took down every process that tried it: give up on it
                 log.warning(
@@ -248,6 +256,15 @@ class Inbox:
             self._forget(item.update_id)
             if more or full:  # the chat's next update may go now, or a slot came free for waiting ones
                 self._wake.set()
+
+    async def _hand_back(self, item: InboxItem) -> None:
+        """Give a claimed update back unhandled (not counted as a failed attempt)."""
+        try:
+            await store.release(self.pool, self.owner, [item.update_id])
+        except Exception as e:  # its lease runs out on its own
+            log.warning("could not hand back %s update %d (%s)", item.platform, item.update_id, _reason(e))
+        finally:
+            self._forget(item.update_id)
 
     def _forget(self, update_id: int) -> None:
         """The update is no longer handled here."""

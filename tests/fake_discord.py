@@ -637,8 +637,19 @@ class FakeDiscord(LoopbackServer):
         if forwarded.get("guild_id"):
             reference["guild_id"] = forwarded["guild_id"]
         message["message_reference"] = reference
-        keys = ("type", "content", "embeds", "attachments", "timestamp", "edited_timestamp", "flags", "mentions",
-                "mention_roles", "components", "sticker_items")  # fmt: skip
+        keys = (
+            "type",
+            "content",
+            "embeds",
+            "attachments",
+            "timestamp",
+            "edited_timestamp",
+            "flags",
+            "mentions",
+            "mention_roles",
+            "components",
+            "sticker_items",
+        )
         snapshot = {k: copy.deepcopy(forwarded[k]) for k in keys if k in forwarded}
         snapshot.setdefault("edited_timestamp", None)
         message["message_snapshots"] = [{"message": snapshot}]
@@ -899,7 +910,7 @@ class FakeDiscord(LoopbackServer):
         }
 
     def _add_member(self, user: dict[str, Any], *, roles: list[str], joined_at: str) -> None:
-        """Add a guild member."""
+        """Make a user a member of the test guild with these roles."""
         self.members[user["id"]] = {"user": user, **_member_fields(roles, joined_at)}
 
     def _member_of(self, user: dict[str, Any]) -> dict[str, Any]:

@@ -13,11 +13,13 @@ import discord
 import pytest
 import yarl
 
-from adapters.discord.adapter import CUT_SHORT, FAILED, TEXT_ONLY, DiscordAdapter
+from adapters.discord.adapter import DiscordAdapter
 from adapters.discord.limits import DISCORD_IDENTIFY_SPACING_S, DISCORD_READY_TIMEOUT_S
+from core import CUT_SHORT, FAILED, TEXT_ONLY
 from core.commands import STEPS_GONE, STEPS_NOT_YOURS
 from core.front_door import Core
-from core.reminders.engine import DeliveryRefused, ReminderEngine, ReminderMessage
+from core.reminders.engine import DeliveryRefused, ReminderEngine
+from core.reminders.messages import ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, SettingsError, StartupError
 from core.storage.db import Pool
 from core.texts import RESTARTING
@@ -315,9 +317,11 @@ async def test_without_the_message_content_intent_mentions_and_dms_still_work(
 ) -> None:
     async with FakeDiscord(enabled_intents=0) as dc:  # the portal switch is off
         core = make_core(
-            DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url,
+            DISCORD_BOT_TOKEN=dc.token,
+            DISCORD_API_BASE_URL=dc.api_base,
+            DISCORD_GATEWAY_URL=dc.gateway_url,
             ALLOWED_USERS="*",
-        )  # fmt: skip
+        )
         b = Bot(dc, fake_llm, core, pool)
         await b.adapter.start()
         try:
@@ -360,9 +364,11 @@ async def test_no_send_pings_anyone_but_a_reminder_its_owner(bot: Bot, clock: Fa
     await bot.say("hello", author=bot.dc.user(STRANGER, "Stranger"), mention_bot=True)  # the refusal
     bot.llm.script(Reply(text=f"an /ask answer for <@{owner}>"))
     for name, options, who in [
-        ("ask", {"message": "ping them"}, bot.bob), ("status", None, bot.bob), ("reset", None, bot.bob),
+        ("ask", {"message": "ping them"}, bot.bob),
+        ("status", None, bot.bob),
+        ("reset", None, bot.bob),
         ("tasks", None, bot.dc.user(STRANGER, "Stranger")),
-    ]:  # fmt: skip
+    ]:
         await (await bot.dc.slash(name, options, who)).wait_done()
     for who in (bot.alice, bot.bob):  # Show steps: the steps, and "only the person who asked"
         await (await bot.dc.click(answer, button_ids(answer)[0], who)).wait_done()
@@ -394,9 +400,12 @@ async def test_stop_lets_a_running_answer_finish_and_turns_new_messages_away(
         return Reply(text="the slow answer")
 
     core = make_core(
-        DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url,
-        ALLOWED_USERS="*", SHUTDOWN_GRACE_SECONDS=30,
-    )  # fmt: skip
+        DISCORD_BOT_TOKEN=dc.token,
+        DISCORD_API_BASE_URL=dc.api_base,
+        DISCORD_GATEWAY_URL=dc.gateway_url,
+        ALLOWED_USERS="*",
+        SHUTDOWN_GRACE_SECONDS=30,
+    )
     b = Bot(dc, fake_llm, core, pool)
     await b.adapter.start()
     fake_llm.script(slow)
@@ -425,9 +434,12 @@ async def test_stop_cuts_an_answer_that_outlasts_the_grace(
         raise AssertionError("unreachable")
 
     core = make_core(
-        DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url,
-        ALLOWED_USERS="*", SHUTDOWN_GRACE_SECONDS=0.05,
-    )  # fmt: skip
+        DISCORD_BOT_TOKEN=dc.token,
+        DISCORD_API_BASE_URL=dc.api_base,
+        DISCORD_GATEWAY_URL=dc.gateway_url,
+        ALLOWED_USERS="*",
+        SHUTDOWN_GRACE_SECONDS=0.05,
+    )
     b = Bot(dc, fake_llm, core, pool)
     await b.adapter.start()
     fake_llm.script(never)
@@ -449,7 +461,7 @@ class Pauses:
         self.go = asyncio.Event()
 
     async def __call__(self, seconds: float) -> None:
-        """One pause."""
+        """Record a pause and wait until the test releases it."""
         self.delays.append(seconds)
         self.paused.set()
         await self.go.wait()
@@ -462,9 +474,11 @@ async def test_a_gateway_that_dies_after_ready_is_replaced_and_status_says_so(
 ) -> None:
     allowed_errors += ["Discord connection lost", "Discord gateway task failed"]
     core = make_core(
-        DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url,
+        DISCORD_BOT_TOKEN=dc.token,
+        DISCORD_API_BASE_URL=dc.api_base,
+        DISCORD_GATEWAY_URL=dc.gateway_url,
         ALLOWED_USERS="*",
-    )  # fmt: skip
+    )
     pauses = Pauses()
     board = core.status_board
     adapter = DiscordAdapter(core, core.settings, guild_ready_timeout=0.05, sleep=pauses)
@@ -482,12 +496,14 @@ async def test_a_gateway_that_dies_after_ready_is_replaced_and_status_says_so(
         status = await core.command(Incoming(platform="discord", user_id=str(BOB), chat_id="1", text=""), "status")
         assert isinstance(status, str)
         assert f"discord (disconnected since 2026-11-21 10:00 UTC: {why}" in status, status
+        assert await core.not_ready(["discord"]) == "discord: disconnected"  # /readyz: 503 meanwhile
         assert first_client.is_closed() and pauses.delays == [2.0]
         pauses.go.set()
         await dc.wait_ready()
         await asyncio.wait_for(adapter.client.wait_until_ready(), 5)
         await asyncio.sleep(0)  # the on_ready task was scheduled together with that wake-up
         assert board.adapters["discord"].endswith("in 1 server(s)")
+        assert await core.not_ready(["discord"]) is None
         assert adapter.client is not first_client and dc.identify_count == 2
         fake_llm.script(Reply(text="back again"))
         before = len(dc.sent)
@@ -507,9 +523,11 @@ async def test_endpoints_are_per_client_and_discord_py_class_attributes_stay_unt
         bots = []
         for fake in (dc, other_dc):
             core = make_core(
-                DISCORD_BOT_TOKEN=fake.token, DISCORD_API_BASE_URL=fake.api_base,
-                DISCORD_GATEWAY_URL=fake.gateway_url, ALLOWED_USERS="*",
-            )  # fmt: skip
+                DISCORD_BOT_TOKEN=fake.token,
+                DISCORD_API_BASE_URL=fake.api_base,
+                DISCORD_GATEWAY_URL=fake.gateway_url,
+                ALLOWED_USERS="*",
+            )
             bots.append(Bot(fake, fake_llm, core, pool))
             await bots[-1].adapter.start()
         try:
@@ -530,9 +548,16 @@ async def test_endpoints_are_per_client_and_discord_py_class_attributes_stay_unt
 def _reminder(chat_id: str, kind: str = "group") -> ReminderMessage:
     """A reminder for Alice in a channel."""
     return ReminderMessage(
-        task_id=1, scheduled_at=datetime(2026, 11, 21, 10, 30, tzinfo=UTC), platform="discord", chat_id=chat_id,
-        thread_id="", chat_kind=kind, owner_id=str(ALICE), owner_name="Alice", text="⏰ Call mum",
-    )  # fmt: skip
+        task_id=1,
+        scheduled_at=datetime(2026, 11, 21, 10, 30, tzinfo=UTC),
+        platform="discord",
+        chat_id=chat_id,
+        thread_id="",
+        chat_kind=kind,
+        owner_id=str(ALICE),
+        owner_name="Alice",
+        text="⏰ Call mum",
+    )
 
 
 @pytest.mark.parametrize(
@@ -601,7 +626,7 @@ async def test_start_with_discord_unreachable_is_one_line_naming_the_host(
     assert f"cannot reach the {'API' if down == 'api' else 'gateway'} at 127.0.0.1:{port}" in line, line
     assert ("DISCORD_API_BASE_URL" if down == "api" else "DISCORD_GATEWAY_URL") in line and "\n" not in line
     assert dc.token not in line and failed.value.__cause__ is None and failed.value.exit_code == EXIT_UNREACHABLE
-    assert adapter.client.is_closed() and adapter._runner is None
+    assert adapter.client.is_closed() and adapter.gateway.runner is None
 
 
 async def alice_remembers(bot: Bot) -> int:
@@ -656,9 +681,11 @@ async def test_two_processes_split_two_shards_only_shard_0_syncs_and_each_messag
     message reaches (and is answered by) shard 1 alone, a DM shard 0 alone."""
     async with FakeDiscord(guild_shard=(1, 2)) as dc:
         common = dict(
-            DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url,
+            DISCORD_BOT_TOKEN=dc.token,
+            DISCORD_API_BASE_URL=dc.api_base,
+            DISCORD_GATEWAY_URL=dc.gateway_url,
             DISCORD_SHARD_COUNT="2",
-        )  # fmt: skip
+        )
         core0, core1 = make_core(**common, DISCORD_SHARD_IDS="0"), make_core(**common, DISCORD_SHARD_IDS="1")
         one = DiscordAdapter(core1, core1.settings, guild_ready_timeout=0.05)
         zero = DiscordAdapter(core0, core0.settings, guild_ready_timeout=0.05)
@@ -682,8 +709,9 @@ async def test_two_processes_split_two_shards_only_shard_0_syncs_and_each_messag
             await dc.post_message(alice, "hello in a dm", dm=True)
             await dc.wait_sent(2)
             assert [(m["channel_id"], m["content"]) for m in dc.sent] == [
-                (dc.channel_id, "from the guild's shard"), (dc.dm_channel_id(ALICE), "from shard 0")
-            ]  # fmt: skip
+                (dc.channel_id, "from the guild's shard"),
+                (dc.dm_channel_id(ALICE), "from shard 0"),
+            ]
             assert len(fake_llm.requests) == 2  # each message was one turn: nobody answered twice
             # while shard 1 is down, shard 0 never sees the guild's message; the new shard 1 answers it
             await one.stop()
@@ -707,15 +735,18 @@ async def test_sharded_start_with_the_gateway_unreachable_is_one_line_at_once(
 ) -> None:
     port = _closed_port()
     core = make_core(
-        DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=f"ws://127.0.0.1:{port}/",
-        DISCORD_SHARD_COUNT="4", DISCORD_SHARD_IDS="2-3",
-    )  # fmt: skip
+        DISCORD_BOT_TOKEN=dc.token,
+        DISCORD_API_BASE_URL=dc.api_base,
+        DISCORD_GATEWAY_URL=f"ws://127.0.0.1:{port}/",
+        DISCORD_SHARD_COUNT="4",
+        DISCORD_SHARD_IDS="2-3",
+    )
     adapter = DiscordAdapter(core, core.settings, guild_ready_timeout=0.05)
     with pytest.raises(StartupError) as failed:
         await asyncio.wait_for(adapter.start(), 10)  # discord.py alone retries a shard every 5 s, logging errors
     line = str(failed.value)
     assert f"cannot reach the gateway at 127.0.0.1:{port}" in line and "DISCORD_GATEWAY_URL" in line, line
-    assert failed.value.exit_code == EXIT_UNREACHABLE and adapter.client.is_closed() and adapter._runner is None
+    assert failed.value.exit_code == EXIT_UNREACHABLE and adapter.client.is_closed() and adapter.gateway.runner is None
 
 
 async def test_a_shard_that_identifies_again_is_connected_again_in_status(
@@ -725,9 +756,11 @@ async def test_a_shard_that_identifies_again_is_connected_again_in_status(
     discord.py's 5 s identify pause) connected again, though on_ready does not come again for one shard."""
     async with FakeDiscord(guild_shard=(1, 2)) as dc:
         core = make_core(
-            DISCORD_BOT_TOKEN=dc.token, DISCORD_API_BASE_URL=dc.api_base, DISCORD_GATEWAY_URL=dc.gateway_url,
+            DISCORD_BOT_TOKEN=dc.token,
+            DISCORD_API_BASE_URL=dc.api_base,
+            DISCORD_GATEWAY_URL=dc.gateway_url,
             DISCORD_SHARD_COUNT="2",
-        )  # fmt: skip
+        )
         adapter = DiscordAdapter(core, core.settings, guild_ready_timeout=0.05)
         # discord.py identifies a process's shards 5 s apart: start() waits that much longer for each further one
         assert adapter.ready_timeout == DISCORD_READY_TIMEOUT_S + DISCORD_IDENTIFY_SPACING_S

@@ -63,7 +63,7 @@ class Changes:
         self._condition = asyncio.Condition()
 
     async def notify(self) -> None:
-        """Something changed."""
+        """Wake everyone waiting for a change."""
         async with self._condition:
             self._condition.notify_all()
 
@@ -313,7 +313,7 @@ class _Persistent(discord.ui.View):
 
     @discord.ui.button(label="Done", custom_id="persistent:done")
     async def done(self, interaction: discord.Interaction, button: discord.ui.Button[_Persistent]) -> None:
-        """Mark done."""
+        """Record who pressed it and edit the message to say it is done."""
         self.pressed.append(interaction.user.id)
         await interaction.response.edit_message(content="marked done", view=None)
 

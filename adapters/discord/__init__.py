@@ -1,4 +1,5 @@
-"""Discord adapter: discord.py in front of the core; Markdown rendering and the HTTP client settings."""
+"""Discord adapter: discord.py in front of the core (adapter.py), split by job: gateway, commands, buttons, send,
+incoming, render, endpoints."""
 
 from adapters.discord.adapter import DiscordAdapter
 

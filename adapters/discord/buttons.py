@@ -1,0 +1,152 @@
+"""The persistent buttons (Show steps, a reminder's Done / Snooze, the memory wipe confirmation) and what a press
+does. Their custom ids carry all they need, so they keep working after a restart and in any process."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, cast
+
+import discord
+
+from adapters.discord.gateway import Client, Owner
+from adapters.discord.incoming import interaction_incoming, private_interaction
+from adapters.discord.limits import DISCORD_MESSAGE_LIMIT
+from adapters.discord.render import steps_text, with_steps, without_steps
+from adapters.discord.send import NO_MENTIONS, note, view
+from core import (
+    HIDE_STEPS,
+    MEMORY_WIPE_CONFIRM,
+    NOT_YOUR_BUTTON,
+    REMINDER_BUTTON_LABELS,
+    SHOW_STEPS,
+    WIPE_LABEL,
+    Core,
+    Error,
+    summary_line,
+)
+
+WIPE_HOW = "use /memory action:wipe"  # how a person asks for their own wipe on Discord
+
+
+def _owner(interaction: discord.Interaction) -> Owner:
+    """The adapter behind the client that received the interaction."""
+    return cast(Client, interaction.client).owner
+
+
+class StepsButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"steps:(?P<turn>\d+)(?P<shown>:shown)?"):
+    """The "Show steps" button; its custom id carries the turn id (and, in a DM, whether the steps are shown)."""
+
+    def __init__(self, turn_id: int, shown: bool = False) -> None:
+        """A Show (or, when shown, Hide) button for one turn."""
+        super().__init__(
+            discord.ui.Button(
+                label=HIDE_STEPS if shown else SHOW_STEPS,
+                emoji="🔧",
+                style=discord.ButtonStyle.secondary,
+                custom_id=f"steps:{turn_id}{':shown' if shown else ''}",
+            )
+        )
+        self.turn_id, self.shown = turn_id, shown
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
+    ) -> StepsButton:
+        """Rebuild the button from a pressed custom id (works after restarts)."""
+        return cls(int(match["turn"]), bool(match["shown"]))
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        """Show the steps (ephemeral in servers, toggled in place in DMs)."""
+        owner = _owner(interaction)
+        await owner.guard(interaction, show_steps(owner.core, interaction, self.turn_id, self.shown))
+
+
+class ReminderButton(
+    discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"rem:(?P<action>done|snooze10|snooze60):(?P<task>\d+)"
+):
+    """Done / Snooze on a reminder; the custom id carries the action and the task id."""
+
+    def __init__(self, action: str, task_id: int) -> None:
+        """The Done or Snooze button of one task."""
+        style = discord.ButtonStyle.success if action == "done" else discord.ButtonStyle.secondary
+        label = REMINDER_BUTTON_LABELS[action]
+        super().__init__(discord.ui.Button(label=label, style=style, custom_id=f"rem:{action}:{task_id}"))
+        self.action, self.task_id = action, task_id
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
+    ) -> ReminderButton:
+        """Rebuild the button from a pressed custom id."""
+        return cls(match["action"], int(match["task"]))
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        """Only the owner may press; the reminder is edited to show what happened."""
+        owner = _owner(interaction)
+        await owner.guard(interaction, press_reminder(owner.core, interaction, self.action, self.task_id))
+
+
+class WipeButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"mem:wipe:(?P<owner>\d+)"):
+    """The wipe confirmation under /memory action:wipe; the custom id names who it was offered to (a press by
+    anyone else does nothing: the core always acts on the presser's own memory)."""
+
+    def __init__(self, owner_id: int) -> None:
+        """The button for one person."""
+        super().__init__(
+            discord.ui.Button(label=WIPE_LABEL, style=discord.ButtonStyle.danger, custom_id=f"mem:wipe:{owner_id}")
+        )
+        self.owner_id = owner_id
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
+    ) -> WipeButton:
+        """Rebuild the button from a pressed custom id."""
+        return cls(int(match["owner"]))
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        """Wipe the presser's memory when it is theirs to wipe."""
+        owner = _owner(interaction)
+        await owner.guard(interaction, press_wipe(owner.core, interaction, self.owner_id))
+
+
+BUTTONS = (StepsButton, ReminderButton, WipeButton)  # what a client recognises in pressed custom ids
+
+
+async def show_steps(core: Core, interaction: discord.Interaction, turn_id: int, shown: bool) -> None:
+    """Load a turn's steps from PostgreSQL; ephemeral in servers, toggled in place in DMs."""
+    found = await core.turn_steps(interaction_incoming(interaction, ""), turn_id)
+    if isinstance(found, Error):  # gone, not theirs, or not allowed
+        await note(interaction, found.message)
+        return
+    message = interaction.message
+    if private_interaction(interaction) and message is not None:
+        content = without_steps(message.content) if shown else with_steps(message.content, found.steps)
+        toggled = view(StepsButton(turn_id, shown=not shown))
+        await interaction.response.edit_message(content=content, view=toggled, allowed_mentions=NO_MENTIONS)
+        return
+    head = f"**Steps** — {summary_line(found.steps, found.elapsed_s)}\n"
+    await note(interaction, head + steps_text(found.steps, DISCORD_MESSAGE_LIMIT - len(head)))
+
+
+async def press_reminder(core: Core, interaction: discord.Interaction, action: str, task_id: int) -> None:
+    """Done / Snooze: only the owner; the reminder message shows the outcome and loses its buttons."""
+    ok, text = await core.press_reminder(interaction_incoming(interaction, ""), task_id, action)
+    if not ok or interaction.message is None:
+        await note(interaction, text)
+        return
+    content = f"{interaction.message.content}\n\n{text}"[:DISCORD_MESSAGE_LIMIT]
+    await interaction.response.edit_message(content=content, view=None, allowed_mentions=NO_MENTIONS)
+
+
+async def press_wipe(core: Core, interaction: discord.Interaction, owner_id: int) -> None:
+    """A press of the wipe confirmation: only by the person it was offered to; the message shows what went."""
+    if interaction.user.id != owner_id:
+        await note(interaction, NOT_YOUR_BUTTON.format(how=WIPE_HOW))
+        return
+    inc = interaction_incoming(interaction, "")
+    answer = await core.command(inc, "memory", MEMORY_WIPE_CONFIRM, must_answer=True)
+    if isinstance(answer, Error) or answer is None:
+        await note(interaction, core.refusal_text(inc))
+        return
+    await interaction.response.edit_message(content=answer, view=None, allowed_mentions=NO_MENTIONS)

@@ -1,14 +1,10 @@
-"""The inbox under a backlog: what one more claim costs while thousands of updates wait.
-
-Run with `uv run python -m bench.inbox_backlog`. PostgreSQL: DATABASE_URL (a scratch database on it) or an
+"""The inbox under a backlog: what one more claim costs while thousands of updates wait (as after an outage, when
+Telegram hands over what piled up). Stores `--waiting` updates of 1,000 chats (3 each by default) in the inbox table at
+once, leases 64 of them (one process busy), then times `--pairs` rounds of what that process does as each answer goes
+out: finish one update, claim the next; measured with the statistics the table has right after the burst (none, as on a
+fresh table or one full of handled updates), and after ANALYZE. Goal: a claim <= 2 ms p50 with 3,000 waiting, whatever
+the statistics (one round trip and a short walk of an index). PostgreSQL: DATABASE_URL (a scratch database on it) or an
 embedded server in a temp dir.
-
-Stores `--waiting` updates of 1,000 chats (3 each by default) in the inbox as fast as it can (as after an outage,
-when Telegram hands over what piled up), leases 64 of them (one process busy), then times `--pairs` rounds of what
-that process does as each answer goes out: finish one update, claim the next. Measured twice: with the statistics
-the table has right after the burst (none, as on a fresh table or one full of handled updates), and after ANALYZE.
-Each round also times the claim alone. Goal: a claim ≤ 2 ms p50 with 3,000 waiting, whatever the statistics
-(one round trip and a short walk of an index).
 """
 
 from __future__ import annotations
@@ -16,14 +12,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repo root importable
+if __package__ in (None, ""):  # run as a script: this checkout's packages first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import argparse
 import asyncio
 import time
 
-from bench.common import bench_database, percentile, quiet_logging, server_info, verdict
+from bench.common import bench_database, goal_line, parse, parser, percentile, quiet_logging
 from core.constants import INBOX_CONCURRENCY, INBOX_LEASE_S
 from core.storage import inbox_table as store
 from core.storage.db import Pool, create_pool
@@ -60,17 +55,15 @@ async def rounds(pool: Pool, pairs: int) -> tuple[list[float], list[float]]:
 
 def show(label: str, claims: list[float], both: list[float]) -> None:
     """One line of figures."""
-    p50 = percentile(claims, 50)
-    print(f"  {label:<34} claim p50 {p50:6.2f} ms, p99 {percentile(claims, 99):6.2f} ms; "
-          f"finish + claim p50 {percentile(both, 50):6.2f} ms   {verdict(p50, GOAL_CLAIM_P50_MS)}")  # fmt: skip
+    print(
+        f"  {label:<30} claim {goal_line('p50', percentile(claims, 50), GOAL_CLAIM_P50_MS)}, "
+        f"p99 {percentile(claims, 99):.2f} ms; finish + claim p50 {percentile(both, 50):.2f} ms"
+    )
 
 
 async def bench(waiting: int, pairs: int) -> None:
     """Both runs on one database."""
-    quiet_logging()
     async with bench_database() as db:
-        info = await server_info(db.dsn)
-        print(f"PostgreSQL {info.version} ({db.description})")
         print(f"{waiting} updates waiting in {CHATS} chats, {INBOX_CONCURRENCY} leased, {pairs} finish + claim rounds")
         pool = await create_pool(db.dsn, min_size=1, max_size=2)
         try:
@@ -83,12 +76,13 @@ async def bench(waiting: int, pairs: int) -> None:
             await pool.close()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Parse the arguments and run."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--waiting", type=int, default=3000, help="updates stored at once (3000)")
-    parser.add_argument("--pairs", type=int, default=1500, help="finish + claim rounds (1500)")
-    args = parser.parse_args()
+    p = parser("inbox_backlog", __doc__)
+    p.add_argument("--waiting", type=int, default=3000, help="updates stored at once (3000)")
+    p.add_argument("--pairs", type=int, default=1500, help="finish + claim rounds (1500)")
+    args = parse(p, argv, {"waiting": 600, "pairs": 200})
+    quiet_logging()
     asyncio.run(bench(args.waiting, args.pairs))
 
 

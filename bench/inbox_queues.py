@@ -1,28 +1,14 @@
-"""The Telegram inbox as a job queue: procrastinate, PgQueuer and the hand-written table (core.storage.inbox_table).
-
-Run with `uv run --with procrastinate --with pgqueuer python bench/inbox_queues.py` (about 70 s);
-a queue whose library is not installed (or, for the hand-written one, whose module is not there yet) is skipped.
-The hand-written inbox runs on the bot's own worker (core.inbox.Inbox) when it exists, else on a loop of this file
-around core.storage.inbox_table's put / claim / finish.
-PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server in a temp dir, as bench.common does.
-
-Each queue gets the same messages and a handler that records when it starts and ends (and optionally waits a
-few milliseconds, or until released). One worker per queue runs inside this process with `--concurrency` jobs at
-a time, on a pool of `--pool` connections. A message is `(key, chat, seq)`: key is the Telegram update_id.
-
-1. Latency: 1,000 messages over 500 chats at a steady 100/s, handler returns at once: enqueue (the webhook's
-   200 waits for it) and enqueue start → handler start (the added latency), p50 and p99.
-2. Burst: 3,000 messages, 3 per chat over 1,000 chats, each chat's 3 sent back to back (chats 20 at a time),
-   handler takes `--work-ms`: wall time from the first enqueue to the last handler end, messages/s, lost and
-   duplicated runs, and per-chat order (a chat whose message n+1 started before message n ended, or before n).
-3. Dedupe: one update enqueued twice while queued (no worker yet), twice while its first run is running, and
-   again after it ran: how many handler runs each got.
-4. Crash: a worker in a child process takes message 1 of a chat (message 2 of that chat queued behind it), hangs,
-   and is killed with SIGKILL; a fresh worker here, configured for fast recovery (2 s heartbeat/lease), must run
-   message 1 again and then message 2: the delay from the kill to the re-run, and whether 2 still came after 1.
-
-Library semantics this relies on, with versions and sources: /work/notes/queue_compare.md.
-
+"""The Telegram inbox as a job queue: procrastinate, PgQueuer and the bot's hand-written inbox (core.inbox on the
+inbox table) get the same fake updates and a handler that records when it starts and ends, one worker each in this
+process (`--concurrency` jobs at a time, a pool of `--pool` connections). 1. Latency: 1,000 updates over 500 chats at
+a steady 100/s: the enqueue (the webhook's 200 waits for it) and enqueue → handler start, p50 and p99. 2. Burst: 3,000
+updates, 3 per chat over 1,000 chats, the handler taking `--work-ms`: wall time, updates/s, lost and duplicated runs,
+and chats run out of order or overlapping. 3. Dedupe: one update enqueued twice while queued, while running and after
+it ran. 4. Crash: a child worker takes message 1 of a chat (message 2 queued behind it), hangs and is SIGKILLed; a
+fresh worker (2 s heartbeat/lease) must run 1 again and then 2. The goal, for the README's choice of queue: no loss,
+no duplicate in any of these, one update per chat at a time in order, and a killed worker's update redone within its
+lease. Run with `uv run --with procrastinate --with pgqueuer python bench/inbox_queues.py` (about 70 s); a queue
+whose library is not installed is skipped. PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server.
 `python bench/inbox_queues.py --crash-worker NAME --dsn DSN` is the child of part 4.
 """
 
@@ -31,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repo root importable
+if __package__ in (None, ""):  # run as a script: this checkout's packages first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
@@ -39,7 +25,6 @@ import asyncio
 import contextlib
 import importlib
 import importlib.metadata
-import importlib.util
 import itertools
 import json
 import logging
@@ -49,18 +34,18 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from datetime import timedelta
+from typing import Any
 
 import asyncpg
 
-from bench.common import bench_database, load_average, percentile, quiet_logging, server_info
+from bench.common import bench_database, parse, parser, percentile, quiet_logging
+from core.inbox import Delivery, Inbox
+from core.metrics import Metrics
 from core.storage.db import create_pool
 
-LATENCY_MESSAGES = 1000
 LATENCY_RATE = 100.0  # messages per second (procrastinate's backlog grew at 250/s on 2 loaded cores)
-LATENCY_CHATS = 500  # each gets two messages, 5 s apart
-BURST_CHATS = 1000
+LATENCY_PER_CHAT = 2  # each chat gets two messages, chats / 100 s apart
 BURST_PER_CHAT = 3
 BURST_SENDERS = 20  # chats enqueued side by side in the burst
 DONE_TIMEOUT_S = 60.0  # a phase gives up waiting for its handlers after this
@@ -68,8 +53,6 @@ CRASH_WAIT_S = 20.0  # part 4 gives up waiting for the re-run after this
 CRASH_TIMEOUT_S = 2.0  # heartbeat timeout / lease used in part 4 (both sides)
 CRASH_WORK_S = 0.05  # handler time in part 4, so that message 2 running alongside the re-run would show
 CRASH_TICK_S = 0.5  # heartbeat, lease renewal, polling and stalled-job sweep interval in part 4
-DEFAULT_POLL_S = 1.0  # the hand-written worker's idle poll (besides LISTEN), unless core.constants.INBOX_POLL_S
-DEFAULT_LEASE_S = 30.0  # the hand-written worker's lease outside part 4, unless core.constants.INBOX_LEASE_S
 UPDATE_TEXT = "x" * 200  # the message text inside each fake update
 PLATFORM = "telegram"
 
@@ -148,28 +131,6 @@ class Recorder:
 
 
 Handler = Callable[[int, str, int], Awaitable[None]]
-
-
-class Queue(Protocol):
-    """A queue under test."""
-
-    name: str
-    version: str
-
-    async def enqueue(self, msg: Message) -> bool:
-        """Store a message durably; False when the queue refused it as a duplicate."""
-
-    async def start(self, handler: Handler, concurrency: int, *, fast_recovery: bool = False) -> None:
-        """Start one worker (in this process) that runs `handler` for each message."""
-
-    async def stop(self) -> None:
-        """Stop the worker, letting running handlers finish."""
-
-    async def open_jobs(self) -> int:
-        """Messages stored but not finished."""
-
-    async def close(self) -> None:
-        """Release connections."""
 
 
 # ---------------------------------------------------------------- procrastinate
@@ -313,88 +274,44 @@ class PgQueuer:
         """The pool belongs to the caller."""
 
 
-# ---------------------------------------------------------------- the hand-written inbox (core.storage.inbox_table)
+# ---------------------------------------------------------------- the hand-written inbox (core.inbox)
 
 
 class HandWritten:
-    """The lead's inbox table: put / claim (leases, one per chat, in order) / finish, woken by NOTIFY inbox.
-
-    The worker loop is this file's (core/inbox.py's may differ): claim as many as there are free slots, again
-    whenever a handler finishes (that may unblock its chat's next message), on NOTIFY, or every poll.
-    """
+    """The bot's own inbox, core.inbox.Inbox on the inbox table: an update is stored once (by update_id, also after it
+    ran), runs one at a time per chat in order, under a lease renewed while it runs; stored updates wake the worker."""
 
     name = "hand-written"
-    version = "core.storage.inbox_table (working tree)"
+    version = "core.inbox (working tree)"
 
-    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
-        """Use the bot's pool; LISTEN on a connection of its own."""
-        self.inbox: Any = importlib.import_module("core.storage.inbox_table")
-        self.pool, self.dsn = pool, dsn
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        """Use the bot's pool; a fresh Inbox (not serving) takes the enqueues until start()."""
+        self.pool = pool
         self.owner = f"bench-{os.getpid()}"
-        self.worker: asyncio.Task[None] | None = None
-        self.stopping = asyncio.Event()
+        self.box = Inbox(pool, self.owner, Metrics())
 
     async def open(self, install: bool) -> None:
-        """The table comes with the bot's migrations (sql/008_inbox.sql)."""
+        """The table comes with the bot's migrations."""
 
     async def enqueue(self, msg: Message) -> bool:
-        """put(): False when the update was stored before (also after it was handled)."""
-        return bool(await self.inbox.put(self.pool, PLATFORM, msg.key, msg.chat, msg.payload()))
+        """Inbox.receive(): False for an update stored before."""
+        return await self.box.receive(PLATFORM, msg.key, msg.chat, msg.payload(), None)
 
     async def start(self, handler: Handler, concurrency: int, *, fast_recovery: bool = False) -> None:
-        """Start the claim loop."""
-        limits = importlib.import_module("core.constants")
-        lease = CRASH_TIMEOUT_S if fast_recovery else float(getattr(limits, "INBOX_LEASE_S", DEFAULT_LEASE_S))
-        poll = CRASH_TICK_S if fast_recovery else float(getattr(limits, "INBOX_POLL_S", DEFAULT_POLL_S))
-        self.stopping.clear()
-        self.worker = asyncio.create_task(self._work(handler, concurrency, lease, poll))
+        """serve() the platform with `concurrency` updates at a time (part 4: a 2 s lease, polling every 0.5 s)."""
+        fast = {"lease_s": CRASH_TIMEOUT_S, "poll_s": CRASH_TICK_S} if fast_recovery else {}
+        self.box = Inbox(self.pool, self.owner, Metrics(), concurrency=concurrency, **fast)
 
-    async def _work(self, handler: Handler, concurrency: int, lease_s: float, poll_s: float) -> None:
-        """Claim, run, finish; renew leases of running items every third of the lease."""
-        wake = asyncio.Event()
-        running: dict[int, asyncio.Task[None]] = {}
-        listener = await asyncpg.connect(self.dsn)
-        await listener.add_listener("inbox", lambda *_: wake.set())
+        async def run(delivery: Delivery) -> None:
+            update = delivery.update
+            await handler(update["update_id"], update["message"]["chat"]["id"], update["message"]["seq"])
 
-        async def run(item: Any) -> None:
-            try:
-                await handler(item.payload["update_id"], item.chat_key, item.payload["message"]["seq"])
-                await self.inbox.finish(self.pool, item)
-            finally:
-                running.pop(item.update_id, None)
-                wake.set()
-
-        async def renew() -> None:
-            while True:
-                await asyncio.sleep(lease_s / 3)
-                if running:
-                    await self.inbox.renew(self.pool, self.owner, list(running), lease_s)
-
-        renewer = asyncio.create_task(renew())
-        try:
-            while not self.stopping.is_set():
-                wake.clear()
-                free = concurrency - len(running)
-                items = await self.inbox.claim(self.pool, self.owner, [PLATFORM], lease_s, free) if free else []
-                for item in items:
-                    running[item.update_id] = asyncio.create_task(run(item))
-                if not items or len(running) >= concurrency:
-                    stop = asyncio.create_task(self.stopping.wait())
-                    woken = asyncio.create_task(wake.wait())
-                    await asyncio.wait((stop, woken), timeout=poll_s, return_when=asyncio.FIRST_COMPLETED)
-                    stop.cancel()
-                    woken.cancel()
-            await asyncio.gather(*running.values())
-        finally:
-            renewer.cancel()
-            await listener.close()
+        self.box.serve(PLATFORM, lambda payload: payload, run)
 
     async def stop(self) -> None:
-        """Stop claiming; wait for running handlers."""
-        self.stopping.set()
-        if self.worker is not None:
-            await self.worker
-        self.worker = None
+        """stop() with a grace long enough for every running handler."""
+        await self.box.stop(DONE_TIMEOUT_S)
+        self.box = Inbox(self.pool, self.owner, Metrics())
 
     async def open_jobs(self) -> int:
         """Updates not marked done."""
@@ -404,41 +321,7 @@ class HandWritten:
         """The pool belongs to the caller."""
 
 
-class CoreInbox(HandWritten):
-    """The same table driven by the bot's own worker, core.inbox.Inbox (put wakes it; LISTEN for other processes)."""
-
-    version = "core.inbox.Inbox (working tree)"
-
-    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
-        """One Inbox for enqueues and serving; a fresh one after each stop."""
-        super().__init__(pool, dsn)
-        self.core_inbox: Any = importlib.import_module("core.inbox")
-        self.metrics: Any = importlib.import_module("core.metrics")
-        self.box: Any = self._new_box(fast_recovery=False)
-
-    def _new_box(self, *, fast_recovery: bool) -> Any:
-        """An Inbox with the bot's limits, or part 4's short lease and poll."""
-        fast = {"lease_s": CRASH_TIMEOUT_S, "poll_s": CRASH_TICK_S} if fast_recovery else {}
-        return self.core_inbox.Inbox(self.pool, self.owner, self.metrics.Metrics(), **fast)
-
-    async def enqueue(self, msg: Message) -> bool:
-        """Inbox.put(): False for a redelivery."""
-        return bool(await self.box.put(PLATFORM, msg.key, msg.chat, msg.payload()))
-
-    async def start(self, handler: Handler, concurrency: int, *, fast_recovery: bool = False) -> None:
-        """serve() the platform with `concurrency` updates at a time."""
-        self.box = self._new_box(fast_recovery=fast_recovery)
-        self.box.concurrency = concurrency
-
-        async def run(item: Any) -> None:
-            await handler(item.payload["update_id"], item.chat_key, item.payload["message"]["seq"])
-
-        self.box.serve(PLATFORM, run)
-
-    async def stop(self) -> None:
-        """stop() with a grace long enough for every running handler."""
-        await self.box.stop(DONE_TIMEOUT_S)
-        self.box = self._new_box(fast_recovery=False)
+Queue = Procrastinate | PgQueuer | HandWritten  # each: enqueue, start a worker, stop it, count open jobs, close
 
 
 # ---------------------------------------------------------------- the parts
@@ -479,11 +362,11 @@ class Latency:
     max: float
 
 
-async def part_latency(queue: Queue, concurrency: int) -> Latency:
+async def part_latency(queue: Queue, concurrency: int, chats: int) -> Latency:
     """Steady low rate, handler returns at once: enqueue start -> handler start."""
     rec = Recorder()
     await queue.start(rec.handle, concurrency)
-    msgs = [m for chat in new_messages(LATENCY_CHATS, LATENCY_MESSAGES // LATENCY_CHATS, "lat") for m in chat]
+    msgs = [m for chat in new_messages(chats, LATENCY_PER_CHAT, "lat") for m in chat]
     msgs.sort(key=lambda m: (m.seq, m.chat))  # a chat's next message comes 5 s after its previous one
     put_s: list[float] = []
     t0 = time.monotonic()
@@ -515,11 +398,11 @@ class Burst:
     p99_s: float  # enqueue -> handler start
 
 
-async def part_burst(queue: Queue, concurrency: int, work_s: float) -> Burst:
+async def part_burst(queue: Queue, concurrency: int, work_s: float, n: int) -> Burst:
     """3,000 messages over 1,000 chats at once, handler takes `work_s`."""
     rec = Recorder(work_s=work_s)
     await queue.start(rec.handle, concurrency)
-    chats = new_messages(BURST_CHATS, BURST_PER_CHAT, "burst")
+    chats = new_messages(n, BURST_PER_CHAT, "burst")
     gate = asyncio.Semaphore(BURST_SENDERS)
     put_s: list[float] = []
 
@@ -658,7 +541,7 @@ async def build_queue(
 ) -> tuple[Queue, asyncpg.Pool | None]:
     """A queue by name with a pool of its own (the bot's create_pool for ours; PgQueuer's documented plain
     asyncpg pool), opened (schema installed when `install`)."""
-    queue: Procrastinate | PgQueuer | HandWritten
+    queue: Queue
     pool: asyncpg.Pool | None = None
     if name == "procrastinate":
         queue = Procrastinate(dsn, pool_size, poll_s)
@@ -668,7 +551,7 @@ async def build_queue(
         queue = PgQueuer(pool)
     else:
         pool = await create_pool(dsn, min_size=pool_size, max_size=pool_size)
-        queue = CoreInbox(pool, dsn) if importlib.util.find_spec("core.inbox") else HandWritten(pool, dsn)
+        queue = HandWritten(pool)
     await queue.open(install)
     return queue, pool
 
@@ -687,7 +570,7 @@ async def crash_worker(name: str, dsn: str) -> None:
 
 def available(names: list[str]) -> tuple[list[str], list[str]]:
     """The queues that can run here, and why the others cannot."""
-    modules = {"procrastinate": "procrastinate", "pgqueuer": "pgqueuer", "hand-written": "core.storage.inbox_table"}
+    modules = {"procrastinate": "procrastinate", "pgqueuer": "pgqueuer", "hand-written": "core.inbox"}
     ok, skipped = [], []
     for name in names:
         try:
@@ -703,34 +586,11 @@ def fmt_ms(s: float | None) -> str:
     return "-" if s is None else f"{s * 1000:.1f}"
 
 
-async def fits_bot_pool(dsn: str) -> str:
-    """Whether PgQueuer runs on the bot's own pool (create_pool registers a jsonb codec): enqueue and dequeue one."""
-    pool = await create_pool(dsn, min_size=1, max_size=2)
-    try:
-        queue = PgQueuer(pool)
-        rec = Recorder()
-        msg = new_messages(1, 1, "pool")[0][0]
-        await queue.enqueue(msg)
-        await queue.start(rec.handle, 4)
-        ok = await rec.wait_until(lambda: rec.count(msg.key) == 1, 10)
-        await queue.stop()
-        return "yes" if ok else "no (the job did not run)"
-    except Exception as e:
-        return f"no ({type(e).__name__}: {e})"
-    finally:
-        await pool.close()
-
-
 async def main_async(args: argparse.Namespace) -> None:
     """Run the parts for every available queue and print the tables."""
     names, skipped = available(args.queues)
     async with bench_database() as db:
-        info = await server_info(db.dsn)
-        print(f"PostgreSQL {info.version} ({db.description}), synchronous_commit={info.sync_commit}; {load_average()}")
-        print(
-            f"worker: {args.concurrency} jobs at a time, pool of {args.pool}; burst handler {args.work_ms:g} ms; "
-            f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
-        )
+        print(f"worker: {args.concurrency} jobs at a time, pool of {args.pool}; burst handler {args.work_ms:g} ms")
         if skipped:
             print("skipped: " + "; ".join(skipped))
         rows = []
@@ -738,8 +598,8 @@ async def main_async(args: argparse.Namespace) -> None:
             queue, pool = await build_queue(name, db.dsn, args.pool, install=True, poll_s=args.procrastinate_poll)
             try:
                 t0 = time.monotonic()
-                lat = await part_latency(queue, args.concurrency)
-                burst = await part_burst(queue, args.concurrency, args.work_ms / 1000)
+                lat = await part_latency(queue, args.concurrency, args.latency_chats)
+                burst = await part_burst(queue, args.concurrency, args.work_ms / 1000, args.burst_chats)
                 dedupe = await part_dedupe(queue, args.concurrency)
                 crash = await part_crash(queue, db.dsn, args.concurrency) if not args.no_crash else None
                 rows.append((queue, lat, burst, dedupe, crash, time.monotonic() - t0))
@@ -748,20 +608,22 @@ async def main_async(args: argparse.Namespace) -> None:
                 await queue.close()
                 if pool is not None:
                     await pool.close()
-        pool_note = await fits_bot_pool(db.dsn) if "pgqueuer" in names else "-"
-    print_tables(rows, pool_note)
+    print_tables(rows, args)
 
 
-def print_tables(rows: list[tuple[Queue, Latency, Burst, Dedupe, Crash | None, float]], pool_note: str) -> None:
+def print_tables(
+    rows: list[tuple[Queue, Latency, Burst, Dedupe, Crash | None, float]], args: argparse.Namespace
+) -> None:
     """The figures, one line per queue and part."""
-    print(f"\n1. latency, {LATENCY_MESSAGES} messages at {LATENCY_RATE:g}/s (ms)")
+    print(f"\n1. latency, {args.latency_chats * LATENCY_PER_CHAT} messages at {LATENCY_RATE:g}/s (ms)")
     print(f"{'queue':<14} {'version':<16} {'enqueue p50':>11} {'p99':>7} {'→ start p50':>12} {'p99':>7} {'max':>7}")
     for q, lat, *_ in rows:
         print(
             f"{q.name:<14} {q.version.split(' ')[0]:<16} {fmt_ms(lat.put_p50):>11} {fmt_ms(lat.put_p99):>7} "
             f"{fmt_ms(lat.p50):>12} {fmt_ms(lat.p99):>7} {fmt_ms(lat.max):>7}"
         )
-    print(f"\n2. burst, {BURST_CHATS * BURST_PER_CHAT} messages, {BURST_PER_CHAT} per chat over {BURST_CHATS} chats")
+    n = args.burst_chats
+    print(f"\n2. burst, {n * BURST_PER_CHAT} messages, {BURST_PER_CHAT} per chat over {n} chats")
     print(f"{'queue':<14} {'wall s':>7} {'msg/s':>7} {'lost':>5} {'dup':>5} {'chats out of order':>19} {'overlap':>8}")
     for q, _, b, *_ in rows:
         print(
@@ -780,21 +642,22 @@ def print_tables(rows: list[tuple[Queue, Latency, Burst, Dedupe, Crash | None, f
         redo = "never" if c.rerun_s is None else f"{c.rerun_s:.2f}"
         order = "-" if c.second_after_first is None else ("yes" if c.second_after_first else "NO")
         print(f"{q.name:<14} {redo:>14} {order:>10}  {c.note}")
-    print(f"\nPgQueuer on the bot's own pool (core.storage.db.create_pool, jsonb codec): {pool_note}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Parse arguments and run."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--queues", nargs="+", default=["hand-written", "procrastinate", "pgqueuer"])
-    parser.add_argument("--concurrency", type=int, default=50, help="jobs one worker runs at a time")
-    parser.add_argument("--pool", type=int, default=10, help="connections per queue's pool")
-    parser.add_argument("--work-ms", type=float, default=10.0, help="handler time in the burst")
-    parser.add_argument("--no-crash", action="store_true", help="skip part 4")
-    parser.add_argument("--procrastinate-poll", type=float, help="its fetch_job_polling_interval (default 5 s)")
-    parser.add_argument("--crash-worker", help=argparse.SUPPRESS)
-    parser.add_argument("--dsn", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    p = parser("inbox_queues", __doc__)
+    p.add_argument("--queues", nargs="+", default=["hand-written", "procrastinate", "pgqueuer"])
+    p.add_argument("--concurrency", type=int, default=50, help="jobs one worker runs at a time (50)")
+    p.add_argument("--pool", type=int, default=10, help="connections per queue's pool (10)")
+    p.add_argument("--work-ms", type=float, default=10.0, help="handler time in the burst (10)")
+    p.add_argument("--latency-chats", type=int, default=500, help="chats in part 1, two messages each (500)")
+    p.add_argument("--burst-chats", type=int, default=1000, help="chats in part 2, three messages each (1000)")
+    p.add_argument("--no-crash", action="store_true", help="skip part 4")
+    p.add_argument("--procrastinate-poll", type=float, help="its fetch_job_polling_interval (default 5 s)")
+    p.add_argument("--crash-worker", help=argparse.SUPPRESS)
+    p.add_argument("--dsn", help=argparse.SUPPRESS)
+    args = parse(p, argv, {"latency_chats": 50, "burst_chats": 100})
     quiet_logging()
     logging.getLogger("procrastinate.blueprints").setLevel(logging.ERROR)  # "App is instantiated in the main module"
     if args.crash_worker:

@@ -1,15 +1,12 @@
-"""Markdown → Telegram renderers compared on a corpus of model-like answers; prints the scores side by side.
-
-    uv run --with telegramify-markdown python -m bench.markdown_corpus
-
-Renderers: the hand-written converter this project had before (read from git history), the markdown-it-py
-token renderer now in adapters/telegram/render.py, and telegramify-markdown (pulldown-cmark via pyromark; its
-plain text + entities are written back as HTML so the same validator judges all three). Scores:
-- accepted: every part passes the fake Bot API's HTML parser (tests/fake_telegram.parse_html), is not empty
-  after Telegram's trimming and is at most 4096 UTF-16 units;
-- text kept: every word of the source (link targets and fence languages aside) is visible, in order;
-- leaked markup: answers whose visible non-code text still shows Markdown syntax (`**`, `~~`, `](`, "# ", …);
-- formatting: hand-made cases with the entities Telegram should show.
+"""Markdown → Telegram renderers compared on a corpus of model-like answers (bench/markdown_corpus.txt, plus long
+answers built from it) and on hand-made formatting cases, their scores printed side by side: the hand-written converter
+this project had before (read from git history), the markdown-it-py renderer now in adapters/telegram/render.py, and
+telegramify-markdown (its plain text and entities written back as HTML so that one validator judges all three). An
+answer is accepted when every part passes the fake Bot API's HTML parser (tests.fake_telegram.parse_html), is not
+empty after Telegram's trimming and is at most 4,096 UTF-16 units; text kept means every word of the source (link
+targets and fence languages aside) is visible, in order; leaked markup, visible non-code text that still shows
+Markdown syntax. The goal for the renderer in use: every answer accepted with all its text and no markup left, every
+case right. Run with `uv run --with telegramify-markdown python -m bench.markdown_corpus`.
 """
 
 from __future__ import annotations

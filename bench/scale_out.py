@@ -1,22 +1,13 @@
-"""Scale-out: Telegram webhooks pushed round-robin to 1, 2 and 4 bot processes on one PostgreSQL.
-
-Run with `uv run python -m bench.scale_out` (`--users N` for a shorter run). `--cpu-per-process 0.15` caps each
-bot process at 0.15 CPU with a cgroup (needs root), so that the bot's own CPU is the limit on a host with fewer
-cores than processes (unlimited, one process and four together are held by Telegram's 30 messages/s per bot).
-
-Each bot process is the real `python -m bot` in webhook mode (TELEGRAM_WEBHOOK_URL, PORT) against
-tests.fake_telegram.FakeTelegram, with the fake model (tests.fake_openai) in its own process answering every
-turn after 1 s with a text naming the message it answers. The bench plays Telegram: it POSTs each update to
-process i's /telegram round-robin with the secret header, retrying on a non-200 or a connection error on the
-next process, and sends a user's next message only after the previous POST got its 200 (as Telegram does
-per chat). Every (chat, message) must be answered exactly once and each chat's answers in order. Wall time
-runs from the first POST to the last answer. A last run SIGKILLs one of 4 processes in the middle: its held
-updates come back after the inbox lease (core.constants.INBOX_LEASE_S) and must still be answered once.
-
-The fake Bot API enforces Telegram's per-bot flood limit (30 sendMessage in any second, by arrival, whichever
-process sends them) and answers 429 with retry_after past it; each run prints how many 429s it answered (the
-processes share the 30 through the fleet table, so the goal is none) and the most messages it let through in one
-second.
+"""Scale-out: Telegram webhooks pushed round-robin to 1, 2 and 4 real `python -m bot` processes on one PostgreSQL,
+against the fake Bot API (tests.fake_telegram) with the fake model in its own process answering every turn after 1 s
+with a text naming the message it answers. The bench plays Telegram: it POSTs each update to the next process's
+/telegram with the secret header (on a non-200 or a connection error, to the one after), and sends a user's next
+message only once the previous POST got its 200. Every (chat, message) must be answered exactly once and each chat's
+answers in order; wall time runs from the first POST to the last answer. A last run SIGKILLs one of 4 processes midway:
+its held updates come back after the inbox lease and must still be answered once. The fake Bot API answers 429 past
+Telegram's 30 sendMessage per second per bot, whichever process sends them, so the goal is no 429 (the processes
+share the 30 through the fleet table) and, when the bot's own CPU is the limit (`--cpu-per-process 0.15` caps each
+process with a cgroup, as root), 4 processes answering at least 3 times as fast as one.
 PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server in a temp dir.
 """
 
@@ -25,15 +16,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repo root importable
+if __package__ in (None, ""):  # run as a script: this checkout's packages first
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import argparse
 import asyncio
 import itertools
-import logging
 import os
-import re
 import signal
 import socket
 import tempfile
@@ -49,9 +37,8 @@ import asyncpg
 from telegram.constants import FloodLimit
 
 from adapters.telegram.limits import TELEGRAM_FLEET_REFRESH_S, TELEGRAM_RATE_WINDOW_S
-from bench.common import REPO_ROOT, CpuSample, bench_database, cpu_sample, load_average, quiet_logging, server_info
+from bench.common import REPO_ROOT, TAG, FakeLLMProcess, bench_database, parse, parser, proc_cpu, quiet_logging
 from core.constants import FLEET_ALIVE_S, INBOX_CONCURRENCY, INBOX_LEASE_S
-from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram
 
 USERS = 1000
@@ -73,81 +60,8 @@ ANSWER_TIMEOUT_S = 600.0
 BOT_RATE = int(FloodLimit.MESSAGES_PER_SECOND)  # Telegram's sendMessages per second per bot (all processes together)
 FLOOD_WINDOW_S = 1.0  # the fake answers 429 past BOT_RATE messages within any such window
 SETTLE_S = TELEGRAM_FLEET_REFRESH_S + 0.5  # after start, until every process has counted the others in its share
-TAG = re.compile(r"u(\d+) m(\d+)")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PERIOD_US = 100_000  # --cpu-per-process: the quota is this period's share
-
-
-# ---------------------------------------------------------------- the fake model, in its own process
-
-
-def _last_user_text(body: dict[str, Any]) -> str:
-    """The text of the last user message in a chat completions request."""
-    for msg in reversed(body.get("messages", [])):
-        if msg.get("role") == "user":
-            content = msg.get("content")
-            if isinstance(content, list):
-                return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            return str(content or "")
-    return ""
-
-
-def echo_responder(delay: float) -> Any:
-    """A responder that answers after `delay` naming the message (`u<i> m<n>`) it answers."""
-
-    def respond(body: dict[str, Any]) -> Reply:
-        found = TAG.search(_last_user_text(body))
-        return Reply(text=f"answer to {found.group(0)}" if found else "ok", delay=delay)
-
-    return respond
-
-
-async def serve_llm(delay: float) -> None:
-    """Child process body: print `PORT <n>`, serve until stdin closes."""
-    # a killed bot leaves model calls whose connection is gone: aiohttp logs each with a traceback
-    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
-    fake = FakeOpenAI(default=echo_responder(delay))
-    async with fake:
-        print(f"PORT {fake.base_url.rsplit(':', 1)[1].split('/')[0]}", flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-
-
-class LLMProcess:
-    """The fake model in a child process (its CPU is neither the bench's nor the bot's)."""
-
-    def __init__(self, delay: float) -> None:
-        """Configure the reply delay."""
-        self.delay = delay
-        self.proc: asyncio.subprocess.Process | None = None
-        self.base_url = ""
-
-    async def __aenter__(self) -> LLMProcess:
-        """Start the child and wait for its port."""
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.scale_out", "--serve-llm", repr(self.delay), cwd=str(REPO_ROOT),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        assert self.proc.stdout is not None
-        line = (await asyncio.wait_for(self.proc.stdout.readline(), READY_TIMEOUT_S)).decode().strip()
-        if not line.startswith("PORT "):
-            await self.__aexit__()
-            raise RuntimeError(f"fake model process did not start (said {line!r})")
-        self.base_url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        """End its input and wait; kill it if it lingers."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.stdin is not None:
-            proc.stdin.close()
-        try:
-            await asyncio.wait_for(proc.wait(), DRAIN_TIMEOUT_S)
-        except TimeoutError:
-            with suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
 
 
 # ---------------------------------------------------------------- the fake Bot API
@@ -187,16 +101,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """user + system CPU seconds of a live process (Linux /proc), else None."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass
 class Bot:
     """One `python -m bot` process in webhook mode."""
@@ -214,12 +118,12 @@ class Bot:
 
     def cpu_since_mark(self) -> float | None:
         """CPU seconds since `mark_cpu`."""
-        now = cpu_seconds(self.proc.pid)
+        now = proc_cpu(self.proc.pid)
         return None if now is None else now - self.cpu_mark
 
     def mark_cpu(self) -> None:
         """Remember the CPU used so far."""
-        self.cpu_mark = cpu_seconds(self.proc.pid) or 0.0
+        self.cpu_mark = proc_cpu(self.proc.pid) or 0.0
 
 
 def cap_cpu(pid: int, cores: float) -> Path:
@@ -267,9 +171,13 @@ async def start_bot(dsn: str, tg: FakeTelegram, llm_url: str, tmp: Path, index: 
     log = tmp / f"bot-{index}.log"
     with log.open("ab") as out:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", cwd=str(tmp), env={**env, "PYTHONPATH": str(REPO_ROOT)},
-            stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
-        )  # fmt: skip
+            *(sys.executable, "-m", "bot"),
+            cwd=str(tmp),
+            env={**env, "PYTHONPATH": str(REPO_ROOT)},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
     return Bot(proc, port, log, cgroup=None if cores is None else cap_cpu(proc.pid, cores))
 
 
@@ -323,55 +231,12 @@ class Outcome:
     peak: int  # the most messages the fake counted within one second
     cpu_s: list[float | None] = field(default_factory=list)
     killed: bool = False
-    others: Others | None = None
     retaken: int = 0  # updates taken more than once (the killed process's, after its lease)
 
     @property
     def rate(self) -> float:
         """Answers per second over the wall time."""
         return self.answered / self.wall_s if self.wall_s > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class Others:
-    """CPU over a run outside the bots: the whole host, PostgreSQL, the bench (fake Bot API) and the fake model."""
-
-    host_share: float  # busy share of all cores
-    postgres_s: float
-    bench_s: float
-    model_s: float | None
-
-
-@dataclass
-class Meter:
-    """CPU counters at the start of a run."""
-
-    postmaster: int | None
-    model_pid: int
-    host: CpuSample | None = None
-    bench: float = 0.0
-    model: float | None = None
-
-    def start(self) -> None:
-        """Take the starting counters."""
-        self.host, self.bench, self.model = (
-            cpu_sample(self.postmaster),
-            time.process_time(),
-            cpu_seconds(self.model_pid),
-        )
-
-    def stop(self) -> Others | None:
-        """What was used since `start` (None without /proc)."""
-        now, model = cpu_sample(self.postmaster), cpu_seconds(self.model_pid)
-        if now is None or self.host is None:
-            return None
-        total = now.host_total - self.host.host_total
-        return Others(
-            (now.host_busy - self.host.host_busy) / total if total > 0 else 0.0,
-            now.postgres - self.host.postgres,
-            time.process_time() - self.bench,
-            None if model is None or self.model is None else model - self.model,
-        )
 
 
 class Pusher:
@@ -423,45 +288,42 @@ def check(tg: CountingTelegram, uids: Sequence[int]) -> tuple[int, int, int, int
     return answered, len(uids) * MESSAGES - answered, duplicated, out_of_order
 
 
-async def open_updates(dsn: str) -> int:
-    """Updates stored but not handled yet."""
+async def retaken_once_drained(dsn: str, update_ids: list[int]) -> int:
+    """Wait (at most DRAIN_TIMEOUT_S) until every stored update was handled (a late duplicate would come before), then
+    count these updates that were taken more than once."""
     conn = await asyncpg.connect(dsn)
     try:
-        return int(await conn.fetchval("SELECT count(*) FROM inbox WHERE done_at IS NULL"))
-    finally:
-        await conn.close()
-
-
-async def retaken(dsn: str, update_ids: list[int]) -> int:
-    """How many of these updates were taken more than once."""
-    conn = await asyncpg.connect(dsn)
-    try:
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if not await conn.fetchval("SELECT count(*) FROM inbox WHERE done_at IS NULL"):
+                break
+            await asyncio.sleep(READY_POLL_S)
         sql = "SELECT count(*) FROM inbox WHERE update_id = ANY($1::bigint[]) AND attempts > 1"
         return int(await conn.fetchval(sql, update_ids))
     finally:
         await conn.close()
 
 
-async def wait_drained(dsn: str) -> int:
-    """Wait (at most DRAIN_TIMEOUT_S) until every stored update was handled; return how many are still open."""
-    deadline = time.monotonic() + DRAIN_TIMEOUT_S
-    while True:
-        left = await open_updates(dsn)
-        if not left or time.monotonic() >= deadline:
-            return left
-        await asyncio.sleep(READY_POLL_S)
+@dataclass
+class Fleet:
+    """What every run shares: the database, the fake Bot API and model, update ids, the CPU cap."""
+
+    dsn: str
+    tg: CountingTelegram
+    llm_url: str
+    users: int
+    cores: float | None
+    ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
 
-async def run(
-    dsn: str, tg: CountingTelegram, llm_url: str, meter: Meter, procs: int, users: int, block: int,
-    ids: itertools.count[int], cores: float | None, *, kill: bool = False,
-) -> Outcome:  # fmt: skip
+async def run(fleet: Fleet, procs: int, block: int, *, kill: bool = False) -> Outcome:
     """Start `procs` bots, push users × MESSAGES updates, wait for every answer (killing one bot midway if asked)."""
+    dsn, tg, users = fleet.dsn, fleet.tg, fleet.users
     uids = [USER_BASE + block * users + i for i in range(users)]
     expected = users * MESSAGES
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp_name:
         tmp = Path(tmp_name)
-        bots = await asyncio.gather(*(start_bot(dsn, tg, llm_url, tmp, i, cores) for i in range(procs)))
+        bots = await asyncio.gather(*(start_bot(dsn, tg, fleet.llm_url, tmp, i, fleet.cores) for i in range(procs)))
         connector = aiohttp.TCPConnector(limit=PUSH_CONNECTIONS)
         async with aiohttp.ClientSession(connector=connector) as http:
             try:
@@ -470,8 +332,7 @@ async def run(
                 tg.reset()
                 for b in bots:
                     b.mark_cpu()
-                pusher = Pusher(http, tg, bots, ids)
-                meter.start()
+                pusher = Pusher(http, tg, bots, fleet.ids)
                 t0 = time.monotonic()
                 pushing = asyncio.gather(*(pusher.user(uid, i) for i, uid in enumerate(uids)))
                 cpu: list[float | None] = []
@@ -486,28 +347,12 @@ async def run(
                     lambda: len(tg.sent) >= expected and check(tg, uids)[1] == 0, ANSWER_TIMEOUT_S, what="every answer"
                 )
                 wall = tg.sent_at[-1] - t0
-                others = meter.stop()
                 live = [b.cpu_since_mark() for b in bots if b.proc.returncode is None]
                 cpu = [*live, cpu[-1]] if kill else live
-                await wait_drained(dsn)  # a late duplicate would come before the inbox empties
+                again = await retaken_once_drained(dsn, pusher.update_ids)
                 answered, lost, duplicated, disorder = check(tg, uids)
-                again = await retaken(dsn, pusher.update_ids)
-                return Outcome(
-                    procs,
-                    expected,
-                    wall,
-                    answered,
-                    lost,
-                    duplicated,
-                    disorder,
-                    pusher.retries,
-                    tg.flood_429s,
-                    tg.flood_peak,
-                    cpu,
-                    kill,
-                    others,
-                    again,
-                )
+                counts = (pusher.retries, tg.flood_429s, tg.flood_peak)
+                return Outcome(procs, expected, wall, answered, lost, duplicated, disorder, *counts, cpu, kill, again)
             finally:
                 await asyncio.gather(*(stop_bot(b) for b in bots))
 
@@ -522,36 +367,28 @@ def fmt_cpu(cpu: Sequence[float | None], wall: float) -> str:
 
 def report(outcomes: Sequence[Outcome], cores: float | None) -> None:
     """Print the side-by-side table and the verdicts."""
-    print(f"\n{'procs':>5} {'answers':>8} {'wall s':>7} {'ans/s':>7} {'speedup':>7} {'lost':>5} {'dup':>4} "
-          f"{'order':>5} {'retry':>5} {'429s':>5} {'peak/s':>6}  CPU per process (share of one core)")  # fmt: skip
+    head = ("procs", "answers", "wall s", "ans/s", "speedup", "lost", "dup", "order", "retry", "429s", "peak/s")
+    print("\n" + " ".join(f"{h:>7}" for h in head) + "  CPU per process (share of one core)")
     base = next((o.rate for o in outcomes if o.processes == 1 and not o.killed), 0.0)
     for o in outcomes:
-        name = f"{o.processes}{'*' if o.killed else ''}"
         speed = f"{o.rate / base:.2f}x" if base else "-"
-        print(f"{name:>5} {o.answered:>8} {o.wall_s:>7.1f} {o.rate:>7.1f} {speed:>7} {o.lost:>5} {o.duplicated:>4} "
-              f"{o.out_of_order:>5} {o.post_retries:>5} {o.flood_429s:>5} {o.peak:>6}  "
-              f"{fmt_cpu(o.cpu_s, o.wall_s)}")  # fmt: skip
-    print("\nCPU besides the bots over each run (seconds; host: busy share of all cores)")
+        cells: tuple[object, ...] = (f"{o.processes}{'*' if o.killed else ''}", o.answered, f"{o.wall_s:.1f}")
+        cells += (f"{o.rate:.1f}", speed, o.lost, o.duplicated, o.out_of_order, o.post_retries, o.flood_429s, o.peak)
+        print(" ".join(f"{c:>7}" for c in cells) + f"  {fmt_cpu(o.cpu_s, o.wall_s)}")
     for o in outcomes:
-        if o.others is not None:
-            x = o.others
-            model = "?" if x.model_s is None else f"{x.model_s:.1f}"
-            name = f"{o.processes}{'*' if o.killed else ''}"
-            print(f"{name:>5} host {100 * x.host_share:.0f}%, PostgreSQL {x.postgres_s:.1f}, "
-                  f"bench + fake Bot API {x.bench_s:.1f}, fake model {model}")  # fmt: skip
-    if any(o.killed for o in outcomes):
-        print(f"  * one of {KILL_PROCESSES} processes SIGKILLed at half the answers (its CPU is the last figure, "
-              f"up to the kill); its held updates return after the {INBOX_LEASE_S:g} s lease")  # fmt: skip
-        for o in outcomes:
-            if o.killed:
-                print(f"    updates taken again by the survivors: {o.retaken}")
-        print(f"    the survivors keep counting it in their Telegram share for up to {FLEET_ALIVE_S:g} s")
-    per_chats = INBOX_CONCURRENCY / MODEL_DELAY_S
+        if o.killed:
+            print(
+                f"  * one of {KILL_PROCESSES} processes SIGKILLed at half the answers (its CPU is the last figure, up "
+                f"to the kill); its held updates came back after the {INBOX_LEASE_S:g} s lease: {o.retaken} taken "
+                f"again; the survivors count it in their Telegram share for up to {FLEET_ALIVE_S:g} s"
+            )
     budget = BOT_RATE / TELEGRAM_RATE_WINDOW_S
-    print(f"per-process ceilings: {INBOX_CONCURRENCY} chats at once / {MODEL_DELAY_S:g} s model = {per_chats:g} "
-          f"answers/s; the bot's share of Telegram's {BOT_RATE} sendMessage/s: {BOT_RATE} per "
-          f"{TELEGRAM_RATE_WINDOW_S:g} s = {budget:.1f}/s, all processes together"
-          + ("" if cores is None else f"; its CPU: {cores:g} core (cgroup)"))  # fmt: skip
+    print(
+        f"ceilings: per process {INBOX_CONCURRENCY} chats at once / {MODEL_DELAY_S:g} s model = "
+        f"{INBOX_CONCURRENCY / MODEL_DELAY_S:g} answers/s; Telegram's {BOT_RATE} sendMessage per "
+        f"{TELEGRAM_RATE_WINDOW_S:g} s = {budget:.1f}/s for all processes together"
+        + ("" if cores is None else f"; CPU {cores:g} core per process (cgroup)")
+    )
     ok = all(o.lost == 0 and o.duplicated == 0 and o.out_of_order == 0 for o in outcomes)
     print(f"exactly once, in order: {'ok' if ok else 'FAILED'}")
     floods = sum(o.flood_429s for o in outcomes)
@@ -565,43 +402,37 @@ def report(outcomes: Sequence[Outcome], cores: float | None) -> None:
 
 async def bench(users: int, counts: Sequence[int], kill: bool, cores: float | None) -> None:
     """Every run on one database, one fake Bot API and one fake model."""
-    quiet_logging()
-    async with bench_database() as db, LLMProcess(MODEL_DELAY_S) as llm, CountingTelegram() as tg:
-        info = await server_info(db.dsn)
-        print(f"PostgreSQL {info.version} ({db.description}), {load_average()}")
-        print(f"{users} users x {MESSAGES} messages, model {MODEL_DELAY_S:g} s per answer, "
-              f"{INBOX_CONCURRENCY} chats at once per process"
-              + ("" if cores is None else f", each bot process capped at {cores:g} core"))  # fmt: skip
-        ids = itertools.count(1)
-        assert llm.proc is not None
-        meter = Meter(info.postmaster, llm.proc.pid)
+    async with bench_database() as db, FakeLLMProcess(MODEL_DELAY_S, echo=True) as llm, CountingTelegram() as tg:
+        capped = "" if cores is None else f", each bot process capped at {cores:g} core"
+        print(
+            f"{users} users x {MESSAGES} messages, model {MODEL_DELAY_S:g} s per answer, {INBOX_CONCURRENCY} chats at "
+            f"once per process{capped}"
+        )
+        fleet = Fleet(db.dsn, tg, llm.base_url, users, cores)
         outcomes: list[Outcome] = []
         for block, procs in enumerate(counts):
-            outcomes.append(await run(db.dsn, tg, llm.base_url, meter, procs, users, block, ids, cores))
+            outcomes.append(await run(fleet, procs, block))
             print(f"  {procs} process(es): {outcomes[-1].wall_s:.1f} s", flush=True)
         if kill:
-            outcomes.append(
-                await run(db.dsn, tg, llm.base_url, meter, KILL_PROCESSES, users, len(counts), ids, cores, kill=True)
-            )
+            outcomes.append(await run(fleet, KILL_PROCESSES, len(counts), kill=True))
             print(f"  {KILL_PROCESSES} processes, one killed: {outcomes[-1].wall_s:.1f} s", flush=True)
         report(outcomes, cores)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Parse the arguments and run."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--users", type=int, default=USERS)
-    parser.add_argument("--procs", type=int, nargs="+", default=list(PROCESS_COUNTS))
-    parser.add_argument("--no-kill", action="store_true", help="skip the SIGKILL run")
-    parser.add_argument(
-        "--cpu-per-process", type=float, metavar="CORES",
+    p = parser("scale_out", __doc__)
+    p.add_argument("--users", type=int, default=USERS, help=f"users, each sending {MESSAGES} messages ({USERS})")
+    p.add_argument("--procs", type=int, nargs="+", default=list(PROCESS_COUNTS), help="process counts (1 2 4)")
+    p.add_argument("--no-kill", action="store_true", help="skip the SIGKILL run")
+    p.add_argument(
+        "--cpu-per-process",
+        type=float,
+        metavar="CORES",
         help="cap each bot process at CORES CPUs with a cgroup (root), so that the bot's own CPU is the limit",
-    )  # fmt: skip
-    parser.add_argument("--serve-llm", type=float, metavar="DELAY", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.serve_llm is not None:
-        asyncio.run(serve_llm(args.serve_llm))
-        return
+    )
+    args = parse(p, argv, {"users": 60, "procs": [1, 2]})
+    quiet_logging()
     asyncio.run(bench(args.users, args.procs, not args.no_kill, args.cpu_per_process))
 
 

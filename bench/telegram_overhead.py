@@ -58,6 +58,7 @@ from bench.common import (
     quiet_logging,
     verdict,
 )
+from bot.app import freeze_startup_objects
 from core.front_door import Core
 from tests.fake_telegram import FakeTelegram
 
@@ -133,6 +134,7 @@ async def make_rig(db: BenchDatabase, llm: FakeLLMProcess, tag: int) -> AsyncIte
         async with bench_core(db.dsn, llm.base_url, settings=api) as core:
             adapter = TelegramAdapter(core, core.settings, poll_timeout=POLL_TIMEOUT_S)
             await adapter.start()
+            freeze_startup_objects()  # as bot/app.py does once its adapters run
             try:
                 yield Rig(fake, llm, core, adapter, tag)
             finally:

@@ -12,6 +12,7 @@ import logging
 import sys
 import traceback
 
+from adapters.telegram import config_problem as telegram_problem
 from core import Settings, SettingsError, StartupError, config_problem, load_settings, redact
 
 # the libraries' own INFO lines (connected, started, requests) stay out of a normal start; --debug shows them
@@ -42,7 +43,8 @@ def log_level(settings: Settings, debug: bool) -> int:
 
 def configure_logging(level: int) -> None:
     """One line per record; libraries log warnings and errors only (everything with DEBUG)."""
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(level if level <= logging.DEBUG else max(level, logging.WARNING))
     logging.getLogger("discord.client").addFilter(lambda record: VOICE_WARNING not in record.getMessage())
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as e:
         print(e, file=sys.stderr)
         return 2
-    problem = config_problem(settings)
+    problem = config_problem(settings) or telegram_problem(settings)  # every setting's shape, before anything starts
     if problem:
         print(problem, file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import AsyncIterator
@@ -26,6 +27,13 @@ async def run_bot(settings: Settings, *, ask_text: str | None = None, ask_contin
         if settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None:
             return await run_console(core)
         return await run_platforms(settings, core)
+
+
+def freeze_startup_objects() -> None:
+    """Keep what start-up built (modules, the libraries' objects) out of the garbage collector's full collections:
+    they then scan only what turns allocate (a full collection over everything paused a turn for 13–87 ms)."""
+    gc.collect()
+    gc.freeze()
 
 
 async def run_console(core: Core) -> int:
@@ -82,6 +90,7 @@ async def run_platforms(settings: Settings, core: Core) -> int:
             await adapter.start()
             started.append(adapter)
             log.info("%s adapter started", adapter.platform)
+        freeze_startup_objects()
         outboxes: dict[str, Outbox] = {a.platform: a for a in started}
         # in the fleet until drained: the answers still going out count in the processes sharing Telegram's rate
         async with core.in_fleet():

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from adapters.discord.adapter import TEXT_ONLY as DISCORD_TEXT_ONLY
-from adapters.discord.adapter import UNKNOWN_AUTHOR, DiscordAdapter
-from adapters.telegram.adapter import SENT_PRIVATELY, TelegramAdapter
-from core import Incoming, Quoted
+from adapters.discord.adapter import DiscordAdapter
+from adapters.discord.incoming import UNKNOWN_AUTHOR
+from adapters.telegram import TelegramAdapter
+from core import SENT_PRIVATELY, Incoming, Quoted
+from core import TEXT_ONLY as DISCORD_TEXT_ONLY
 from core.front_door import Core
 from core.storage.db import Pool
 from tests.conftest import MakeCore

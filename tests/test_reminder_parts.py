@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from adapters.discord.adapter import DiscordAdapter
-from adapters.telegram.adapter import TelegramAdapter
+from adapters.telegram import TelegramAdapter
 from core.front_door import Core
 from core.reminders.engine import Outbox, ReminderEngine
 from core.storage.db import Pool

@@ -12,8 +12,11 @@ from typing import Any
 import pytest
 from telegram.error import NetworkError, RetryAfter
 
-from adapters.telegram.adapter import EMPTY_REPLY, FAILED, SENT_PRIVATELY, TEXT_ONLY, TelegramAdapter
-from core.reminders.engine import DeliveryRefused, ReminderMessage
+from adapters.telegram import TelegramAdapter
+from core import EMPTY_ANSWER as EMPTY_REPLY
+from core import FAILED, SENT_PRIVATELY, TEXT_ONLY
+from core.reminders.engine import DeliveryRefused
+from core.reminders.messages import ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 from core.storage.db import Pool
 from tests.conftest import FakeClock, MakeCore
@@ -168,7 +171,7 @@ async def test_any_400_on_a_part_falls_back_to_plain_text(bot: Bot) -> None:
 
 async def test_too_long_part_is_resent_as_plain_text_split_at_the_limit(bot: Bot) -> None:
     text = "😀" + "a" * 5000 + "\nthe end"
-    sent = await bot.adapter._deliver(1001, [f"<b>{text}</b>"], reply_markup=None)  # a renderer's miscount
+    sent = await bot.adapter.send.deliver(1001, [f"<b>{text}</b>"], reply_markup=None)  # a renderer's miscount
     assert len(sent) == 2 and [s.text for s in sent] == [s["text"] for s in bot.tg.sent]
     assert all("parse_mode" not in s and utf16_len(s["text"]) <= MAX_TEXT_LENGTH for s in bot.tg.sent)
     assert "".join(s["text"] for s in bot.tg.sent).replace("\n", "") == text.replace("\n", "")
@@ -198,7 +201,7 @@ async def test_an_empty_rendering_still_sends_a_visible_reply(bot: Bot, answer: 
 
 @pytest.mark.parametrize("parts", [[], [""], ["<pre><code>\n</code></pre>"], ["<b> </b>", "   "]])
 async def test_parts_with_nothing_visible_still_send_a_visible_message(bot: Bot, parts: list[str]) -> None:
-    sent = await bot.adapter._deliver(1001, parts)
+    sent = await bot.adapter.send.deliver(1001, parts)
     assert len(sent) == 1 and [s["text"] for s in bot.tg.sent] == [EMPTY_REPLY]
 
 
@@ -366,13 +369,13 @@ async def test_429_longer_than_the_turn_budget_gives_up(bot: Bot, sleeps: Sleeps
     assert limiter.max_wait_s == bot.adapter.core.settings.AGENT_TOTAL_TIMEOUT
     bot.tg.fail_next("sendMessage", status=429, retry_after=int(limiter.max_wait_s) + 5)
     with pytest.raises(RetryAfter):
-        await bot.adapter.app.bot.send_message(1001, "never")
+        await bot.adapter.bot.send_message(1001, "never")
     assert sleeps.waits == [] and bot.tg.sent == []
 
 
 async def test_stop_does_not_wait_out_a_long_429(bot: Bot) -> None:
     bot.tg.fail_next("sendMessage", status=429, retry_after=60)  # real sleeps: stop() must cut them short
-    send = asyncio.create_task(bot.adapter.app.bot.send_message(1001, "late"))
+    send = asyncio.create_task(bot.adapter.bot.send_message(1001, "late"))
     await bot.tg.wait_for(lambda: any(m == "sendMessage" for m, _ in bot.tg.calls))
     await asyncio.sleep(0.01)  # the send is now waiting out the 429
     await asyncio.wait_for(bot.adapter.stop(), 5)
@@ -382,7 +385,7 @@ async def test_stop_does_not_wait_out_a_long_429(bot: Bot) -> None:
 
 
 async def test_typing_and_drafts_bypass_the_budget_and_are_dropped_while_rate_limited(bot: Bot) -> None:
-    limiter, tg_bot = bot.adapter.rate_limiter, bot.adapter.app.bot
+    limiter, tg_bot = bot.adapter.rate_limiter, bot.adapter.bot
     await asyncio.gather(*(tg_bot.send_chat_action(1001, "typing") for _ in range(60)))
     assert len(bot.tg.chat_actions) == 60
     assert limiter.budget.free(limiter.clock()) == 30  # no message budget used

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 import aiohttp
 import pytest
 
-from adapters.telegram.adapter import TelegramAdapter
+from adapters.telegram import TelegramAdapter
 from adapters.telegram.limits import TELEGRAM_FLEET_STALE_S, TELEGRAM_RATE_WINDOW_S
 from adapters.telegram.request import BOT_MESSAGES_PER_S, fleet_share
 from core.front_door import Core
@@ -92,8 +92,7 @@ async def adapter(
     made = TelegramAdapter(core, core.settings, poll_timeout=1)
     made.rate_limiter.clock, made.rate_limiter.sleep = mono, mono.sleep
     yield made
-    if made.app.running:
-        await made.stop()
+    await made.stop()  # also fine when it never started
 
 
 def sent_messages(tg: FakeTelegram) -> int:
@@ -130,7 +129,7 @@ async def test_four_processes_running_the_bot_each_send_a_quarter(
         await add_peer(pool)
     await add_peer(pool, seen_s_ago=300)  # gone: does not count
     await adapter.start()
-    bot = adapter.app.bot
+    bot = adapter.bot
     sends = [asyncio.create_task(bot.send_message(1001, f"m{i}")) for i in range(20)]
     await mono.sleeping()  # the 8th waits for a place in this process's share
     await tg.wait_sent(7)
@@ -146,7 +145,7 @@ async def test_four_processes_running_the_bot_each_send_a_quarter(
 
 async def test_a_process_alone_sends_the_whole_thirty(adapter: TelegramAdapter, tg: FakeTelegram) -> None:
     await adapter.start()
-    await asyncio.gather(*(adapter.app.bot.send_message(1001, f"m{i}") for i in range(30)))
+    await asyncio.gather(*(adapter.bot.send_message(1001, f"m{i}") for i in range(30)))
     assert sent_messages(tg) == 30 and adapter.rate_limiter.budget.free(adapter.rate_limiter.clock()) == 0
 
 

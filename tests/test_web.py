@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -276,7 +277,9 @@ async def test_polling_mode_serves_health_when_port_is_set(
             assert (resp.status, await resp.text()) == (200, '{"status": "ready"}')
         async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
             assert resp.status == 200 and "bot_turn_seconds_count 0.0" in await resp.text()
+        assert gc.get_freeze_count() > 0  # start-up's objects are out of the full collections' way
     finally:
+        gc.unfreeze()
         os.kill(os.getpid(), signal.SIGTERM)  # run_platforms stops: adapters, then the HTTP server
         assert await asyncio.wait_for(running, 10) == 0
     with pytest.raises(aiohttp.ClientConnectionError):

@@ -17,9 +17,8 @@ from markdown_it.rules_inline import StateInline
 from markdown_it.tree import SyntaxTreeNode
 
 from adapters.telegram.limits import TELEGRAM_ACTIVITY_CHARS, TELEGRAM_MESSAGE_LIMIT
-from core import Step, activity_lines, summary_line
+from core import EMPTY_ANSWER, Step, activity_lines, summary_line
 
-NO_ANSWER = "(The answer was empty.)"  # same words as the adapter's own fallback
 RULE = "──────────"
 LINK_SCHEMES = ("http://", "https://", "tg://", "mailto:")  # hrefs Telegram takes in a text link
 
@@ -308,7 +307,7 @@ def _is_start_tag(token: str) -> bool:
 
 
 def _tag_name(start: str) -> str:
-    """The name of a start tag."""
+    """`a` for `<a href="…">`: what its end tag says ("" when it is no tag)."""
     found = _TAG.match(start)
     return found.group(2) if found else ""
 
@@ -380,7 +379,7 @@ def render_reply(text: str, steps: Sequence[Step], elapsed_s: float, limit: int 
     """The whole reply as HTML parts: the answer first, the activity block on the last part."""
     body = markdown_to_html(text)
     if not plain_text(body).strip():  # e.g. only an empty code block: still say something
-        body = esc(NO_ANSWER)
+        body = esc(EMPTY_ANSWER)
     parts = split_html(body, limit)
     if not steps:
         return parts

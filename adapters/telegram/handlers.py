@@ -1,0 +1,163 @@
+"""What each kind of Telegram update does: a turn of the core with live feedback, a command of the catalogue, the
+"text only" note, the reminder and memory-wipe buttons, and the note when a handler failed."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from contextlib import aclosing
+from typing import Any
+
+from telegram import CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
+from telegram.constants import ChatType, ParseMode
+from telegram.error import BadRequest, Forbidden, TelegramError
+
+from adapters.telegram.incoming import incoming, presser
+from adapters.telegram.render import esc, markdown_to_html, render_reply, split_html
+from adapters.telegram.request import TelegramBot
+from adapters.telegram.send import Sender, refusal
+from core import (
+    FAILED,
+    MEMORY_WIPE_CONFIRM,
+    NOT_YOUR_BUTTON,
+    SENT_PRIVATELY,
+    TEXT_ONLY,
+    WIPE_LABEL,
+    Assistant,
+    AssistantDelta,
+    Command,
+    Core,
+    Delivery,
+    Error,
+    Incoming,
+)
+
+log = logging.getLogger(__name__)
+
+WIPE_HOW = "send /memory wipe"  # Telegram's way to ask for a wipe, in NOT_YOUR_BUTTON
+
+
+class Handlers:
+    """Answers routed updates through the core; the message's sender has been checked to be a person."""
+
+    def __init__(self, core: Core, bot: TelegramBot, send: Sender) -> None:
+        """Answer with `core`, as `bot`, through `send`."""
+        self.core, self.bot, self.send = core, bot, send
+
+    def _incoming(self, msg: Message, text: str) -> Incoming:
+        """The core's view of `msg` saying `text`."""
+        return incoming(msg, text, self.bot.username)
+
+    async def turn(self, msg: Message, delivery: Delivery) -> None:
+        """Run the core on a text (or captioned) message with live feedback, then send the reply."""
+        private = msg.chat.type == ChatType.PRIVATE
+        inc = self._incoming(msg, msg.text or msg.caption or "")
+        typing = self.send.typing(msg)
+        draft = self.send.draft(msg) if private else None
+        try:
+            async with aclosing(self.core.handle(inc, stream=private, delivery=delivery)) as events:
+                async for event in events:
+                    if isinstance(event, AssistantDelta) and draft is not None:
+                        await draft.add(event.text)
+                    elif isinstance(event, Assistant):
+                        await self._answer(msg, event)
+                    elif isinstance(event, Error):
+                        await self.send.reply(msg, [esc(event.message)])
+                        if event.turn_id is not None:  # an error answer is recorded as sent like any answer
+                            await self.core.mark_sent(event.turn_id, 1)
+        finally:
+            await typing.stop()
+
+    async def _answer(self, msg: Message, answer: Assistant) -> None:
+        """Send the parts of an answer that Telegram does not have yet, recording each one right after it is sent
+        (the update may be taken again by another process if this one dies before the inbox marks it done)."""
+        turn_id = answer.turn_id
+
+        async def sent(parts: int) -> None:
+            if turn_id is not None:
+                await self.core.mark_sent(turn_id, parts)
+
+        parts = render_reply(answer.text, answer.steps, answer.elapsed_s)
+        if answer.sent_parts >= len(parts):
+            log.info("answer of turn %s was sent before its process died; not sent again", turn_id)
+            return
+        await self.send.reply(msg, parts, first=answer.sent_parts, sent=sent)
+
+    async def text_only(self, msg: Message) -> None:
+        """Photos, stickers, voice…: a short "text only" note (the refusal for someone who may not use the bot)."""
+        inc = self._incoming(msg, "")
+        if not self.core.is_allowed(inc):
+            refused = await self.core.refusal(inc)  # once per chat within the hour
+            if refused is not None:
+                await self.send.reply(msg, [esc(refused.message)])
+            return
+        await self.send.reply(msg, [esc(TEXT_ONLY)])
+
+    async def command(self, msg: Message, command: Command, args: str) -> None:
+        """Ask the core for a command's answer (`args`: the text after it) and send it; a personal one goes to the
+        user's private chat when asked in a group, and `/memory wipe` gets a confirmation button. A refusal is sent
+        where the command was asked."""
+        inc = self._incoming(msg, msg.text or "")
+        answer = await self.core.command(inc, command.name, args)
+        if isinstance(answer, Error):
+            await self.send.reply(msg, [esc(answer.message)])
+        elif answer is not None and command.private:
+            extra = self._wipe_button(inc) if command.name == "memory" and args.lower().split() == ["wipe"] else {}
+            await self._privately(inc, msg, answer, f"/{command.name}", **extra)
+        elif answer is not None:
+            await self.send.reply(msg, split_html(markdown_to_html(answer)))
+
+    @staticmethod
+    def _wipe_button(inc: Incoming) -> dict[str, Any]:
+        """The "Yes, wipe my memory" button under the question (the id in it only routes the press: the core acts on
+        the presser, and a press by anyone else is refused)."""
+        button = InlineKeyboardButton(WIPE_LABEL, callback_data=f"mem:wipe:{inc.user_id}")
+        return {"reply_markup": InlineKeyboardMarkup([[button]])}
+
+    async def _privately(self, inc: Incoming, msg: Message, markdown: str, command: str, **kwargs: Any) -> None:
+        """Personal data goes to the user's private chat; a group only sees a short note."""
+        parts = split_html(markdown_to_html(markdown))
+        if msg.chat.type == ChatType.PRIVATE:
+            await self.send.reply(msg, parts, **kwargs)
+            return
+        try:
+            await self.send.deliver(int(inc.user_id), parts, **kwargs)
+            note = SENT_PRIVATELY
+        except (Forbidden, BadRequest) as e:
+            if refusal(e) is None:
+                raise
+            log.info("cannot message user %s privately: %s", inc.user_id, e)  # they never started the bot
+            note = (
+                f"I can't message you privately yet: open t.me/{self.bot.username}, press Start, then send {command} "
+                "there."
+            )
+        await self.send.reply(msg, [esc(note)])
+
+    async def reminder_button(self, query: CallbackQuery, data: str) -> None:
+        """Done / Snooze pressed: only the owner may; the message is edited to show what happened."""
+        _, action, task_id = data.split(":", 2)
+        ok, text = await self.core.press_reminder(presser(query), int(task_id), action)
+        await query.answer(text, show_alert=not ok)
+        if ok and isinstance(query.message, Message):
+            original = query.message.text or ""
+            await query.edit_message_text(f"{esc(original)}\n\n{esc(text)}", parse_mode=ParseMode.HTML)
+
+    async def wipe_button(self, query: CallbackQuery, data: str) -> None:
+        """ "Yes, wipe my memory" pressed: only by the person it was offered to, in their private chat."""
+        person = presser(query)
+        if data != f"mem:wipe:{person.user_id}" or person.chat_id != person.user_id:  # their private chat
+            await query.answer(NOT_YOUR_BUTTON.format(how=WIPE_HOW), show_alert=True)
+            return
+        answer = await self.core.command(person, "memory", MEMORY_WIPE_CONFIRM, must_answer=True)
+        if isinstance(answer, Error) or answer is None:
+            await query.answer(answer.message if answer else None, show_alert=True)
+            return
+        await query.answer()
+        if isinstance(query.message, Message):
+            await query.edit_message_text(markdown_to_html(answer), parse_mode=ParseMode.HTML)
+
+    async def failed(self, update: Update) -> None:
+        """Tell the update's chat that something went wrong (its handler failed; the traceback is logged)."""
+        if update.effective_chat is not None:
+            with contextlib.suppress(TelegramError):
+                await self.bot.send_message(update.effective_chat.id, FAILED)

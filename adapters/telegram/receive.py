@@ -1,0 +1,76 @@
+"""Receiving Telegram updates by long polling or by webhook: each one is parsed once and stored in the core's inbox
+before Telegram is told it arrived (the next getUpdates offset, or the webhook's 200)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from typing import Any
+
+from aiohttp import web
+from telegram import Update
+
+from adapters.telegram.limits import TELEGRAM_POLL_RETRY_MAX_S
+from adapters.telegram.request import TelegramBot, one_line
+from core import Core
+
+log = logging.getLogger(__name__)
+
+HANDLED_UPDATES = [Update.MESSAGE, Update.CALLBACK_QUERY]  # allowed_updates: what the routes take
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+
+
+class Receiver:
+    """Brings updates from Telegram into the inbox, in order per chat."""
+
+    def __init__(self, core: Core, bot: TelegramBot, poll_timeout: int, secret: str) -> None:
+        """Store into `core` what `bot` receives; `secret`: the webhook's secret token."""
+        self.core, self.bot = core, bot
+        self.poll_timeout = poll_timeout
+        self._secret = secret.encode()
+
+    def parse(self, payload: dict[str, Any]) -> Update:
+        """A stored payload as PTB's Update (bound to the bot, so its shortcuts work)."""
+        return Update.de_json(payload, self.bot)
+
+    async def poll(self) -> None:
+        """Long polling until cancelled: store each batch in the inbox, and only then confirm it (the next offset);
+        trouble is retried with a growing pause (at once the first time), and never stops the bot."""
+        offset, pause = 0, 0.0
+        while True:
+            try:
+                for payload in await self.bot.updates_as_sent(offset, self.poll_timeout, HANDLED_UPDATES):
+                    update = self.parse(payload)
+                    await self._store(payload, update)
+                    offset = update.update_id + 1
+                pause = 0.0
+            except Exception as e:
+                log.warning("Telegram polling error (will retry in %g s): %s", pause, one_line(e))
+                await asyncio.sleep(pause)
+                pause = min(max(pause * 2, 1.0), TELEGRAM_POLL_RETRY_MAX_S)
+
+    async def on_webhook(self, request: web.Request) -> web.Response:
+        """Telegram's POST of one update: 403 without the right secret; 200 only once it is stored in the inbox
+        (503 while the database is away: Telegram delivers it again later)."""
+        given = request.headers.get(SECRET_HEADER, "").encode()
+        if not hmac.compare_digest(given, self._secret):
+            return web.Response(status=403, text="wrong or missing secret token")
+        try:
+            payload = await request.json()
+            update = self.parse(payload)
+        except Exception:
+            return web.Response(status=400, text="not a Telegram update")
+        try:
+            await self._store(payload, update)
+        except Exception as e:
+            log.warning("could not store a Telegram update (%s); Telegram will deliver it again", one_line(e))
+            return web.Response(status=503, text="try again later")
+        return web.Response(text="ok")
+
+    async def _store(self, payload: dict[str, Any], update: Update) -> None:
+        """Put an update in the inbox under its chat (a chat's updates are handled one at a time, in order); the
+        parsed update goes along, so a process that takes it at once does not parse it again."""
+        chat, user = update.effective_chat, update.effective_user
+        key = f"telegram:{chat.id}" if chat else f"telegram:user:{user.id}" if user else "telegram:-"
+        await self.core.receive("telegram", update.update_id, key, payload, update)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -23,50 +25,39 @@ class Metrics:
         r = self.registry
         ProcessCollector(registry=r)
         GCCollector(registry=r)
-        self.turns = Counter(
-            "bot_turns", "Turns by outcome: ok, cut_short, an error code, failed, interrupted", ["outcome"], registry=r
+        counter, gauge = partial(Counter, registry=r), partial(Gauge, registry=r)
+
+        def histogram(name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, documentation, registry=r, buckets=buckets)
+
+        self.turns = counter(
+            "bot_turns", "Turns by outcome: ok, cut_short, an error code, failed, interrupted", ["outcome"]
         )
-        self.turn_seconds = Histogram(
-            "bot_turn_seconds",
-            "From the message to the final answer of a turn (s)",
-            registry=r,
-            buckets=TURN_SECONDS_BUCKETS,
+        self.turn_seconds = histogram(
+            "bot_turn_seconds", "From the message to the final answer of a turn (s)", TURN_SECONDS_BUCKETS
         )
-        self.llm_seconds = Histogram(
-            "bot_llm_request_seconds",
-            "One model request until its whole reply (s)",
-            registry=r,
-            buckets=LLM_SECONDS_BUCKETS,
+        self.llm_seconds = histogram(
+            "bot_llm_request_seconds", "One model request until its whole reply (s)", LLM_SECONDS_BUCKETS
         )
-        self.llm_errors = Counter(
-            "bot_llm_errors", "Failed model requests: timeout, unreachable, refused, malformed", ["kind"], registry=r
+        self.llm_errors = counter(
+            "bot_llm_errors", "Failed model requests: timeout, unreachable, refused, malformed", ["kind"]
         )
-        self.tool_calls = Counter(
-            "bot_tool_calls", "Tool calls by tool and outcome (ok or the error code)", ["tool", "outcome"], registry=r
+        self.tool_calls = counter(
+            "bot_tool_calls", "Tool calls by tool and outcome (ok or the error code)", ["tool", "outcome"]
         )
-        self.reminders_delivered = Counter("bot_reminders_delivered", "Reminders the platform accepted", registry=r)
-        self.reminders_late = Counter("bot_reminders_late", "Delivered reminders that were late", registry=r)
-        self.reminders_retried = Counter(
-            "bot_reminders_retried", "Reminder sends that failed and wait for a retry", registry=r
+        self.reminders_delivered = counter("bot_reminders_delivered", "Reminders the platform accepted")
+        self.reminders_late = counter("bot_reminders_late", "Delivered reminders that were late")
+        self.reminders_retried = counter("bot_reminders_retried", "Reminder sends that failed and wait for a retry")
+        self.reminders_failed = counter("bot_reminders_failed", "Reminders that ended undelivered")
+        self.reminder_lateness = histogram(
+            "bot_reminder_lateness_seconds", "Delivery time minus due time (s)", REMINDER_LATENESS_BUCKETS
         )
-        self.reminders_failed = Counter("bot_reminders_failed", "Reminders that ended undelivered", registry=r)
-        self.reminder_lateness = Histogram(
-            "bot_reminder_lateness_seconds",
-            "Delivery time minus due time (s)",
-            registry=r,
-            buckets=REMINDER_LATENESS_BUCKETS,
+        self.inbox_depth = gauge("bot_inbox_depth", "Updates stored and not yet handled, all processes")
+        self.inbox_age = gauge("bot_inbox_oldest_seconds", "Age of the oldest update not yet handled (s)")
+        self.inbox_wait = histogram(
+            "bot_inbox_wait_seconds", "From storing an update to a process taking it (s)", INBOX_WAIT_BUCKETS
         )
-        self.inbox_depth = Gauge("bot_inbox_depth", "Updates stored and not yet handled, all processes", registry=r)
-        self.inbox_age = Gauge("bot_inbox_oldest_seconds", "Age of the oldest update not yet handled (s)", registry=r)
-        self.inbox_wait = Histogram(
-            "bot_inbox_wait_seconds",
-            "From storing an update to a process taking it (s)",
-            registry=r,
-            buckets=INBOX_WAIT_BUCKETS,
-        )
-        self.inbox_retaken = Counter(
-            "bot_inbox_retaken", "Updates taken again (lease ran out or handed back)", registry=r
-        )
+        self.inbox_retaken = counter("bot_inbox_retaken", "Updates taken again (lease ran out or handed back)")
 
     def exposition(self) -> bytes:
         """Every metric of this process in the Prometheus text format (CONTENT_TYPE)."""

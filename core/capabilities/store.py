@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from core.storage.db import Pool
 
@@ -79,22 +79,18 @@ async def save_version(pool: Pool, name: str, description: str, code: str, schem
 
 async def set_current(pool: Pool, name: str, version: int, by: str) -> None:
     """Make an existing version the current one (a rollback)."""
-    await pool.execute(
-        "UPDATE capabilities SET version = $2, updated_at = now(), updated_by = $3 WHERE name = $1",
-        name,
-        version,
-        by,
-    )
+    await _set(pool, name, "version", version, by)
 
 
 async def set_enabled(pool: Pool, name: str, enabled: bool, by: str) -> None:
     """Enable or disable a capability."""
-    await pool.execute(
-        "UPDATE capabilities SET enabled = $2, updated_at = now(), updated_by = $3 WHERE name = $1",
-        name,
-        enabled,
-        by,
-    )
+    await _set(pool, name, "enabled", enabled, by)
+
+
+async def _set(pool: Pool, name: str, column: Literal["version", "enabled"], value: int | bool, by: str) -> None:
+    """Change one column of a capability's row, recording who did it and when (`column` is code's, never input)."""
+    sql = f"UPDATE capabilities SET {column} = $2, updated_at = now(), updated_by = $3 WHERE name = $1"
+    await pool.execute(sql, name, value, by)
 
 
 async def listing(pool: Pool) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypedDict
 
 from asyncpg import Record
 
@@ -13,7 +14,7 @@ from core.quoting import quoted
 from core.reminders.buttons import BUTTONS
 from core.reminders.recurrence import latest_missed, zone_name
 from core.timeutil import fmt_local, zone
-from core.types import JOB_MESSAGE_PREFIX, Incoming, Quoted
+from core.types import JOB_MESSAGE_PREFIX, ChatKind, Incoming, Quoted
 
 SUPERSEDED = "the task changed before this reminder could be delivered"
 TOO_OLD = "older than the grace window"
@@ -50,16 +51,32 @@ def message_for(row: Record, text: str, on_sent: PartsSent) -> ReminderMessage:
     return ReminderMessage(
         task_id=row["task_id"],
         scheduled_at=row["scheduled_at"],
-        platform=row["platform"],
-        chat_id=row["platform_chat_id"],
-        thread_id=row["thread_id"],
-        chat_kind=row["chat_kind"],
+        **_chat(row),
         owner_id=row["platform_user_id"],
         owner_name=row["display_name"],
         text=text,
         sent_parts=row["sent_parts"],
         on_sent=on_sent,
     )
+
+
+class _Chat(TypedDict):
+    """Where a task's reminders and jobs go: its chat (and thread) as the platform knows it."""
+
+    platform: str
+    chat_id: str
+    thread_id: str
+    chat_kind: ChatKind
+
+
+def _chat(row: Record) -> _Chat:
+    """The chat of a claimed occurrence's task."""
+    return {
+        "platform": row["platform"],
+        "chat_id": row["platform_chat_id"],
+        "thread_id": row["thread_id"],
+        "chat_kind": row["chat_kind"],
+    }
 
 
 def plain_text(title: str, details: str, scheduled: datetime, tz_name: str, late: bool, now: datetime) -> str:
@@ -86,11 +103,8 @@ def job_request(row: Record, shown: datetime) -> Incoming:
     prompt = row["agent_prompt"] or row["title"]
     own = bool(row["own_words"])
     return Incoming(
-        platform=row["platform"],
+        **_chat(row),
         user_id=row["platform_user_id"],
-        chat_id=row["platform_chat_id"],
-        thread_id=row["thread_id"],
-        chat_kind=row["chat_kind"],
         user_name=row["display_name"],
         text=f"[scheduled job: {row['title']}] {prompt}" if own else "",
         quoted=() if own else (Quoted("job", quoted(row["title"]), prompt),),

@@ -1,4 +1,5 @@
-"""Commands answered without the LLM (/tasks, /timezone, /status, /help): platform-neutral Markdown."""
+"""The command catalogue every front end offers (COMMANDS: /help, Telegram's menu, Discord's slash commands, the
+terminal chat), and the answers the core gives them without the LLM, as platform-neutral Markdown."""
 
 from __future__ import annotations
 

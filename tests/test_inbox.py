@@ -50,9 +50,12 @@ async def start_proc(tg: FakeTelegram, make_core: MakeCore) -> AsyncIterator[Sta
             port = free_port()
             url = f"http://127.0.0.1:{port}/telegram"
             core = make_core(
-                TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url, TELEGRAM_WEBHOOK_URL=url,
-                ALLOWED_USERS="*", **overrides,
-            )  # fmt: skip
+                TELEGRAM_BOT_TOKEN=tg.token,
+                TELEGRAM_API_BASE_URL=tg.base_url,
+                TELEGRAM_WEBHOOK_URL=url,
+                ALLOWED_USERS="*",
+                **overrides,
+            )
             core.inbox = Inbox(
                 core.pool, core.process_id, core.metrics, concurrency=concurrency, lease_s=lease_s, poll_s=poll_s
             )

@@ -54,9 +54,11 @@ async def start(
             port = free_port()
             url = f"http://127.0.0.1:{port}/telegram"
             settings = make_settings(
-                TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url, TELEGRAM_WEBHOOK_URL=url,
+                TELEGRAM_BOT_TOKEN=tg.token,
+                TELEGRAM_API_BASE_URL=tg.base_url,
+                TELEGRAM_WEBHOOK_URL=url,
                 ALLOWED_USERS="*",
-            )  # fmt: skip
+            )
             core = Core(settings, db, make_llm(settings), clock=clock)
             core.inbox = Inbox(db, core.process_id, core.metrics, lease_s=lease_s, poll_s=poll_s)
             adapter = TelegramAdapter(core, core.settings, poll_timeout=1)

@@ -76,8 +76,14 @@ def assert_valid_html(text: str) -> str:
 async def test_commands_registered_at_start(bot: Bot) -> None:
     assert bot.tg.commands is not None
     assert {c["command"] for c in bot.tg.commands} == {
-        "start", "help", "tasks", "timezone", "memory", "reset", "status"
-    }  # fmt: skip
+        "start",
+        "help",
+        "tasks",
+        "timezone",
+        "memory",
+        "reset",
+        "status",
+    }
 
 
 async def test_private_round_trip_with_tool_call(bot: Bot) -> None:
@@ -510,10 +516,16 @@ async def test_tasks_shows_reminders_skipped_during_downtime(bot: Bot, clock: Fa
 def reminder_to(chat_id: int) -> ReminderMessage:
     """A plain reminder for user 1001 in `chat_id`."""
     return ReminderMessage(
-        task_id=1, scheduled_at=datetime(2026, 11, 21, 10, 30, tzinfo=UTC), platform="telegram",
-        chat_id=str(chat_id), thread_id="", chat_kind="private" if chat_id > 0 else "group",
-        owner_id="1001", owner_name="Ann", text="⏰ Call mum",
-    )  # fmt: skip
+        task_id=1,
+        scheduled_at=datetime(2026, 11, 21, 10, 30, tzinfo=UTC),
+        platform="telegram",
+        chat_id=str(chat_id),
+        thread_id="",
+        chat_kind="private" if chat_id > 0 else "group",
+        owner_id="1001",
+        owner_name="Ann",
+        text="⏰ Call mum",
+    )
 
 
 @pytest.mark.parametrize("refusal", [BLOCKED, KICKED, DEACTIVATED, CHAT_NOT_FOUND])

@@ -1,0 +1,95 @@
+"""Store-and-claim in one statement (sql/019): the receiving process takes an update at once, parsed as received,
+and two processes receiving one chat's updates at the same moment never run two of them side by side."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from core.inbox import Delivery, Inbox
+from core.metrics import Metrics
+from core.storage.db import Pool
+from tests.helpers import until
+
+
+@pytest.fixture
+async def inboxes(pool: Pool, pool_b: Pool) -> AsyncIterator[tuple[Inbox, Inbox]]:
+    """Two processes' inboxes on one database (no NOTIFY-driven polling to speak of: poll every 30 s)."""
+    a, b = Inbox(pool, "a", Metrics(), poll_s=30.0), Inbox(pool_b, "b", Metrics(), poll_s=30.0)
+    try:
+        yield a, b
+    finally:
+        await a.stop(0)
+        await b.stop(0)
+
+
+def never_parsed(payload: dict[str, Any]) -> Any:
+    """The parse function of a receiver that took every update itself: it must never run."""
+    raise AssertionError(f"parsed again: {payload}")
+
+
+async def test_the_receiver_takes_the_update_itself_with_the_object_it_parsed(
+    inboxes: tuple[Inbox, Inbox], pool: Pool
+) -> None:
+    a, _ = inboxes
+    got: list[Delivery] = []
+
+    async def handle(delivery: Delivery) -> None:
+        got.append(delivery)
+
+    a.serve("telegram", never_parsed, handle)
+    parsed = object()
+    assert await a.receive("telegram", 1, "telegram:7", {"n": 1}, parsed)
+    await until(lambda: len(got) == 1, 2.0)  # long before the 30 s poll: no notification round trip
+    assert got[0].update is parsed and got[0].attempt == 1 and not got[0].redelivered
+    assert await until_done(pool, 1)
+    assert not await a.receive("telegram", 1, "telegram:7", {"n": 1}, parsed)  # a redelivery: stored once
+    await asyncio.sleep(0.05)
+    assert len(got) == 1
+
+
+async def until_done(pool: Pool, update_id: int) -> bool:
+    """Whether the update is marked done within a few seconds."""
+    for _ in range(200):
+        if await pool.fetchval("SELECT done_at IS NOT NULL FROM inbox WHERE update_id = $1", update_id):
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+def idle_after(handled: list[int], running: set[int], count: int) -> bool:
+    """Whether `count` updates were handled and none runs now."""
+    return len(handled) == count and not running
+
+
+async def test_two_processes_receiving_one_chat_at_once_never_run_two_of_its_updates_together(
+    inboxes: tuple[Inbox, Inbox], pool: Pool
+) -> None:
+    running: set[int] = set()
+    overlaps: list[tuple[int, ...]] = []
+    handled: list[int] = []
+
+    async def handle(delivery: Delivery) -> None:
+        running.add(delivery.update_id)
+        if len(running) > 1:
+            overlaps.append(tuple(sorted(running)))
+        await asyncio.sleep(0.005)
+        handled.append(delivery.update_id)
+        running.discard(delivery.update_id)
+
+    a, b = inboxes
+    a.serve("telegram", dict, handle)
+    b.serve("telegram", dict, handle)
+    for n in range(0, 160, 2):  # pairs of updates of an idle chat arriving at both processes at the same moment
+        await asyncio.gather(
+            a.receive("telegram", n + 1, "telegram:7", {}, {}), b.receive("telegram", n + 2, "telegram:7", {}, {})
+        )
+        for inbox in (a, b):  # the one a process could not take on arrival waits for a claim: wake the takers now
+            inbox._wake.set()
+        await until(functools.partial(idle_after, handled, running, n + 2), 10.0)
+    assert overlaps == [] and sorted(handled) == list(range(1, 161))
+    assert await pool.fetchval("SELECT count(*) FROM inbox WHERE done_at IS NULL") == 0

@@ -1,15 +1,22 @@
-"""The assistant's core; this is its front door: what adapters and bot/ may use."""
+"""The assistant's core. This is its front door: the only names adapters and bot/ import (`lint-imports` refuses
+any other import of a core module from them), listed in the README's "How the code is laid out":
+
+- `Core` (what a front end calls) and `open_core` (how bot/ brings it up), with `Delivery`;
+- the types a turn is told in: `Incoming`, `Quoted`, the events, `Step`, `TurnSteps`; reminders' `Outbox`
+  protocol with `ReminderMessage` and `DeliveryRefused`; `Settings` and the start-up errors;
+- the command catalogue (`COMMANDS`, `Command`, `Option`) and the texts every front end shows the same way.
+"""
 
 from core.activity import activity_lines, summary_line
 from core.agent.providers import HOW_TO_CONFIGURE, config_problem
-from core.commands import COMMANDS, HELP, MEMORY_WIPE_CONFIRM, Command, CommandArgs, CommandName, Option, StatusBoard
+from core.commands import COMMANDS, MEMORY_WIPE_CONFIRM, Command, CommandArgs, CommandName, Option
 from core.front_door import Core
 from core.inbox import Delivery
 from core.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from core.reminders.buttons import BUTTONS
 from core.reminders.engine import DeliveryRefused, Outbox
 from core.reminders.messages import ReminderMessage
-from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, Settings, SettingsError, StartupError, load_settings, redact
+from core.settings import EXIT_UNREACHABLE, Settings, SettingsError, StartupError, load_settings, redact
 from core.startup import open_core
 from core.texts import (
     CUT_SHORT,
@@ -24,17 +31,15 @@ from core.texts import (
     TEXT_ONLY,
     WIPE_LABEL,
 )
-from core.types import Assistant, AssistantDelta, ChatKind, Error, Event, Incoming, Quoted, Step, TurnSteps
+from core.types import Assistant, AssistantDelta, Error, Event, Incoming, Quoted, Step, TurnSteps
 
 __all__ = [
     "BUTTONS",
     "COMMANDS",
     "CUT_SHORT",
     "EMPTY_ANSWER",
-    "EXIT_CONFIG",
     "EXIT_UNREACHABLE",
     "FAILED",
-    "HELP",
     "HIDE_STEPS",
     "HOW_TO_CONFIGURE",
     "MEMORY_WIPE_CONFIRM",
@@ -48,7 +53,6 @@ __all__ = [
     "WIPE_LABEL",
     "Assistant",
     "AssistantDelta",
-    "ChatKind",
     "Command",
     "CommandArgs",
     "CommandName",
@@ -65,7 +69,6 @@ __all__ = [
     "Settings",
     "SettingsError",
     "StartupError",
-    "StatusBoard",
     "Step",
     "TurnSteps",
     "activity_lines",

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from adapters import console
-from core import COMMANDS, HELP
-from core.commands import RESET_DONE
+from core import COMMANDS
+from core.commands import HELP, RESET_DONE
 from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply

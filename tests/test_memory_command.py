@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core import HELP, MEMORY_WIPE_CONFIRM, CommandArgs, Core, Error, Incoming
+from core import MEMORY_WIPE_CONFIRM, CommandArgs, Core, Error, Incoming
+from core.commands import HELP
 from core.memory.blocks import Block, store
 from core.memory.search import insert_archival
 from core.storage import conversations

@@ -15,7 +15,8 @@ from telegram import Update
 
 from adapters.telegram import TelegramAdapter, config_problem
 from adapters.telegram.routes import command_of, starts_with_command
-from core import COMMANDS, HELP, NOT_YOUR_BUTTON, TEXT_ONLY, Delivery
+from core import COMMANDS, NOT_YOUR_BUTTON, TEXT_ONLY, Delivery
+from core.commands import HELP
 from tests.conftest import MakeCore, MakeSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram

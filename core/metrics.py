@@ -64,7 +64,7 @@ class Metrics:
         return generate_latest(self.registry)
 
     def turn(self, outcome: str, seconds: float) -> None:
-        """One finished turn."""
+        """Count a finished turn by its outcome, and its duration."""
         self.turns.labels(outcome).inc()
         self.turn_seconds.observe(seconds)
 

@@ -12,6 +12,7 @@ import pytest
 
 from core.inbox import Delivery, Inbox
 from core.metrics import Metrics
+from core.storage import inbox_table as store
 from core.storage.db import Pool
 from tests.helpers import until
 
@@ -93,3 +94,23 @@ async def test_two_processes_receiving_one_chat_at_once_never_run_two_of_its_upd
         await until(functools.partial(idle_after, handled, running, n + 2), 10.0)
     assert overlaps == [] and sorted(handled) == list(range(1, 161))
     assert await pool.fetchval("SELECT count(*) FROM inbox WHERE done_at IS NULL") == 0
+
+
+async def test_a_claim_whose_answer_was_lost_is_taken_up_when_the_update_comes_again(
+    inboxes: tuple[Inbox, Inbox], pool: Pool
+) -> None:
+    # the connection dropped after the store-and-claim committed: the process holds the lease but never heard so,
+    # and the platform (told nothing) sends the update again
+    a, _ = inboxes
+    got: list[Delivery] = []
+
+    async def handle(delivery: Delivery) -> None:
+        got.append(delivery)
+
+    a.serve("telegram", dict, handle)
+    stored, item = await store.receive(pool, "telegram", 9, "telegram:7", {"n": 9}, "a", 30.0)
+    assert stored and item is not None and a.held == 0
+    assert not await a.receive("telegram", 9, "telegram:7", {"n": 9}, {"n": 9})  # stored before…
+    await until(lambda: len(got) == 1, 2.0)  # …and handled here, once, instead of waiting for its lease forever
+    assert await until_done(pool, 9)
+    assert len(got) == 1

@@ -8,7 +8,7 @@ any other import of a core module from them), listed in the README's "How the co
 """
 
 from core.activity import activity_lines, summary_line
-from core.agent.providers import HOW_TO_CONFIGURE, config_problem
+from core.agent.providers import HOW_TO_CONFIGURE, config_problem, fix_hint
 from core.commands import COMMANDS, MEMORY_WIPE_CONFIRM, Command, CommandArgs, CommandName, Option
 from core.front_door import Core
 from core.inbox import Delivery
@@ -73,6 +73,7 @@ __all__ = [
     "TurnSteps",
     "activity_lines",
     "config_problem",
+    "fix_hint",
     "load_settings",
     "open_core",
     "redact",

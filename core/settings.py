@@ -11,10 +11,12 @@ from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Provider = Literal["openai", "anthropic", "gemini", "groq", "openrouter", "ollama", "lmstudio"]
 PLATFORMS = ("telegram", "discord", "console")
+SECRET_TYPES = (SecretStr, SecretStr | None)  # fields whose value an error line never repeats
 
 
 class SettingsError(Exception):
@@ -135,10 +137,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="before")
     @classmethod
-    def _blank_port(cls, data: object) -> object:
-        """An empty PORT is not set (so `serve_http` stays False and the default applies)."""
-        if isinstance(data, dict) and isinstance(data.get("PORT"), str) and not data["PORT"].strip():
-            return {k: v for k, v in data.items() if k != "PORT"}
+    def _blank_is_unset(cls, data: object) -> object:
+        """An empty variable (`NAME=` in `.env` or the environment) is not set: its default applies (and an empty
+        PORT leaves `serve_http` False)."""
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if not (isinstance(v, str) and not v.strip())}
         return data
 
     @field_validator("LLM_PROVIDER", mode="before")
@@ -150,14 +153,8 @@ class Settings(BaseSettings):
     @field_validator("LOG_LEVEL", mode="before")
     @classmethod
     def _upper_level(cls, v: object) -> object:
-        """Accept the level in any case; empty is unset."""
-        return (v.strip().upper() or None) if isinstance(v, str) else v
-
-    @field_validator("EMBEDDING_MODEL", mode="before")
-    @classmethod
-    def _blank_model(cls, v: object) -> object:
-        """An empty EMBEDDING_MODEL (as in .env.example) means no embeddings."""
-        return (v.strip() or None) if isinstance(v, str) else v
+        """Accept the level in any case."""
+        return v.strip().upper() if isinstance(v, str) else v
 
     @field_validator("ADMINS", "ALLOWED_USERS")
     @classmethod
@@ -190,21 +187,6 @@ class Settings(BaseSettings):
             raise ValueError(f"'{v}' is not an IANA time zone such as Europe/Berlin") from None
         return v
 
-    @field_validator(
-        "LLM_MODEL",
-        "LLM_BASE_URL",
-        "TELEGRAM_API_BASE_URL",
-        "TELEGRAM_WEBHOOK_URL",
-        "DISCORD_API_BASE_URL",
-        "DISCORD_GATEWAY_URL",
-        "DISCORD_SHARD_COUNT",
-        mode="before",
-    )
-    @classmethod
-    def _empty_is_unset(cls, v: object) -> object:
-        """Treat an empty variable as unset."""
-        return None if isinstance(v, str) and not v.strip() else v
-
     @field_validator("TELEGRAM_WEBHOOK_URL")
     @classmethod
     def _check_webhook_url(cls, v: str | None) -> str | None:
@@ -217,7 +199,7 @@ class Settings(BaseSettings):
         if parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1"):
             return v.strip()
         raise ValueError(
-            "must be the public https:// URL that Telegram posts updates to, e.g. https://bot.example.com/telegram"
+            "must be the public https:// URL Telegram posts updates to (e.g. https://bot.example.com/telegram)"
         )
 
     @field_validator("TELEGRAM_WEBHOOK_SECRET")
@@ -227,20 +209,6 @@ class Settings(BaseSettings):
         if v is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", v.get_secret_value()):
             raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and - (Telegram's secret_token)")
         return v
-
-    @field_validator(
-        "DATABASE_URL",
-        "LLM_API_KEY",
-        "TELEGRAM_BOT_TOKEN",
-        "TELEGRAM_WEBHOOK_SECRET",
-        "DISCORD_BOT_TOKEN",
-        "METRICS_TOKEN",
-        mode="before",
-    )
-    @classmethod
-    def _empty_secret_is_unset(cls, v: object) -> object:
-        """Treat an empty secret as unset."""
-        return None if isinstance(v, str) and not v.strip() else v
 
     @property
     def serve_http(self) -> bool:
@@ -308,12 +276,21 @@ def redact(text: str, secrets: list[str]) -> str:
     return text
 
 
+def error_line(err: ErrorDetails) -> str:
+    """One validation error as `NAME: what is wrong (got 'value')`; a secret's value is never shown."""
+    name = ".".join(str(p) for p in err["loc"]) or "settings"
+    if err["type"] == "value_error":  # our own checks: the message already says what was given
+        return f"{name}: {err['msg'].removeprefix('Value error, ')}"
+    msg = err["msg"].replace("Input should be ", "must be ", 1)
+    field = Settings.model_fields.get(name)
+    if field is None or field.annotation in SECRET_TYPES or not isinstance(err["input"], str):
+        return f"{name}: {msg}"
+    return f"{name}: {msg} (got {err['input']!r})"
+
+
 def load_settings(**overrides: object) -> Settings:
     """Load settings, turning validation errors into one clear line without secret values."""
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as e:
-        err = e.errors()[0]
-        name = ".".join(str(p) for p in err["loc"]) or "settings"
-        msg = err["msg"].removeprefix("Value error, ")
-        raise SettingsError(f"Invalid configuration: {name}: {msg}") from None
+        raise SettingsError(error_line(e.errors()[0])) from None

@@ -787,8 +787,8 @@ async def test_a_shard_that_identifies_again_is_connected_again_in_status(
         ("2", "0,2", "DISCORD_SHARD_IDS: shard id 2 is not below DISCORD_SHARD_COUNT=2 (ids run 0 to 1)"),
         ("4", "0-x", "DISCORD_SHARD_IDS: '0-x' is not a shard id or a range such as 0-3"),
         ("4", "3-1", "DISCORD_SHARD_IDS: '3-1' is an empty range"),
-        ("0", "", "DISCORD_SHARD_COUNT: Input should be greater than or equal to 1"),
-        ("two", "", "DISCORD_SHARD_COUNT: Input should be a valid integer"),
+        ("0", "", "DISCORD_SHARD_COUNT: must be greater than or equal to 1"),
+        ("two", "", "DISCORD_SHARD_COUNT: must be a valid integer"),
     ],
 )
 def test_bad_shard_settings_are_one_line_naming_the_variable(

@@ -51,7 +51,11 @@ def assert_one_line(err: str, *needles: str) -> None:
             "cannot connect to 127.0.0.1:{closed} (connection refused)",
         ),
         ("postgresql://bot:{pw}@nohost.invalid/bot", EXIT_UNREACHABLE, "cannot resolve the host of nohost.invalid"),
-        ("mysql://bot:{pw}@127.0.0.1/bot", EXIT_CONFIG, "must start with postgresql:// (got 'mysql://')"),
+        (
+            "mysql://bot:{pw}@127.0.0.1/bot",
+            EXIT_CONFIG,
+            "must start with postgresql:// or postgres:// (got 'mysql://')",
+        ),
         ("postgresql://bot:{pw}@127.0.0.1:99999/bot", EXIT_CONFIG, "port 99999 is not a valid port number"),
         ("postgresql://bot:{pw}@[::1/bot", EXIT_CONFIG, "is not a valid URL (Invalid IPv6 URL)"),
     ],

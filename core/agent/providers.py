@@ -32,9 +32,30 @@ HOW_TO_CONFIGURE = (
 )
 
 
+def nothing_configured(settings: Settings) -> bool:
+    """Whether no model server is configured: no key, no LLM_BASE_URL and a provider that is not local."""
+    local = PROVIDERS[settings.LLM_PROVIDER].local
+    return settings.LLM_API_KEY is None and settings.LLM_BASE_URL is None and not local
+
+
 def config_problem(settings: Settings) -> str | None:
     """One clear line when no usable LLM is configured, else None."""
-    info = PROVIDERS[settings.LLM_PROVIDER]
-    if settings.LLM_API_KEY is None and not info.local and settings.LLM_BASE_URL is None:
-        return f"No language model configured: {HOW_TO_CONFIGURE}."
+    if nothing_configured(settings):
+        return f"LLM_API_KEY: not set, and LLM_PROVIDER={settings.LLM_PROVIDER} needs one ({HOW_TO_CONFIGURE})"
     return None
+
+
+def fix_hint(settings: Settings) -> str:
+    """What to do when the model cannot be used: how to configure one when nothing is, else what to check about the
+    configured server (its host, never the URL's path or credentials), key and model."""
+    if nothing_configured(settings):
+        return HOW_TO_CONFIGURE
+    from core.agent.llm import server_host  # the openai SDK is loaded by then (a model was called)
+
+    info = PROVIDERS[settings.LLM_PROVIDER]
+    where = "LLM_BASE_URL" if settings.LLM_BASE_URL else f"LLM_PROVIDER={settings.LLM_PROVIDER}"
+    host = server_host(settings.LLM_BASE_URL or info.base_url)
+    key = "LLM_API_KEY is valid there" if settings.LLM_API_KEY else "it needs no key (else set LLM_API_KEY)"
+    model = settings.LLM_MODEL or info.default_model
+    server = f"the server at {host} ({where})"
+    return f"check that {server} is running, that {key} and that it serves the model {model} (LLM_MODEL)"

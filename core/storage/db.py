@@ -169,7 +169,7 @@ def dsn_problem(dsn: str) -> str | None:
         return f"is not a valid URL ({e})"
     if parts.scheme not in ("postgresql", "postgres"):
         shown = f"'{parts.scheme}://'" if parts.scheme else "no scheme"
-        return f"must start with postgresql:// (got {shown})"
+        return f"must start with postgresql:// or postgres:// (got {shown})"
     for host in parts.netloc.rpartition("@")[2].split(","):
         _, colon, port = host.rpartition("]")[2].partition(":")
         if colon and port and not (port.isdigit() and 1 <= int(port) <= 65535):
@@ -196,7 +196,7 @@ def connect_failure(dsn: str, e: BaseException, timeout: float) -> StartupError:
     elif isinstance(e, asyncpg.PostgresError):
         why, code = f"{target} refused the login ({e})", EXIT_CONFIG
     elif isinstance(e, ValueError):  # asyncpg's ClientConfigurationError: the URL itself is malformed
-        why, code = f"invalid URL ({e})", EXIT_CONFIG
+        why, code = f"is not a valid URL ({e})", EXIT_CONFIG
     else:
         why = f"cannot connect to {target} ({type(e).__name__}: {e})"
     password = urlsplit(dsn).password or ""

@@ -101,8 +101,8 @@ def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedP
             _record_handle(pgdata)
     except Exception as e:
         raise StartupError(
-            f"embedded PostgreSQL in {pgdata} could not start ({type(e).__name__}; its log: {pgdata / 'log'}); "
-            "set DATABASE_URL to use another server"
+            f"embedded PostgreSQL: could not start in {pgdata} ({type(e).__name__}, its log: {pgdata / 'log'}; "
+            "check DATA_DIR, or set DATABASE_URL to use another server)"
         ) from None
     finally:
         lib_log.setLevel(level)

@@ -605,7 +605,7 @@ async def test_start_with_a_rejected_token_is_one_line_naming_the_variable(
     with pytest.raises(StartupError) as failed:
         await adapter.start()
     line = str(failed.value)
-    assert "DISCORD_BOT_TOKEN" in line and "rejected" in line and secret not in line and "\n" not in line
+    assert line.startswith("DISCORD_BOT_TOKEN: rejected by Discord at ") and secret not in line and "\n" not in line
     assert failed.value.__cause__ is None and failed.value.__suppress_context__  # no traceback chain to print
     assert failed.value.exit_code == EXIT_CONFIG
     assert adapter.client.is_closed() and dc.gateway_connections == []

@@ -319,23 +319,23 @@ def startup_error(error: BaseException, endpoints: Endpoints) -> StartupError | 
     """A start-up failure as one line for the operator (None: not a connection problem, raise it as it is).
     A rejected token or close code is a setting to fix (exit 2); an unreachable or failing Discord may pass (3)."""
     api, gateway, down = endpoints.api_host, endpoints.gateway_host, EXIT_UNREACHABLE
-    rejected = f"Discord ({api}) rejected DISCORD_BOT_TOKEN: copy it again from the Developer Portal (Bot → Token)"
+    rejected = f"DISCORD_BOT_TOKEN: rejected by Discord at {api} (copy it again from the Developer Portal, Bot → Token)"
     if isinstance(error, discord.LoginFailure):
         return StartupError(rejected)
     if isinstance(error, discord.ConnectionClosed):
         if error.code == 4004:
             return StartupError(rejected)
-        return StartupError(f"the Discord gateway ({gateway}) closed the connection at start with code {error.code}")
+        return StartupError(f"Discord: the gateway at {gateway} closed the connection at start (code {error.code})")
     if isinstance(error, GatewayUnreachable):
         hint = " and DISCORD_GATEWAY_URL" if endpoints.gateway is not None else ""
-        why = f"Discord: cannot reach the gateway at {error.host} ({error.reason}); check the network{hint}"
+        why = f"Discord: cannot reach the gateway at {error.host} ({error.reason}; check the network{hint})"
         return StartupError(why, exit_code=down)
     if isinstance(error, discord.HTTPException):
-        return StartupError(f"the Discord API at {api} failed at start with HTTP {error.status}", exit_code=down)
+        return StartupError(f"Discord: the API at {api} failed at start (HTTP {error.status})", exit_code=down)
     if isinstance(error, (OSError, aiohttp.ClientError)):
         hint = " and DISCORD_API_BASE_URL" if endpoints.api_base is not None else ""
-        why = f"Discord: cannot reach the API at {api} ({reason_of(error)}); check the network{hint}"
+        why = f"Discord: cannot reach the API at {api} ({reason_of(error)}; check the network{hint})"
         return StartupError(why, exit_code=down)
     if isinstance(error, TimeoutError):
-        return StartupError(f"Discord: the API at {api} did not answer in time; check the network", exit_code=down)
+        return StartupError(f"Discord: the API at {api} did not answer in time (check the network)", exit_code=down)
     return error if isinstance(error, StartupError) else None

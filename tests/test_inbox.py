@@ -243,7 +243,7 @@ async def test_an_update_that_took_down_three_processes_is_given_up(
     await p.core.inbox.stop(0)  # not taking updates while the poisoned one is planted
     assert await p.post(tg, tg.message_update("poison")) == 200
     await pool.execute("UPDATE inbox SET attempts = 3")  # three processes died handling it
-    p.core.inbox.serve("telegram", p.adapter.receiver.parse, p.adapter.routes.route)
+    p.core.inbox.serve(p.adapter.source, p.adapter.receiver.parse, p.adapter.routes.route)
     for _ in range(250):  # the row is marked done without a handler run (nothing to wait on but the database)
         if await pool.fetchval("SELECT done_at IS NOT NULL FROM inbox"):
             break

@@ -153,7 +153,7 @@ async def test_a_process_that_lost_its_lease_stops_and_the_chat_is_answered_once
     await until(lambda: a.core.inbox.held == 0, within=2.0)  # A's renewal says the lease is gone: A stops
     model.release(0)  # what A's model says now goes nowhere
     assert not await until(lambda: len(tg.sent) > 0, within=0.3)
-    first_id = str(first["message"]["message_id"])
+    first_id = f"{tg.bot_id}:{first['message']['message_id']}"
     assert await pool.fetchval("SELECT status FROM turns WHERE platform_message_id = $1", first_id) == "running"
     model.release(1)
     await tg.wait_sent(2)

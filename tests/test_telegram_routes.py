@@ -36,7 +36,7 @@ def test_a_well_formed_token_or_none_is_no_problem(make_settings: MakeSettings) 
 @pytest.mark.parametrize("token", ["123:TEST", "not a token", "123456:short", "abc:" + "x" * 35, "12 :" + "A" * 35])
 def test_a_malformed_token_is_one_line_naming_the_variable(make_settings: MakeSettings, token: str) -> None:
     problem = config_problem(make_settings(TELEGRAM_BOT_TOKEN=token))
-    assert problem is not None and "TELEGRAM_BOT_TOKEN" in problem and "@BotFather" in problem
+    assert problem is not None and problem.startswith("TELEGRAM_BOT_TOKEN: ") and "@BotFather" in problem
     assert "\n" not in problem and token not in problem
 
 
@@ -138,7 +138,7 @@ async def test_a_message_goes_straight_to_the_core_with_its_delivery(
     [sent] = await tg.wait_sent(1)
     assert sent["text"] == "hi there"
     [(inc, delivery)] = seen.calls
-    assert inc.text == "hello" and inc.message_id == "77"
+    assert inc.text == "hello" and inc.message_id == "123:77"  # the bot's id, then the message's
     assert isinstance(delivery, Delivery) and delivery.attempt == 1 and not delivery.redelivered
     assert isinstance(delivery.update, Update) and delivery.update.message is not None
     assert delivery.update.message.message_id == 77

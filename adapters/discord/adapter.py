@@ -15,7 +15,7 @@ from discord.abc import Messageable
 from adapters.discord.buttons import BUTTONS, ReminderButton, StepsButton
 from adapters.discord.commands import install_commands
 from adapters.discord.gateway import Client, Gateway
-from adapters.discord.incoming import StoredMessage, addressed, has_media, message_text, received
+from adapters.discord.incoming import StoredMessage, addressed, bot_id, has_media, message_text, received
 from adapters.discord.limits import DISCORD_CUT_NOTE_S
 from adapters.discord.render import render_reply, split_markdown
 from adapters.discord.send import (
@@ -44,6 +44,8 @@ from core import (
 )
 
 log = logging.getLogger(__name__)
+
+LEGACY_SOURCE = "discord"  # the inbox key of messages stored before it named the bot
 
 
 class DiscordAdapter:
@@ -75,6 +77,9 @@ class DiscordAdapter:
         self._stopping = False  # stop() began: new messages are turned away, running answers finish
         self._cutting = False  # stop() is cutting what outlasted the grace
         self._work: set[asyncio.Task[Any]] = set()  # tasks answering a message or an interaction
+        # the inbox key of this bot's messages, `discord:<bot user id>` once logged in: another bot's process on the
+        # same database never takes them, and a message both bots see is stored once for each
+        self.source = LEGACY_SOURCE
 
     @property
     def client(self) -> Client:
@@ -89,14 +94,17 @@ class DiscordAdapter:
     # ---- start and stop ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Answer stored messages from now on (once connected), and connect until READY (a failure is a one-line
-        StartupError)."""
+        """Connect until READY (a failure is a one-line StartupError), then answer this bot's stored messages (and
+        those a version that did not name the bot stored and left unanswered)."""
         self._stopping = self._cutting = False
-        self.core.serve("discord", StoredMessage.from_payload, self._on_stored)
         await self.gateway.start()
+        for source in {self.source, LEGACY_SOURCE}:
+            self.core.serve(source, StoredMessage.from_payload, self._on_stored)
 
     async def setup(self, client: Client) -> None:
-        """Once per login: persistent buttons, slash commands (uploaded only when they changed)."""
+        """Once per login: the bot's inbox key (its id is known now), persistent buttons, slash commands (uploaded
+        only when they changed)."""
+        self.source = f"discord:{bot_id(client)}"
         client.add_dynamic_items(*BUTTONS)
         await install_commands(client, self, sync=self.syncs_commands)
 
@@ -104,7 +112,8 @@ class DiscordAdapter:
         """Stop taking new messages, let running answers finish and be sent (at most SHUTDOWN_GRACE_SECONDS;
         later ones are cut with a short note), then close the connection."""
         self._stopping = True
-        self.core.unserve("discord")
+        for source in {self.source, LEGACY_SOURCE}:
+            self.core.unserve(source)
         await self._drain()
         await self.gateway.close()
         self.core.report_state("discord", None)
@@ -170,7 +179,7 @@ class DiscordAdapter:
             if has_media(message):
                 await send_parts(message.channel, [TEXT_ONLY], reference=reference)
         else:
-            await self.core.receive("discord", stored.message_id, inc.chat_key, stored.payload(), stored)
+            await self.core.receive(self.source, stored.message_id, inc.chat_key, stored.payload(), stored)
 
     async def _on_stored(self, delivery: Delivery) -> None:
         """A stored message's turn, in the process that received it or another one: replied to by ids."""

@@ -26,8 +26,9 @@ class StoredMessage:
 
     @property
     def message_id(self) -> int:
-        """The Discord message id (the inbox's update id: a message stored twice is answered once)."""
-        return int(self.incoming.message_id or 0)
+        """The Discord message id (the inbox's update id: a message stored twice is answered once); the Incoming's
+        is `<bot id>:<message id>` (only the message id in what a version before stored)."""
+        return int((self.incoming.message_id or "0").rpartition(":")[2])
 
     def payload(self) -> dict[str, Any]:
         """The JSON kept in the inbox."""
@@ -88,18 +89,21 @@ def message_text(client: discord.Client, message: discord.Message) -> str:
 
 
 def message_incoming(client: discord.Client, message: discord.Message, text: str) -> Incoming:
-    """The core's view of a Discord message (a forwarded message is someone else's text: quoted)."""
+    """The core's view of a Discord message (a forwarded message is someone else's text: quoted). Its message id is
+    `<bot id>:<message id>`: two bots on one database that both answer a message (both mentioned, or both
+    listening in a channel) each get a turn for it, not one taken for a duplicate of the other's."""
     ref = message.reference
     replied = ref is not None and ref.type == discord.MessageReferenceType.reply and ref.message_id
+    me = bot_id(client)
     return _make_incoming(
         message.author,
         message.channel,
         message.channel.id,
         message.guild.id if message.guild else None,
         text,
-        str(message.id),
+        f"{me}:{message.id}",
         private=dm_message(message),
-        reply_to=str(ref.message_id) if ref and replied else None,
+        reply_to=f"{me}:{ref.message_id}" if ref and replied else None,
         attachments=tuple(a.filename for a in message.attachments),
         quoted=_forwarded(client, message),
     )

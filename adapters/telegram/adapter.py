@@ -13,7 +13,7 @@ from aiohttp import web
 from telegram import BotCommand
 from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
 
-from adapters.telegram.config import DEFAULT_API_HOST, DEFAULT_BASE_URL, api_host, config_problem
+from adapters.telegram.config import DEFAULT_API_HOST, LEGACY_SOURCE, api_host, bot_api_url, bot_id, config_problem
 from adapters.telegram.handlers import Handlers
 from adapters.telegram.limits import (
     TELEGRAM_FLEET_REFRESH_S,
@@ -42,19 +42,23 @@ class TelegramAdapter:
         self.core = core
         self.problem = config_problem(settings)
         self.api_host = api_host(settings.TELEGRAM_API_BASE_URL)
+        token = settings.TELEGRAM_BOT_TOKEN.get_secret_value()
+        # the inbox key of this bot's updates: another bot's process on the same database never takes them, and update
+        # ids (which count per bot) never collide
+        self.source = f"telegram:{bot_id(token)}"
         # a 429 is waited out as often as it takes within a turn's whole budget
         self.rate_limiter = PatientRateLimiter(settings.AGENT_TOTAL_TIMEOUT)
         self.bot = TelegramBot(
-            settings.TELEGRAM_BOT_TOKEN.get_secret_value(),
+            token,
             request=AiohttpRequest(),
             get_updates_request=AiohttpRequest(
                 read_timeout=poll_timeout + TELEGRAM_POLL_READ_MARGIN_S, on_success=self._polled
             ),
-            base_url=settings.TELEGRAM_API_BASE_URL or DEFAULT_BASE_URL,
+            base_url=bot_api_url(settings.TELEGRAM_API_BASE_URL),
             rate_limiter=self.rate_limiter,
         )
         self.send = Sender(self.bot)
-        self.receiver = Receiver(core, self.bot, poll_timeout, settings.webhook_secret)
+        self.receiver = Receiver(core, self.bot, self.source, poll_timeout, settings.webhook_secret)
         self.routes = Routes(self.bot, Handlers(core, self.bot, self.send))
         self.webhook_url = settings.TELEGRAM_WEBHOOK_URL  # None: long polling
         self.webhook_path = (urlsplit(self.webhook_url).path or "/") if self.webhook_url else None
@@ -84,16 +88,16 @@ class TelegramAdapter:
         custom = self.api_host != DEFAULT_API_HOST
         if isinstance(e, InvalidToken):
             return StartupError(
-                f"Telegram ({self.api_host}) rejected TELEGRAM_BOT_TOKEN: check the token @BotFather gave you"
-                + (" (or TELEGRAM_API_BASE_URL is not a Bot API server)" if custom else "")
+                f"TELEGRAM_BOT_TOKEN: rejected by Telegram at {self.api_host} (check the token @BotFather gave you"
+                + (", or whether TELEGRAM_API_BASE_URL is a Bot API server)" if custom else ")")
             )
         if isinstance(e, NetworkError):  # also TimedOut and 5xx answers
             return StartupError(
-                f"Telegram Bot API at {self.api_host} cannot be reached ({one_line(e)}); check the network"
-                + (" and TELEGRAM_API_BASE_URL" if custom else ""),
+                f"Telegram: the Bot API at {self.api_host} cannot be reached ({one_line(e)}; check the network"
+                + (" and TELEGRAM_API_BASE_URL)" if custom else ")"),
                 exit_code=EXIT_UNREACHABLE,
             )
-        return StartupError(f"Telegram Bot API at {self.api_host} refused to start the bot ({one_line(e)})")
+        return StartupError(f"Telegram: the Bot API at {self.api_host} refused to start the bot ({one_line(e)})")
 
     async def _start(self) -> None:
         """getMe, the command menu, then the webhook or long polling; then take stored updates from the inbox (either
@@ -107,7 +111,9 @@ class TelegramAdapter:
             self._poller = asyncio.create_task(self.receiver.poll(), name="telegram long polling")
         await self.take_share()  # before the first answer goes out
         self._fleet_follower = asyncio.create_task(self._follow_fleet(), name="telegram fleet share")
-        self.core.serve("telegram", self.receiver.parse, self.routes.route)
+        self.core.serve(self.source, self.receiver.parse, self.routes.route)
+        # updates stored by a version that did not name the bot, not yet handled (a database used by one bot)
+        self.core.serve(LEGACY_SOURCE, self.receiver.parse, self.routes.route)
         self.core.report_state("telegram", f"@{self.bot.username}" + (" (webhook)" if self.webhook_url else ""))
 
     async def _set_webhook(self, url: str) -> None:

@@ -12,6 +12,7 @@ from telegram import CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, 
 from telegram.constants import ChatType, ParseMode
 from telegram.error import BadRequest, Forbidden, TelegramError
 
+from adapters.telegram.config import bot_id
 from adapters.telegram.incoming import incoming, presser
 from adapters.telegram.render import esc, markdown_to_html, render_reply, split_html
 from adapters.telegram.request import TelegramBot
@@ -43,10 +44,11 @@ class Handlers:
     def __init__(self, core: Core, bot: TelegramBot, send: Sender) -> None:
         """Answer with `core`, as `bot`, through `send`."""
         self.core, self.bot, self.send = core, bot, send
+        self.bot_id = bot_id(bot.token)
 
     def _incoming(self, msg: Message, text: str) -> Incoming:
         """The core's view of `msg` saying `text`."""
-        return incoming(msg, text, self.bot.username)
+        return incoming(msg, text, self.bot.username, self.bot_id)
 
     async def turn(self, msg: Message, delivery: Delivery) -> None:
         """Run the core on a text (or captioned) message with live feedback, then send the reply."""

@@ -21,9 +21,11 @@ def addressed(msg: Message, bot_id: int, username: str) -> bool:
     return any(v.lower() == mention for v in parsed.values())
 
 
-def incoming(msg: Message, text: str, username: str) -> Incoming:
+def incoming(msg: Message, text: str, username: str, bot_id: str) -> Incoming:
     """A message from a person as the core sees it: a forward's text is someone else's (quoted, the speaker said
-    nothing), and so is a quote or a message of another chat replied to; the bot's @mention is dropped."""
+    nothing), and so is a quote or a message of another chat replied to; the bot's @mention is dropped. Its message
+    id is `<bot id>:<message id>`: message ids count per bot in a private chat, so two bots on one database (or a
+    new token on an old one) never take each other's messages for ones seen before."""
     user = msg.from_user
     assert user is not None
     if msg.forward_origin is not None:
@@ -39,8 +41,8 @@ def incoming(msg: Message, text: str, username: str) -> Incoming:
         chat_title=msg.chat.title or "",
         text=text,
         user_name=user.full_name,
-        message_id=str(msg.message_id),
-        reply_to=str(msg.reply_to_message.message_id) if msg.reply_to_message else None,
+        message_id=f"{bot_id}:{msg.message_id}",
+        reply_to=f"{bot_id}:{msg.reply_to_message.message_id}" if msg.reply_to_message else None,
         quoted=quoted_of(msg),
     )
 

@@ -24,9 +24,10 @@ SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 class Receiver:
     """Brings updates from Telegram into the inbox, in order per chat."""
 
-    def __init__(self, core: Core, bot: TelegramBot, poll_timeout: int, secret: str) -> None:
-        """Store into `core` what `bot` receives; `secret`: the webhook's secret token."""
-        self.core, self.bot = core, bot
+    def __init__(self, core: Core, bot: TelegramBot, source: str, poll_timeout: int, secret: str) -> None:
+        """Store into `core` what `bot` receives, under `source` (the bot's own inbox key); `secret`: the webhook's
+        secret token."""
+        self.core, self.bot, self.source = core, bot, source
         self.poll_timeout = poll_timeout
         self._secret = secret.encode()
 
@@ -73,4 +74,4 @@ class Receiver:
         parsed update goes along, so a process that takes it at once does not parse it again."""
         chat, user = update.effective_chat, update.effective_user
         key = f"telegram:{chat.id}" if chat else f"telegram:user:{user.id}" if user else "telegram:-"
-        await self.core.receive("telegram", update.update_id, key, payload, update)
+        await self.core.receive(self.source, update.update_id, key, payload, update)

@@ -1,9 +1,9 @@
 """What self-written capabilities cost, run through the core's tool registry as the agent loop runs them (no model is
 called), on a real PostgreSQL: writing one (syntax, import, function and schema checks, a stored version, loading),
 calling one (its own thread and event loop per call) beside a built-in tool, one that runs a query through
-`ctx.query`, and loading every enabled capability at start. The README's figures: a call costs about 1 ms, like a
-built-in tool, and 50 capabilities load at start in a few tenths of a second.
-PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server in a temp dir.
+`ctx.query`, and loading every enabled capability at start. The figures in docs/architecture.md: a call costs about
+1 ms, like a built-in tool, and 50 capabilities load at start in a few tenths of a second. PostgreSQL: DATABASE_URL
+(a scratch database on it) or an embedded server in a temp dir.
 """
 
 from __future__ import annotations

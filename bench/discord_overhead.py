@@ -1,10 +1,11 @@
-"""Discord end to end: a user's message dispatched through the fake gateway (tests.fake_discord) until the fake
-records the bot's reply (POST /channels/{id}/messages), through the real discord.py, the DiscordAdapter and the Core on
-a real PostgreSQL, the fake model answering at once from its own process (the fake Discord runs on the bot's event
-loop, so its CPU is in the figures). Part 1, the headline, runs sequential turns of 8 users, each alternating between
-a DM and an @mention in a guild channel (the README's figures: p50 about 9 ms, p99 about 13 ms, and every message
-answered); part 2 splits a turn at the core's front door (discord.py and the adapter's share, about 1.3 ms in the
-README); `--profile` adds a cProfile. PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server.
+"""Discord end to end: a user's message dispatched through the fake gateway (tests.fake_discord) until the fake records
+the bot's reply (POST /channels/{id}/messages), through the real discord.py, the DiscordAdapter and the Core on a
+real PostgreSQL, the fake model answering at once from its own process (the fake Discord runs on the bot's event
+loop, so its CPU is in the figures). Part 1, the headline, runs sequential turns of 8 users, each alternating
+between a DM and an @mention in a guild channel (the figures in docs/architecture.md: p50 about 9 ms, p99 about 13
+ms, and every message answered); part 2 splits a turn at the core's front door (discord.py and the adapter's share,
+about 1.3 ms in docs/architecture.md); `--profile` adds a cProfile. PostgreSQL: DATABASE_URL (a scratch database
+on it) or an embedded server.
 """
 
 from __future__ import annotations

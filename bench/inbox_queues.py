@@ -1,15 +1,16 @@
-"""The Telegram inbox as a job queue: procrastinate, PgQueuer and the bot's hand-written inbox (core.inbox on the
-inbox table) get the same fake updates and a handler that records when it starts and ends, one worker each in this
-process (`--concurrency` jobs at a time, a pool of `--pool` connections). 1. Latency: 1,000 updates over 500 chats at
-a steady 100/s: the enqueue (the webhook's 200 waits for it) and enqueue → handler start, p50 and p99. 2. Burst: 3,000
-updates, 3 per chat over 1,000 chats, the handler taking `--work-ms`: wall time, updates/s, lost and duplicated runs,
-and chats run out of order or overlapping. 3. Dedupe: one update enqueued twice while queued, while running and after
-it ran. 4. Crash: a child worker takes message 1 of a chat (message 2 queued behind it), hangs and is SIGKILLed; a
-fresh worker (2 s heartbeat/lease) must run 1 again and then 2. The goal, for the README's choice of queue: no loss,
-no duplicate in any of these, one update per chat at a time in order, and a killed worker's update redone within its
-lease. Run with `uv run --with procrastinate --with pgqueuer python bench/inbox_queues.py` (about 70 s); a queue
-whose library is not installed is skipped. PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server.
-`python bench/inbox_queues.py --crash-worker NAME --dsn DSN` is the child of part 4.
+"""The Telegram inbox as a job queue: procrastinate, PgQueuer and the bot's hand-written inbox (core.inbox on the inbox
+table) get the same fake updates and a handler that records when it starts and ends, one worker each in this process
+(`--concurrency` jobs at a time, a pool of `--pool` connections). 1. Latency: 1,000 updates over 500 chats at a
+steady 100/s: the enqueue (the webhook's 200 waits for it) and enqueue → handler start, p50 and p99. 2. Burst: 3,000
+updates, 3 per chat over 1,000 chats, the handler taking `--work-ms`: wall time, updates/s, lost and duplicated
+runs, and chats run out of order or overlapping. 3. Dedupe: one update enqueued twice while queued, while running
+and after it ran. 4. Crash: a child worker takes message 1 of a chat (message 2 queued behind it), hangs and is
+SIGKILLed; a fresh worker (2 s heartbeat/lease) must run 1 again and then 2. The goal, for the choice of queue in
+docs/architecture.md: no loss, no duplicate in any of these, one update per chat at a time in order, and a killed
+worker's update redone within its lease. Run with `uv run --with procrastinate --with pgqueuer python
+bench/inbox_queues.py` (about 70 s); a queue whose library is not installed is skipped. PostgreSQL: DATABASE_URL (a
+scratch database on it) or an embedded server. `python bench/inbox_queues.py --crash-worker NAME --dsn DSN` is the
+child of part 4.
 """
 
 from __future__ import annotations

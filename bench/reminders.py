@@ -1,12 +1,13 @@
 """Reminders at scale, on the real clock (about two minutes), with scheduler processes each wired as in production
-(create_pool defaults, ReminderEngine defaults, ReminderScheduler with its 30 s sweep) and a fake outbox that records
-what it receives. Part 1: 10,000 one-shot reminders due within one minute, two processes (goals: every one delivered
-exactly once, lateness p99 <= 1 s). Part 2: start-up of one fresh process with 100,000 reminders pending over 30 days
-(goals: <= 5 s to a started scheduler, RSS <= 150 MB). Part 3: part 1 again with every send failing for the middle
-30 s (goals: 0 lost, 0 duplicated; the README's figure: the ones held up arrive p50 ~8 s / p99 ~20 s after the outage
-ends, the retry backoff). `python -m bench.reminders --worker` is one scheduler process (its DSN in
-BENCH_REMINDERS_DSN): one JSON line once started, then it runs until its standard input ends, writes what it received
-to `--out` and prints a second JSON line. PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server.
+(create_pool defaults, ReminderEngine defaults, ReminderScheduler with its 30 s sweep) and a fake outbox that
+records what it receives. Part 1: 10,000 one-shot reminders due within one minute, two processes (goals: every one
+delivered exactly once, lateness p99 <= 1 s). Part 2: start-up of one fresh process with 100,000 reminders pending
+over 30 days (goals: <= 5 s to a started scheduler, RSS <= 150 MB). Part 3: part 1 again with every send failing for
+the middle 30 s (goals: 0 lost, 0 duplicated; the figure in docs/architecture.md: the ones held up arrive p50 ~8 s /
+p99 ~20 s after the outage ends, the retry backoff). `python -m bench.reminders --worker` is one scheduler process
+(its DSN in BENCH_REMINDERS_DSN): one JSON line once started, then it runs until its standard input ends, writes
+what it received to `--out` and prints a second JSON line. PostgreSQL: DATABASE_URL (a scratch database on it) or an
+embedded server.
 """
 
 from __future__ import annotations

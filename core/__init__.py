@@ -1,5 +1,5 @@
 """The assistant's core. This is its front door: the only names adapters and bot/ import (`lint-imports` refuses
-any other import of a core module from them), listed in the README's "How the code is laid out":
+any other import of a core module from them), listed in docs/architecture.md ("The front door"):
 
 - `Core` (what a front end calls) and `open_core` (how bot/ brings it up), with `Delivery`;
 - the types a turn is told in: `Incoming`, `Quoted`, the events, `Step`, `TurnSteps`; reminders' `Outbox`

@@ -127,7 +127,7 @@ class Core:
         self.process_id = fleet.new_process_id()  # in /status and in the inbox leases it holds
         self.inbox = Inbox(pool, self.process_id, self.metrics)  # platform updates, stored before acknowledged
 
-    # ---- what front ends call (the README lists the whole front door) ------------------------------
+    # ---- what front ends call (docs/architecture.md lists the whole front door) ------------------------------
 
     async def command(
         self, inc: Incoming, name: CommandName, args: CommandArgs | str = "", *, must_answer: bool = False

@@ -4,39 +4,78 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import os
+import re
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from typing import TextIO
 
 from core import (
     COMMANDS,
-    HOW_TO_CONFIGURE,
     Assistant,
     CommandName,
     Core,
     Error,
     Incoming,
     ReminderMessage,
+    Settings,
     activity_lines,
+    fix_hint,
     summary_line,
 )
 
 PROMPT = "you › "
+BOT = "bot › "
 QUIT = ("/quit", "/exit")
 BY_NAME: dict[str, CommandName] = {f"/{n}": c.name for c in COMMANDS for n in (c.name, *c.aliases)}
+COMMAND_WORD = re.compile(r"/\w+")  # what a chat takes for a command: "/usr/bin/env is…" is a message
+UNKNOWN_COMMAND = "Unknown command {word} — try /help."
+READ_SIZE = 65536  # bytes read from standard input at a time
+MIN_WIDTH = 20  # columns Markdown is laid out in, however narrow the terminal
 Write = Callable[[str], None]
+Show = Callable[[str, str], str]  # (prefix, Markdown) → the text printed: the prefix, then the Markdown
+
+
+def as_written(prefix: str, text: str) -> str:
+    """The Markdown as written, after the prefix: what pipes, files and scripts get."""
+    return prefix + text
+
+
+def markdown_for(stream: TextIO) -> Show:
+    """Markdown rendered with rich when `stream` is a terminal (continuation lines indented under the prefix's end),
+    else as written."""
+    if not stream.isatty():
+        return as_written
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    terminal = Console(file=stream, force_terminal=True)
+
+    def show(prefix: str, text: str) -> str:
+        markdown = Markdown(text)
+        for token in markdown.parsed:  # a line break inside a paragraph stays one, as in the chats (and Telegram)
+            for child in token.children or ():
+                child.type = "hardbreak" if child.type == "softbreak" else child.type
+        with terminal.capture() as captured:
+            terminal.print(markdown, width=max(terminal.width - len(prefix), MIN_WIDTH))
+        lines = [line.rstrip(" ") for line in captured.get().rstrip("\n ").split("\n")]
+        return prefix + ("\n" + " " * len(prefix)).join(lines)
+
+    return show
 
 
 class ConsoleOutbox:
     """Reminders printed into the terminal chat while it runs."""
 
-    def __init__(self, write: Write) -> None:
-        """Print through `write`."""
+    def __init__(self, write: Write, show: Show = as_written) -> None:
+        """Print through `write`, the Markdown shown by `show`."""
         self.write = write
+        self.show = show
 
     async def send_reminder(self, msg: ReminderMessage) -> str | None:
         """Print one reminder (the buttons become a hint)."""
-        self.write(f"\n{msg.text}\n   (task #{msg.task_id}: say 'done' or 'snooze' to me)\n{PROMPT}")
+        self.write(f"\n{self.show('', msg.text)}\n   (task #{msg.task_id}: say 'done' or 'snooze' to me)\n{PROMPT}")
         return None
 
 
@@ -53,14 +92,15 @@ def console_incoming(text: str, chat: str = CHAT) -> Incoming:
     return Incoming(platform="console", user_id="local", chat_id=chat, text=text, user_name=name)
 
 
-def render(event: Assistant | Error) -> str:
-    """The answer, then a compact activity summary (or the error, with a config hint for LLM outages)."""
+def render(event: Assistant | Error, settings: Settings, show: Show = as_written, prefix: str = "") -> str:
+    """The answer (its Markdown shown by `show`), then a compact activity summary (or the error, with what to check
+    about the configured model when it could not be used)."""
     if isinstance(event, Error):
-        text = f"⚠️  {event.message}"
+        text = f"{prefix}⚠️  {event.message}"
         if event.code == "llm_unavailable":
-            text += f" To fix: {HOW_TO_CONFIGURE}."
+            text += f" To fix: {fix_hint(settings)}."
         return text
-    out = [event.text]
+    out = [show(prefix, event.text)]
     if event.steps:
         out.append("   " + summary_line(event.steps, event.elapsed_s))
         out.extend("   " + line for line in activity_lines(event.steps))
@@ -68,52 +108,80 @@ def render(event: Assistant | Error) -> str:
 
 
 async def ask_once(core: Core, text: str, *, fresh: bool = True) -> tuple[str, bool]:
-    """`bot ask`: answer in the ask conversation, started afresh unless `fresh` is False (`--continue`)."""
+    """`bot ask`: answer in the ask conversation, started afresh unless `fresh` is False (`--continue`); Markdown
+    rendered when standard output is a terminal, as written when it is not."""
     inc = console_incoming(text, ASK_CHAT)
     if fresh:
         await core.reset(inc)
-    return await ask(core, inc)
+    return await ask(core, inc, markdown_for(sys.stdout))
 
 
-async def ask(core: Core, inc: Incoming) -> tuple[str, bool]:
+async def ask(core: Core, inc: Incoming, show: Show = as_written, prefix: str = "") -> tuple[str, bool]:
     """Answer one message; returns the printed text and whether it was answered without error."""
     async with aclosing(core.handle(inc)) as events:
         async for event in events:
             if isinstance(event, Assistant | Error):
-                return render(event), isinstance(event, Assistant)
-    return "", True
+                return render(event, core.settings, show, prefix), isinstance(event, Assistant)
+    return prefix, True
 
 
-async def command(core: Core, name: CommandName, arg: str) -> str:
+async def command(core: Core, name: CommandName, arg: str, show: Show = as_written, prefix: str = "") -> str:
     """A command of the catalogue typed in the terminal chat, answered without the LLM."""
     answer = await core.command(console_incoming(f"/{name} {arg}"), name, arg.strip(), must_answer=True)
-    return render(answer) if isinstance(answer, Error) else answer or ""
+    return render(answer, core.settings, show, prefix) if isinstance(answer, Error) else show(prefix, answer or "")
+
+
+async def readable(fd: int) -> bytes:
+    """What `fd` has once it is readable (b"" at its end), waited for in the event loop: no thread is left blocked
+    in a read when the loop ends (Ctrl-C then waited for Enter)."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    try:
+        loop.add_reader(fd, wake)
+    except PermissionError:  # a regular file (stdin redirected from one) cannot be polled: reading it never waits
+        return os.read(fd, READ_SIZE)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+    return os.read(fd, READ_SIZE)
 
 
 async def stdin_lines() -> AsyncIterator[str]:
-    """Lines typed in the terminal, read without blocking the event loop."""
-    loop = asyncio.get_running_loop()
+    """Lines typed in the terminal, each after the prompt; at the end of input the cursor goes to a new line."""
+    fd = sys.stdin.fileno()
+    pending, ended = b"", False
     while True:
         sys.stdout.write(PROMPT)
         sys.stdout.flush()
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line:
+        while b"\n" not in pending and not ended:
+            chunk = await readable(fd)
+            pending, ended = pending + chunk, not chunk
+        if not pending:
+            sys.stdout.write("\n")
             return
-        yield line.rstrip("\n")
+        line, _, pending = pending.partition(b"\n")
+        yield line.decode(errors="replace").rstrip("\r")
 
 
-async def chat_loop(core: Core, lines: AsyncIterator[str], write: Write) -> None:
+async def chat_loop(core: Core, lines: AsyncIterator[str], write: Write, show: Show = as_written) -> None:
     """The interactive terminal conversation: the commands of the catalogue (/help lists them) are answered without
-    the LLM, /quit (or end of input) leaves, anything else goes to the model."""
+    the LLM, other /words get a one-line hint, /quit (or end of input) leaves, anything else goes to the model."""
     write("Terminal chat — type a message; /help for the commands, /reset for a fresh conversation, /quit to leave.\n")
     async for line in lines:
         text = line.strip()
         word, _, arg = text.partition(" ")
-        if text in QUIT:
+        if text.lower() in QUIT:
             return
-        if word in BY_NAME:
-            write(f"bot › {await command(core, BY_NAME[word], arg)}\n")
-            continue
-        if text:
-            answer, _ = await ask(core, console_incoming(text))
-            write(f"bot › {answer}\n")
+        if word.lower() in BY_NAME:
+            write(f"{await command(core, BY_NAME[word.lower()], arg, show, BOT)}\n")
+        elif COMMAND_WORD.fullmatch(word):
+            write(f"{BOT}{UNKNOWN_COMMAND.format(word=word)}\n")
+        elif text:
+            answer, _ = await ask(core, console_incoming(text), show, BOT)
+            write(f"{answer}\n")

@@ -1,4 +1,5 @@
-"""`python -m bot` / `bot`: run the assistant, or `bot ask "…"` to answer once and exit.
+"""`python -m bot` / `bot`: run the assistant, or `bot ask "…"` (`bot ask -`: the message from standard input) to
+answer once and exit.
 
 Exit codes: 0 done, 1 an answer failed or an unexpected error, 2 a configuration problem (the variable is named),
 3 a service (database, Telegram, Discord) could not be reached, 42 a full restart was asked for (bot/loop.sh).
@@ -11,6 +12,7 @@ import asyncio
 import logging
 import sys
 import traceback
+from importlib.metadata import PackageNotFoundError, version
 
 from adapters.telegram import config_problem as telegram_problem
 from core import Settings, SettingsError, StartupError, config_problem, load_settings, redact
@@ -23,13 +25,29 @@ VOICE_WARNING = "voice will NOT be supported"  # discord.py's warning at client 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line: no sub-command runs the bot, `ask TEXT` answers once."""
     parser = argparse.ArgumentParser(prog="bot", description="Personal assistant bot.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {bot_version()}")
     parser.add_argument("--debug", action="store_true", help="debug logging, and full tracebacks of failures")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("run", help="run the bot (default)")
     ask = sub.add_parser("ask", help="answer one message in the terminal (a fresh conversation) and exit")
     ask.add_argument("--continue", "-c", dest="cont", action="store_true", help="continue the previous ask")
-    ask.add_argument("text", nargs="+", help="the message")
+    ask.add_argument("text", nargs="+", help="the message; - reads it from standard input")
     return parser.parse_args(argv)
+
+
+def bot_version() -> str:
+    """The installed version (as /status shows it)."""
+    try:
+        return version("assistant-bot")
+    except PackageNotFoundError:
+        return "dev"
+
+
+def ask_text(args: argparse.Namespace) -> str | None:
+    """The message `bot ask` answers: its words, or standard input for `-` (None when not asking)."""
+    if args.command != "ask":
+        return None
+    return sys.stdin.read().strip() if args.text == ["-"] else " ".join(args.text)
 
 
 def log_level(settings: Settings, debug: bool) -> int:
@@ -67,8 +85,15 @@ def failure_line(e: BaseException, settings: Settings) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script."""
+    """The `bot` command: read the command line and the settings, check them, run; returns the exit code."""
     args = parse_args(argv)
+    try:
+        text = ask_text(args)
+    except KeyboardInterrupt:  # Ctrl-C while `bot ask -` waits for standard input
+        return 0
+    if text == "":
+        print("bot ask: nothing to ask (the message is empty)", file=sys.stderr)
+        return 2
     try:
         settings = load_settings()
     except SettingsError as e:
@@ -80,11 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     debug = args.debug or settings.LOG_LEVEL == "DEBUG"
     configure_logging(log_level(settings, args.debug))
-    ask_text = " ".join(args.text) if args.command == "ask" else None
     try:
         from bot.app import run_bot  # the adapters (PTB, discord.py) only after the checks
 
-        return asyncio.run(run_bot(settings, ask_text=ask_text, ask_continue=ask_text is not None and args.cont))
+        return asyncio.run(run_bot(settings, ask_text=text, ask_continue=text is not None and args.cont))
     except KeyboardInterrupt:
         return 0
     except StartupError as e:

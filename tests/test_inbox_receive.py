@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -28,6 +28,15 @@ async def inboxes(pool: Pool, pool_b: Pool) -> AsyncIterator[tuple[Inbox, Inbox]
         await b.stop(0)
 
 
+def recorder(got: list[Delivery]) -> Callable[[Delivery], Awaitable[None]]:
+    """A handler that only records the deliveries it gets."""
+
+    async def handle(delivery: Delivery) -> None:
+        got.append(delivery)
+
+    return handle
+
+
 def never_parsed(payload: dict[str, Any]) -> Any:
     """The parse function of a receiver that took every update itself: it must never run."""
     raise AssertionError(f"parsed again: {payload}")
@@ -38,10 +47,7 @@ async def test_the_receiver_takes_the_update_itself_with_the_object_it_parsed(
 ) -> None:
     a, _ = inboxes
     got: list[Delivery] = []
-
-    async def handle(delivery: Delivery) -> None:
-        got.append(delivery)
-
+    handle = recorder(got)
     a.serve("telegram", never_parsed, handle)
     parsed = object()
     assert await a.receive("telegram", 1, "telegram:7", {"n": 1}, parsed)
@@ -103,10 +109,7 @@ async def test_a_claim_whose_answer_was_lost_is_taken_up_when_the_update_comes_a
     # and the platform (told nothing) sends the update again
     a, _ = inboxes
     got: list[Delivery] = []
-
-    async def handle(delivery: Delivery) -> None:
-        got.append(delivery)
-
+    handle = recorder(got)
     a.serve("telegram", dict, handle)
     stored, item = await store.receive(pool, "telegram", 9, "telegram:7", {"n": 9}, "a", 30.0)
     assert stored and item is not None and a.held == 0

@@ -356,3 +356,21 @@ async def test_a_job_cannot_be_made_frequent_through_update(
     answer(await run(core, incoming("faster")))
     assert all(e["error"]["code"] == "forbidden" for e in tool_messages(fake_llm.requests[-1])[-2:])
     assert await pool.fetchval("SELECT count(*) FROM tasks WHERE kind = 'agent'") == 1
+
+
+async def test_concurrent_creates_in_several_chats_cannot_pass_the_open_task_cap(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    # one person asks in eight groups at the same moment: each turn counts the open tasks, then inserts one
+    core = make_core(MAX_OPEN_TASKS=1, ALLOWED_USERS="*")
+
+    def model(body: dict[str, Any]) -> Reply:
+        if body["messages"][-1]["role"] == "tool":
+            return Reply(text="ok")
+        return Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "one more"})])
+
+    fake_llm.default = model
+    turns = [run(core, incoming("add", user="100", chat=f"-{i}", kind="group", message_id=str(i))) for i in range(8)]
+    for events in await asyncio.gather(*turns):
+        answer(events)
+    assert await pool.fetchval("SELECT count(*) FROM tasks WHERE status IN ('pending', 'in_progress')") == 1

@@ -18,6 +18,7 @@ from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 log = logging.getLogger(__name__)
 
 Pool = asyncpg.Pool
+Conn = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy  # one connection, e.g. inside a transaction
 T = TypeVar("T")
 # Added to asyncpg's reset query: RESET ALL leaves the role alone, and a temp table (pg_temp is searched
 # first) would shadow our tables for the next user of the connection.

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from core.constants import NEXT_OCCURRENCES, TASK_LIST_ROWS
 from core.reminders import recurrence
 from core.reminders.recurrence import Recurrence
-from core.storage.db import Pool
+from core.storage.db import Conn, Pool
 from core.timeutil import fmt_local, parse_local
 from core.tools.framework import Tool, ToolContext, ToolError
 
@@ -145,10 +145,13 @@ def _check_job_rate(job: str | None, rec: dict[str, Any] | None, ctx: ToolContex
         )
 
 
-async def _check_open_cap(pool: Pool, ctx: ToolContext) -> None:
-    """Refuse a new task when the account already has MAX_OPEN_TASKS open ones."""
+async def _check_open_cap(conn: Conn, ctx: ToolContext) -> None:
+    """Refuse a new (or reopened) task when the person already has MAX_OPEN_TASKS open ones. Runs in the transaction
+    that then writes the task, holding the person's row: turns of theirs in other chats wait, so none passes the cap
+    by counting before another's insert is committed."""
+    await conn.execute("SELECT 1 FROM users WHERE id = $1 FOR UPDATE", ctx.user.id)
     cap = ctx.caps.max_open_tasks
-    count = await pool.fetchval(
+    count = await conn.fetchval(
         "SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND status = ANY($2::text[]) LIMIT $3) t",
         ctx.user.id,
         list(OPEN_STATUSES),
@@ -169,21 +172,22 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
             raise ToolError("title is required to create a task")
         _check_job_rate(p.job, p.recurrence.model_dump() if p.recurrence else None, ctx)
         due, upcoming = _schedule(p, ctx)
-        await _check_open_cap(pool, ctx)
-        row = await pool.fetchrow(
-            f"INSERT INTO tasks (user_id, chat_id, title, details, due_at, recurrence, timezone, kind, agent_prompt,"
-            f" own_words) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {_COLUMNS}",
-            ctx.user.id,
-            ctx.chat.id,
-            p.title.strip(),
-            p.details or "",
-            due,
-            p.recurrence.model_dump(exclude_none=True) if p.recurrence else None,
-            tz.key,
-            "agent" if p.job else "reminder",
-            p.job,
-            ctx.own_words,
-        )
+        async with pool.acquire() as conn, conn.transaction():
+            await _check_open_cap(conn, ctx)
+            row = await conn.fetchrow(
+                f"INSERT INTO tasks (user_id, chat_id, title, details, due_at, recurrence, timezone, kind,"
+                f" agent_prompt, own_words) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {_COLUMNS}",
+                ctx.user.id,
+                ctx.chat.id,
+                p.title.strip(),
+                p.details or "",
+                due,
+                p.recurrence.model_dump(exclude_none=True) if p.recurrence else None,
+                tz.key,
+                "agent" if p.job else "reminder",
+                p.job,
+                ctx.own_words,
+            )
         assert row is not None
         ctx.on_tasks_changed()
         return _with_upcoming(row, tz, now, upcoming, f"created {_label(row, tz, now)}")
@@ -236,9 +240,27 @@ async def _update(p: ManageTasksParams, ctx: ToolContext, row: asyncpg.Record) -
             recurrence = p.recurrence.model_dump(exclude_none=True)
     job = p.job if p.job is not None else row["agent_prompt"]
     _check_job_rate(job, recurrence, ctx)
-    if p.status in OPEN_STATUSES and row["status"] not in OPEN_STATUSES:  # reopening counts like creating
-        await _check_open_cap(ctx.pool, ctx)
-    updated = await ctx.pool.fetchrow(
+    async with ctx.pool.acquire() as conn, conn.transaction():
+        if p.status in OPEN_STATUSES and row["status"] not in OPEN_STATUSES:  # reopening counts like creating
+            await _check_open_cap(conn, ctx)
+        updated = await _write_update(conn, p, ctx, row, due, recurrence, job)
+    assert updated is not None
+    ctx.on_tasks_changed()
+    return _with_upcoming(updated, tz, now, upcoming, f"updated {_label(updated, tz, now)}")
+
+
+async def _write_update(
+    conn: Conn,
+    p: ManageTasksParams,
+    ctx: ToolContext,
+    row: asyncpg.Record,
+    due: datetime | None,
+    recurrence: Any,
+    job: str | None,
+) -> asyncpg.Record | None:
+    """Store an update's fields on the task."""
+    tz = ctx.tz
+    return await conn.fetchrow(
         f"UPDATE tasks SET title = $3, details = $4, status = $5, due_at = $6, recurrence = $7,"
         f" timezone = $8, kind = $9, agent_prompt = $10, own_words = $11, updated_at = now()"
         f" WHERE id = $1 AND user_id = $2 RETURNING {_COLUMNS}",
@@ -254,9 +276,6 @@ async def _update(p: ManageTasksParams, ctx: ToolContext, row: asyncpg.Record) -
         job,
         _own_after_update(p, row, ctx),
     )
-    assert updated is not None
-    ctx.on_tasks_changed()
-    return _with_upcoming(updated, tz, now, upcoming, f"updated {_label(updated, tz, now)}")
 
 
 def _own_after_update(p: ManageTasksParams, row: asyncpg.Record, ctx: ToolContext) -> bool:

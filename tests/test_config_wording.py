@@ -126,3 +126,10 @@ def test_fix_hint_names_the_configured_server_and_model(clean_env: Path) -> None
     local = fix_hint(load_settings(LLM_PROVIDER="ollama"))
     assert "localhost:11434 (LLM_PROVIDER=ollama)" in local and "llama3.1" in local
     assert all(SECRET not in hint and "set LLM_API_KEY (and" not in hint for hint in (fix_hint(given), local))
+
+
+def test_credentials_in_llm_base_url_are_one_line_at_start_without_the_password(clean_env: Path) -> None:
+    # the HTTP client would refuse them at the first request, as a failure with a traceback
+    problem = config_problem(load_settings(LLM_BASE_URL="http://bob:s3cret@10.0.0.5:8000/v1"))
+    assert problem == "LLM_BASE_URL: cannot carry a user name or password (put the key in LLM_API_KEY)"
+    assert config_problem(load_settings(LLM_BASE_URL="http://10.0.0.5:8000/v1")) is None

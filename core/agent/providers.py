@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from core.settings import Settings
 
@@ -42,6 +43,9 @@ def config_problem(settings: Settings) -> str | None:
     """One clear line when no usable LLM is configured, else None."""
     if nothing_configured(settings):
         return f"LLM_API_KEY: not set, and LLM_PROVIDER={settings.LLM_PROVIDER} needs one ({HOW_TO_CONFIGURE})"
+    base_url = settings.LLM_BASE_URL or ""
+    if "@" in urlsplit(base_url).netloc:  # the HTTP client refuses credentials in the URL at the first request
+        return "LLM_BASE_URL: cannot carry a user name or password (put the key in LLM_API_KEY)"
     return None
 
 

@@ -135,11 +135,11 @@ async def test_ctrl_c_leaves_the_chat_at_once(chat: Terminal) -> None:
 
 
 async def test_ctrl_c_cuts_an_answer_being_written(chat: Terminal, fake_llm: FakeOpenAI) -> None:
-    asked = asyncio.Event()
+    asked, never = asyncio.Event(), asyncio.Event()
 
     async def slow(body: dict[str, Any]) -> Reply:
         asked.set()
-        await asyncio.sleep(30)
+        await never.wait()  # the model still thinking when Ctrl-C comes
         return Reply(text="too late")
 
     fake_llm.script(slow)

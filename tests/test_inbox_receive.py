@@ -117,3 +117,19 @@ async def test_a_claim_whose_answer_was_lost_is_taken_up_when_the_update_comes_a
     await until(lambda: len(got) == 1, 2.0)  # …and handled here, once, instead of waiting for its lease forever
     assert await until_done(pool, 9)
     assert len(got) == 1
+
+
+async def test_an_update_its_stopping_adapter_declines_is_handed_back_at_once(
+    inboxes: tuple[Inbox, Inbox], pool: Pool
+) -> None:
+    a, _ = inboxes
+
+    async def decline(delivery: Delivery) -> None:
+        a.unserve("telegram")  # the adapter is stopping (it unserves first) and turns new work away
+        raise asyncio.CancelledError
+
+    a.serve("telegram", dict, decline)
+    assert await a.receive("telegram", 3, "telegram:7", {}, {})
+    await until(lambda: a.held == 0, 2.0)
+    row = await pool.fetchrow("SELECT owner, done_at, handed_back FROM inbox WHERE update_id = 3")
+    assert row is not None and (row["owner"], row["done_at"], row["handed_back"]) == (None, None, 1)

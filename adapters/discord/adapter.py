@@ -185,7 +185,7 @@ class DiscordAdapter:
         """A stored message's turn, in the process that received it or another one: replied to by ids."""
         stored: StoredMessage = delivery.update
         await self.gateway.connected_once()
-        if self._stopping:  # bot/ drains the inbox before stopping adapters; else its lease runs out for another
+        if self._stopping:  # declined: the inbox hands it back at once for another process (or the next start)
             raise asyncio.CancelledError
         channel = self.client.get_partial_messageable(stored.channel_id, guild_id=stored.guild_id)
         reference = reply_reference(stored.message_id, stored.channel_id, stored.guild_id)

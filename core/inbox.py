@@ -242,14 +242,14 @@ class Inbox:
                     delivery.update = parse(item.payload)
                 await handler(delivery)
         except asyncio.CancelledError:
+            task = asyncio.current_task()
+            declined = task is not None and not task.cancelling() and item.platform not in self._handlers
+            if declined and not delivery.lost:  # its adapter stopped and turned it away: another process takes it now
+                await self._hand_back(item)  # still counted as held here until the database has it back
+                return
             self._forget(item.update_id)
             if delivery.lost:
                 return  # another process answers it: nothing to finish or hand back here
-            task = asyncio.current_task()
-            declined = task is not None and not task.cancelling() and item.platform not in self._handlers
-            if declined:  # its adapter stopped and turned it away: another process (or the next start) takes it now
-                await self._hand_back(item)
-                return
             raise  # cut at shutdown: stop() hands it back
         except Exception:
             log.exception("handling %s update %d failed", item.platform, item.update_id)

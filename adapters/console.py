@@ -9,6 +9,7 @@ import re
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from pathlib import Path
 from typing import TextIO
 
 from core import (
@@ -17,6 +18,7 @@ from core import (
     CommandName,
     Core,
     Error,
+    FileAnswer,
     Incoming,
     ReminderMessage,
     Settings,
@@ -33,6 +35,7 @@ COMMAND_WORD = re.compile(r"/\w+")  # what a chat takes for a command: "/usr/bin
 UNKNOWN_COMMAND = "Unknown command {word} — try /help."
 READ_SIZE = 65536  # bytes read from standard input at a time
 MIN_WIDTH = 20  # columns Markdown is laid out in, however narrow the terminal
+EXPORTS = "exports"  # /export writes its file into this folder of DATA_DIR
 Write = Callable[[str], None]
 Show = Callable[[str, str], str]  # (prefix, Markdown) → the text printed: the prefix, then the Markdown
 
@@ -75,7 +78,8 @@ class ConsoleOutbox:
 
     async def send_reminder(self, msg: ReminderMessage) -> str | None:
         """Print one reminder (the buttons become a hint)."""
-        self.write(f"\n{self.show('', msg.text)}\n   (task #{msg.task_id}: say 'done' or 'snooze' to me)\n{PROMPT}")
+        hint = f"\n   (task #{msg.task_id}: say 'done' or 'snooze' to me)" if msg.buttons else ""  # a link notice: none
+        self.write(f"\n{self.show('', msg.text)}{hint}\n{PROMPT}")
         return None
 
 
@@ -128,7 +132,20 @@ async def ask(core: Core, inc: Incoming, show: Show = as_written, prefix: str = 
 async def command(core: Core, name: CommandName, arg: str, show: Show = as_written, prefix: str = "") -> str:
     """A command of the catalogue typed in the terminal chat, answered without the LLM."""
     answer = await core.command(console_incoming(f"/{name} {arg}"), name, arg.strip(), must_answer=True)
+    if isinstance(answer, FileAnswer):
+        path = save_file(core.settings.DATA_DIR / EXPORTS, answer)
+        return show(prefix, f"{answer.text}\n\nSaved to `{path}`.")
     return render(answer, core.settings, show, prefix) if isinstance(answer, Error) else show(prefix, answer or "")
+
+
+def save_file(folder: Path, answer: FileAnswer) -> Path:
+    """Write a file answer (an export) into `folder`, readable by the local user only; returns its path."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / answer.filename
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(answer.data)
+    return path.resolve()
 
 
 async def readable(fd: int) -> bytes:

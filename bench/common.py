@@ -277,9 +277,12 @@ async def _database(url: str, tag: str) -> AsyncIterator[BenchDatabase]:
             yield await _prepare(url, "DATABASE_URL itself (bench rows deleted afterwards)", tag)
         finally:
             conn = await asyncpg.connect(url)
-            try:  # chats cascade
+            try:  # chats cascade, and accounts take their identities, tasks and memory along
                 await conn.execute("DELETE FROM chats WHERE platform_chat_id LIKE $1", f"{tag}%")
-                await conn.execute("DELETE FROM users WHERE platform_user_id LIKE $1", f"{tag}%")
+                await conn.execute(
+                    "DELETE FROM accounts WHERE id IN (SELECT account_id FROM users WHERE platform_user_id LIKE $1)",
+                    f"{tag}%",
+                )
             finally:
                 await conn.close()
         return

@@ -226,7 +226,7 @@ async def measure(pool: Pool, tag: str, args: argparse.Namespace) -> int:
         f" {counts['archival_size']} with indexes), {counts['messages']:,} messages ({counts['messages_size']})"
     )
     uid = await pool.fetchval("SELECT id FROM users WHERE platform_user_id = $1", f"{tag}0")
-    user = UserRef(uid, "telegram", f"{tag}0", "user 0", "UTC")
+    user = UserRef(uid, uid, "telegram", f"{tag}0", "user 0", "UTC")
     chat_id = await pool.fetchval("SELECT id FROM chats WHERE platform_chat_id = $1", f"{tag}0")
     ctx = ToolContext(pool, user, ChatRef(chat_id, "telegram", f"{tag}0", "", "private"), False, system_clock)
     # the measured user holds more entries than ARCHIVAL_MAX_ENTRIES lets a person keep: lift the cap for the inserts

@@ -176,10 +176,12 @@ async def owner(db: BenchDatabase, name: str) -> tuple[int, int]:
     """A Telegram user and their private chat (the bench's earlier users and their tasks deleted first)."""
     conn = await asyncpg.connect(db.dsn)
     try:
-        await conn.execute("DELETE FROM users WHERE platform_user_id LIKE $1", f"{db.tag}%")
+        await conn.execute(
+            "DELETE FROM accounts WHERE id IN (SELECT account_id FROM users WHERE platform_user_id LIKE $1)",
+            f"{db.tag}%",
+        )
         user_id = await conn.fetchval(
-            "INSERT INTO users (platform, platform_user_id, display_name, timezone)"
-            " VALUES ('telegram', $1, $2, 'UTC') RETURNING id",
+            "INSERT INTO users (platform, platform_user_id, display_name) VALUES ('telegram', $1, $2) RETURNING id",
             f"{db.tag}{name}",
             f"Bench {name}",
         )

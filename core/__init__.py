@@ -9,10 +9,20 @@ any other import of a core module from them), listed in docs/architecture.md ("T
 
 from core.activity import activity_lines, summary_line
 from core.agent.providers import HOW_TO_CONFIGURE, config_problem, fix_hint
-from core.commands import COMMANDS, MEMORY_WIPE_CONFIRM, Command, CommandArgs, CommandName, Option
+from core.commands import (
+    COMMANDS,
+    FORGET_ME_CONFIRM,
+    MEMORY_WIPE_CONFIRM,
+    MODEL_NOT_YOURS,
+    Command,
+    CommandArgs,
+    CommandName,
+    Option,
+)
 from core.front_door import Core
 from core.inbox import Delivery
 from core.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from core.own_data import FileAnswer, file_too_large
 from core.reminders.buttons import BUTTONS
 from core.reminders.engine import DeliveryRefused, Outbox
 from core.reminders.messages import ReminderMessage
@@ -22,8 +32,10 @@ from core.texts import (
     CUT_SHORT,
     EMPTY_ANSWER,
     FAILED,
+    FORGET_LABEL,
     HIDE_STEPS,
     NOT_YOUR_BUTTON,
+    NOT_YOUR_FORGET,
     REMINDER_BUTTON_LABELS,
     RESTARTING,
     SENT_PRIVATELY,
@@ -40,11 +52,15 @@ __all__ = [
     "EMPTY_ANSWER",
     "EXIT_UNREACHABLE",
     "FAILED",
+    "FORGET_LABEL",
+    "FORGET_ME_CONFIRM",
     "HIDE_STEPS",
     "HOW_TO_CONFIGURE",
     "MEMORY_WIPE_CONFIRM",
     "METRICS_CONTENT_TYPE",
+    "MODEL_NOT_YOURS",
     "NOT_YOUR_BUTTON",
+    "NOT_YOUR_FORGET",
     "REMINDER_BUTTON_LABELS",
     "RESTARTING",
     "SENT_PRIVATELY",
@@ -61,6 +77,7 @@ __all__ = [
     "DeliveryRefused",
     "Error",
     "Event",
+    "FileAnswer",
     "Incoming",
     "Option",
     "Outbox",
@@ -73,6 +90,7 @@ __all__ = [
     "TurnSteps",
     "activity_lines",
     "config_problem",
+    "file_too_large",
     "fix_hint",
     "load_settings",
     "open_core",

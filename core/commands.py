@@ -3,6 +3,7 @@ terminal chat), and the answers the core gives them without the LLM, as platform
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -11,11 +12,15 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Literal, Protocol
 from zoneinfo import ZoneInfo
 
+from core import accounts
 from core.agent.llm import LLM
-from core.constants import FLEET_SEEN_S
+from core.agent.providers import ModelChoice
+from core.constants import ABANDONED_MARGIN, FLEET_SEEN_S
 from core.memory.blocks import normalise_name
 from core.memory.show_and_erase import delete_memory_line, memory_overview, wipe_memory
+from core.own_data import FileAnswer, Summary, export_account, forget_account, summary
 from core.reminders import recurrence
+from core.reminders.engine import Outbox
 from core.reminders.messages import SUPERSEDED
 from core.reminders.queries import replan_zones
 from core.settings import Settings
@@ -30,7 +35,21 @@ HELP_INTRO = (
     "I'm your personal assistant. Tell me what to remember or remind you of, in plain words — e.g. "
     "*remind me to call mum tomorrow at 18:00* or *every weekday at 8:00 remind me to stretch*."
 )
-CommandName = Literal["help", "tasks", "timezone", "status", "reset", "memory"]
+CommandName = Literal[
+    "help",
+    "tasks",
+    "timezone",
+    "status",
+    "reset",
+    "memory",
+    "model",
+    "export",
+    "forget_me",
+    "link",
+    "unlink",
+    "usage",
+    "budget",
+]
 CommandArgs = Mapping[str, str]
 
 
@@ -60,6 +79,11 @@ class Command:
         """The arguments typed after the command in a text chat, by option name."""
         if self.name == "memory":
             return _memory_args(text.split())
+        if self.name == "budget":  # `/budget <platform:id> <tokens|off>` (core/usage.py)
+            words = text.split()
+            return {"identity": words[0], "tokens": words[1]} if len(words) == 2 else {}
+        if self.name == "forget_me":  # `/forget_me confirm` deletes at once, like `/memory wipe confirm`
+            return {"confirm": "true"} if text.strip().lower() == "confirm" else {}
         text = text.strip()
         return {self.options[0].name: text} if self.options and text else {}
 
@@ -87,6 +111,14 @@ COMMANDS: tuple[Command, ...] = (
         syntax="Area/City",
     ),
     Command(
+        "model",
+        "show or switch the model that answers you",
+        "show the model that answers you and the ones on offer; /model <name> switches to one",
+        (Option("name", "The model to switch to (leave empty to see the ones on offer)"),),
+        private=True,
+        syntax="[name]",
+    ),
+    Command(
         "memory",
         "what I remember about you (forget a line, wipe)",
         "what I remember about you; /memory forget human 2 deletes line 2 of [human], "
@@ -102,6 +134,48 @@ COMMANDS: tuple[Command, ...] = (
             Option("confirm", "wipe: True erases at once, without asking", kind="flag"),
         ),
         private=True,
+    ),
+    Command(
+        "export", "a file of everything I keep about you", "a JSON file of everything I keep about you", private=True
+    ),
+    Command(
+        "forget_me",
+        "delete everything I keep about you",
+        "delete your account and everything I keep about you, on every platform you linked (after a confirmation)",
+        (Option("confirm", "True deletes at once, without asking", kind="flag"),),
+        private=True,
+    ),
+    Command(
+        "link",
+        "link your accounts on other platforms into one",
+        "in a private chat: a one-time code (and the identities linked now); /link CODE, sent from your account on "
+        "another platform, makes the two one account",
+        (Option("code", "The code /link gave your other account (leave empty to get a code here)"),),
+        syntax="[CODE]",
+    ),
+    Command(
+        "unlink",
+        "separate a linked identity again",
+        "separate one identity (platform:id, as /link lists it) from your account again",
+        (Option("identity", "platform:id as /link lists it, e.g. discord:123456"),),
+        syntax="platform:id",
+    ),
+    Command(
+        "usage",
+        "your model tokens today and this month",
+        "the model tokens you used today and this month (per model), and the budget you have left",
+        private=True,
+    ),
+    Command(
+        "budget",
+        "admins: set a person's daily token budget",
+        "admins only: a person's daily token budget (off: the default again)",
+        (
+            Option("identity", "platform:id of the person, e.g. telegram:123456"),
+            Option("tokens", "tokens per day, or off for the default"),
+        ),
+        private=True,
+        syntax="platform:id tokens|off",
     ),
     Command("reset", "start a fresh conversation", "start a fresh conversation"),
     Command("status", "how the bot is doing", "how the bot is doing", private=True),
@@ -128,6 +202,57 @@ MEMORY_WIPE_HOW = {  # how to confirm, per platform (the chat adapters put a but
     "discord": "To go ahead, press the button below or use /memory action:wipe confirm:True.",
 }
 MEMORY_WIPED = "Done — I erased {lines} and {archival}. Our conversation history is not memory and stays as it is."
+FORGET_ME_CONFIRM: CommandArgs = {"confirm": "true"}  # what the /forget_me confirmation button sends
+FORGET_ME_ASK = (
+    "This deletes your account and everything I keep about you: {what}. Every identity goes with it ({identities}), "
+    "so I will greet you as someone new. It cannot be undone; /export first if you want a copy. "
+)
+FORGET_ME_HOW = {  # how to confirm, per platform (the chat adapters put a button under the question)
+    "telegram": "To go ahead, press the button below or send /forget_me confirm.",
+    "discord": "To go ahead, press the button below or use /forget_me confirm:True.",
+}
+FORGOTTEN = "Done — I deleted your account and everything in it: {what}. If you write to me again, I start afresh."
+NOTHING_TO_FORGET = "I keep nothing about you (any more)."
+EXPORT_TEXT = "Everything I keep about you, as JSON: {what}."
+
+
+MODEL_FIXED = "Answers come from **{model}**; this bot offers no other models (its operator lists them in LLM_MODELS)."
+MODEL_HOW = {  # how to switch, per platform (the chat adapters put a button per model under the list)
+    "telegram": "Press a button below, or send /model <name>, e.g. /model {example}.",
+    "discord": "Press a button below, or use /model name:{example}.",
+}
+MODEL_NOT_OFFERED = "`{name}` is not a model on offer here; choose one of: {names}."
+MODEL_SWITCHED = "Done — **{name}** answers you from now on, on every platform you linked."
+MODEL_STALE = "That button is out of date (the models on offer changed): send /model to see them."
+MODEL_NOT_YOURS = "This button is not for you: /model shows your own choice of models."
+
+
+def model_token(index: int, choice: ModelChoice) -> str:
+    """What a model button carries: the choice's place in the list and a check of its name (`3:1a2b3c4d`), so a
+    press after the operator changed LLM_MODELS never picks another model than the one shown."""
+    return f"{index}:{hashlib.sha256(choice.name.encode()).hexdigest()[:8]}"
+
+
+def model_by_token(choices: tuple[ModelChoice, ...], token: str) -> ModelChoice | None:
+    """The choice a button names (None: out of range, or the list changed since it was shown)."""
+    index, _, _ = token.partition(":")
+    if not index.isdecimal() or int(index) >= len(choices):
+        return None
+    choice = choices[int(index)]
+    return choice if model_token(int(index), choice) == token else None
+
+
+def model_by_name(choices: tuple[ModelChoice, ...], name: str) -> ModelChoice | None:
+    """The choice typed after /model: its name in any case, or its model alone when only one choice has it."""
+    wanted = name.strip().lower()
+    by_name = [c for c in choices if c.name.lower() == wanted]
+    by_model = [c for c in choices if c.model.lower() == wanted]
+    return by_name[0] if by_name else by_model[0] if len(by_model) == 1 else None
+
+
+def chosen_model(choices: tuple[ModelChoice, ...], stored: str | None) -> ModelChoice | None:
+    """An account's stored choice among those on offer (None: the default, or a name no longer offered)."""
+    return next((c for c in choices if c.name == stored), None)
 
 
 class CoreParts(Protocol):
@@ -136,8 +261,10 @@ class CoreParts(Protocol):
     settings: Settings
     pool: Pool
     llm: LLM
+    models: tuple[ModelChoice, ...]  # the models people may pick, the default first
     clock: Clock
     task_listeners: list[Callable[[], None]]
+    outboxes: dict[str, Outbox]  # the running front ends' (Core.running): messages without a user message
 
 
 def app_version() -> str:
@@ -180,6 +307,17 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun[:-1]}ies" if noun.endswith("y") else f"{n} {noun}s"
 
 
+def _held(held: Summary) -> str:
+    """`1 identity, 12 stored messages, 2 tasks, 3 memory lines and 1 archival note`."""
+    parts = [
+        _count(len(held.identities), "identity"),
+        _count(held.messages, "stored message"),
+        _count(held.tasks, "task"),
+        _count(held.lines, "memory line"),
+    ]
+    return ", ".join(parts) + " and " + _count(held.archival, "archival note")
+
+
 class Commands:
     """The command answers; they need the database, never the LLM."""
 
@@ -190,19 +328,19 @@ class Commands:
     async def tasks(self, inc: Incoming) -> str:
         """The speaking user's open tasks with local due times."""
         user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
-        rows = await open_tasks(self.core.pool, user.id)
+        rows = await open_tasks(self.core.pool, user.account_id)
         tz, now = zone(user.timezone), self.core.clock()
         skipped = await self.core.pool.fetch(
             "SELECT t.id, t.title, o.scheduled_at FROM occurrences o JOIN tasks t ON t.id = o.task_id"
             " WHERE t.user_id = $1 AND o.status = 'skipped' AND o.scheduled_at > $2 AND o.error IS DISTINCT FROM $3"
             " ORDER BY o.scheduled_at",
-            user.id,
+            user.account_id,
             now - timedelta(days=7),
             SUPERSEDED,
         )
         notes = [f"- #{r['id']} {r['title']} — was due {fmt_local(r['scheduled_at'], tz, now)}" for r in skipped]
         skipped_text = "\n\n**Missed while I was offline** (not sent):\n" + "\n".join(notes) if notes else ""
-        skipped_text += await self._not_delivered(user.id, tz, now)
+        skipped_text += await self._not_delivered(user.account_id, tz, now)
         if not rows:
             return "You have no open tasks. Tell me what to remember!" + skipped_text
         lines = [f"**Your open tasks** ({tz.key}):"]
@@ -245,6 +383,37 @@ class Commands:
             )
         return out
 
+    async def link(self, inc: Incoming, code: str) -> str:
+        """/link: a new one-time code and the identities linked now; /link CODE: this account joins the code's (whose
+        identity is told in the chat where it asked). Only in a private chat: a code is never shown in a group."""
+        if inc.chat_kind != "private":
+            retired = code.strip() and await accounts.retire(self.core.pool, code)
+            return accounts.ONLY_IN_PRIVATE.format(command="/link") + (accounts.RETIRED if retired else "")
+        core, words = self.core, self.core.settings.MEMORY_BLOCK_WORDS
+        user, chat = await conversations.identify(core.pool, inc, core.settings.DEFAULT_TIMEZONE)
+        now = core.clock()
+        if not code.strip():
+            made = await accounts.issue(core.pool, user, chat, now)
+            return accounts.code_text(made, await accounts.identities(core.pool, user.account_id), user)
+        busy = timedelta(seconds=core.settings.AGENT_TOTAL_TIMEOUT) + ABANDONED_MARGIN  # a turn still running
+        linked = await accounts.redeem(core.pool, user, code, now, block_words=words, busy_within=busy)
+        if isinstance(linked, str):
+            return linked
+        if await replan_zones(core.pool, now, core.settings.DEFAULT_TIMEZONE, linked.account_id):
+            for listener in core.task_listeners:  # moved tasks repeat in the kept time zone now
+                listener()
+        await accounts.tell(core.outboxes, linked.told_in, linked.issuer, linked.notice(words), now)
+        return linked.answer(words)
+
+    async def unlink(self, inc: Incoming, identity: str) -> str:
+        """/unlink platform:id: that identity leaves the speaker's account for an empty one of its own."""
+        if inc.chat_kind != "private":
+            return accounts.ONLY_IN_PRIVATE.format(command="/unlink")
+        if not identity.strip():
+            return accounts.UNLINK_USAGE
+        user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        return await accounts.unlink(self.core.pool, user, identity)
+
     async def timezone(self, inc: Incoming, arg: str) -> str:
         """Show the user's time zone, or set it when `arg` names one."""
         user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
@@ -258,7 +427,7 @@ class Commands:
         if name is None:
             return f"`{arg.strip()[:60]}` is not a time zone I know. Use an IANA name like Europe/Berlin."
         await conversations.set_timezone(self.core.pool, user, name)
-        if await replan_zones(self.core.pool, now, self.core.settings.DEFAULT_TIMEZONE, user.id):
+        if await replan_zones(self.core.pool, now, self.core.settings.DEFAULT_TIMEZONE, user.account_id):
             for listener in self.core.task_listeners:  # the scheduler plans the moved times
                 listener()
         return f"Time zone set to **{name}** — it is {fmt_local(now, zone(name), now)} there."
@@ -268,34 +437,95 @@ class Commands:
         user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
         action = args.get("action", "show")
         if action == "show":
-            overview = await memory_overview(self.core.pool, user.id)
+            overview = await memory_overview(self.core.pool, user.account_id)
             text = overview.text(self.core.settings.MEMORY_BLOCK_WORDS)
             return f"**What I remember about you**\n```\n{text}\n```\n{MEMORY_HOW}"
         if action == "forget" and args.get("block") and (args.get("line") or "").isdecimal():
             block = args["block"].strip().lower().replace(" ", "_")
             try:
                 number = int(args["line"])  # ValueError past Python's digit limit
-                gone = await delete_memory_line(self.core.pool, user.id, block, number)
+                gone = await delete_memory_line(self.core.pool, user.account_id, block, number)
             except ValueError:
                 return MEMORY_USAGE
             except ToolError as e:
                 return str(e)
             return f"Forgot line {number} of [{normalise_name(block)}]: “{gone}”."
         if action == "wipe" and args.get("confirm") == "true":
-            wiped = await wipe_memory(self.core.pool, user.id)
+            wiped = await wipe_memory(self.core.pool, user.account_id)
             return MEMORY_WIPED.format(
                 lines=_count(wiped.lines, "line"), archival=_count(wiped.archival, "archival entry")
             )
         if action == "wipe":
-            overview = await memory_overview(self.core.pool, user.id)
+            overview = await memory_overview(self.core.pool, user.account_id)
             lines = sum(len(block.lines) for block in overview.blocks)
             how = MEMORY_WIPE_HOW.get(inc.platform, "To go ahead, send /memory wipe confirm.")
             counts = {"lines": _count(lines, "line"), "archival": _count(overview.archival, "archival entry")}
             return MEMORY_WIPE_ASK.format(**counts) + how
         return MEMORY_USAGE
 
-    async def status(self, board: StatusBoard) -> str:
-        """Version, uptime, model, adapters, last successful polls, pending reminders."""
+    async def model(self, inc: Incoming, args: CommandArgs) -> str:
+        """/model: the speaker's model and the ones on offer; switch by name (typed) or by choice (a button)."""
+        choices = self.core.models
+        if len(choices) < 2:
+            return MODEL_FIXED.format(model=choices[0].name)
+        user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        if args.get("choice") or args.get("name"):
+            token, name = args.get("choice", ""), args.get("name", "")
+            pick = model_by_token(choices, token) if token else model_by_name(choices, name)
+            if pick is None and token:
+                return MODEL_STALE
+            if pick is None:
+                return MODEL_NOT_OFFERED.format(name=name.strip()[:60], names=", ".join(c.name for c in choices))
+            await conversations.set_model(self.core.pool, user, None if pick == choices[0] else pick.name)
+            return MODEL_SWITCHED.format(name=pick.name)
+        chosen = chosen_model(choices, user.model)
+        current = chosen or choices[0]
+        lines = [f"Your model: **{current.name}**" + (" (the default)." if current == choices[0] else ".")]
+        if user.model is not None and chosen is None:
+            lines.append(f"You picked {user.model[:60]}, which is no longer on offer, so the default answers you.")
+        lines.append("On offer:")
+        for choice in choices:
+            notes = [n for n, on in (("the default", choice == choices[0]), ("yours", choice == current)) if on]
+            lines.append(f"- `{choice.name}`" + (f" ({', '.join(notes)})" if notes else ""))
+        example = next(c.name for c in choices if c != current)
+        how = MODEL_HOW.get(inc.platform, "Switch with /model <name>, e.g. /model {example}.")
+        return "\n".join([*lines, how.format(example=example)])
+
+    async def _your_model(self, inc: Incoming) -> str:
+        """The /status line of the asker's model."""
+        user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        choice = chosen_model(self.core.models, user.model)
+        if choice is not None and choice != self.core.models[0]:
+            return f"- your model: {choice.name}"
+        gone = f" ({user.model[:60]} is no longer on offer)" if user.model is not None else ""
+        return f"- your model: {self.core.models[0].name}, the default{gone}"
+
+    async def export(self, inc: Incoming) -> FileAnswer:
+        """/export: everything the bot keeps about the speaker's account, as a JSON file."""
+        user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        held = await summary(self.core.pool, user.account_id)
+        filename, data = await export_account(self.core.pool, user.account_id, self.core.clock())
+        return FileAnswer(EXPORT_TEXT.format(what=_held(held)), filename, data)
+
+    async def forget_me(self, inc: Incoming, args: CommandArgs) -> str:
+        """/forget_me: what deleting the speaker's account would delete (a confirmation asks for it), or, confirmed,
+        delete it: the confirmed path looks the identity up without storing anything, so nothing of it comes back."""
+        if args.get("confirm") == "true":
+            chat = inc.chat_id if inc.chat_kind == "private" else None
+            gone = await forget_account(self.core.pool, inc.platform, inc.user_id, chat)
+            if gone is None:
+                return NOTHING_TO_FORGET
+            for listener in self.core.task_listeners:  # the scheduler drops the deleted tasks' reminders
+                listener()
+            return FORGOTTEN.format(what=_held(gone))
+        user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        held = await summary(self.core.pool, user.account_id)
+        how = FORGET_ME_HOW.get(inc.platform, "To go ahead, send /forget_me confirm.")
+        return FORGET_ME_ASK.format(what=_held(held), identities=", ".join(held.identities)) + how
+
+    async def status(self, board: StatusBoard, inc: Incoming | None = None, spend: str | None = None) -> str:
+        """Version, uptime, model (and the asker's), adapters, last successful polls, pending reminders, the bot's
+        spend today (`spend`: the admins' line), then the fleet."""
         pending = await self.core.pool.fetchval(
             "SELECT count(*) FROM tasks WHERE status IN ('pending', 'in_progress') AND due_at IS NOT NULL"
         )
@@ -305,6 +535,7 @@ class Commands:
             f"**Status** — version {app_version()}",
             f"- uptime: {_uptime(time.monotonic() - board.started_monotonic)}",
             f"- model: {self.core.llm.model}",
+            *([await self._your_model(inc)] if inc is not None else []),
             "- adapters: " + (", ".join(f"{k} ({v})" for k, v in board.adapters.items()) or "none"),
         ]
         for name, when in board.last_poll.items():
@@ -317,6 +548,7 @@ class Commands:
                 f"- failed reminder deliveries (7 days): {failed}"
                 + (f" ({board.failed_deliveries} since this start)" if board.failed_deliveries else "")
             )
+        lines += [spend] if spend else []
         lines += await self._fleet(board.process_id)
         return "\n".join(lines)
 

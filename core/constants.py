@@ -24,6 +24,12 @@ WRAP_UP_MIN_S = 2.0  # a wrap-up call needs at least this much of the time budge
 ABANDONED_MARGIN = timedelta(minutes=5)  # a turn running this much longer than AGENT_TOTAL_TIMEOUT is dead
 REASON_CHARS = 200  # the server's reason for a refused request, cut to one line of this length
 
+# Token budgets (core/usage.py, sql/022).
+USAGE_CALL_RESERVE = 16_000  # tokens a model call in flight counts against a budget until its usage is written
+USAGE_LEASE_MARGIN = timedelta(seconds=30)  # a call's reservation lapses this long after AGENT_STEP_TIMEOUT
+USAGE_BUSY_POLL_S = 0.05  # a call near a budget waits for the account's calls in flight, asking again this often
+MAX_MODELS = 20  # LLM_MODELS lists at most this many: with the default, each gets a button in one message
+
 # The activity part of a reply.
 OUTCOME_CHARS = 90  # one activity line's outcome is cut to this many characters
 ACTIVITY_LINES = 12  # at most this many tool lines are shown; the rest are counted
@@ -115,3 +121,14 @@ RETENTION_EVERY_S = 600.0  # each process prunes old rows at start and then this
 RETENTION_BATCH = 1000  # rows one DELETE removes at most
 RETENTION_ROUNDS = 10  # batches per table and prune at most (a larger backlog goes at the next prunes)
 REFUSAL_KEEP = timedelta(days=1)  # a chat's last refusal notice is deleted after this (only the last hour counts)
+
+# Linking identities (core/accounts.py, sql/021): one-time codes and the lock after wrong ones.
+LINK_CODE_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"  # 32 symbols, no 0/O or 1/I look-alikes
+LINK_CODE_CHARS = 8  # 32^8 = 2^40 codes, shown as two groups of four (K7QX-M2PA)
+LINK_CODE_TTL = timedelta(minutes=10)  # a code works this long after /link made it, once
+LINK_LIVE_CODES = 3  # unused codes one identity may hold at a time (older ones stop working)
+LINK_MAX_WRONG = 5  # wrong codes within LINK_LOCK that lock linking for the trying identity …
+LINK_LOCK = timedelta(hours=1)  # … for this long
+LINK_KEEP = timedelta(days=1)  # expired codes are deleted after this (when the next code is made)
+LINK_RETRIES = 3  # a link whose accounts changed while it waited for them starts over at most this often
+LINK_NOTICE_TIMEOUT_S = 10.0  # telling the code's issuer gives up after this (the link stands)

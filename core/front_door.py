@@ -16,6 +16,7 @@ from core import journal
 from core.agent.llm import LLM
 from core.agent.loop import Limits, run_agent
 from core.agent.prompt import system_prompt
+from core.agent.providers import model_choices
 from core.agent.replay import build_replay
 from core.capabilities import manager
 from core.commands import (
@@ -29,6 +30,8 @@ from core.commands import (
     Commands,
     StatusBoard,
     app_version,
+    chosen_model,
+    model_token,
 )
 from core.constants import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, READY_DB_TIMEOUT_S, REFUSAL_EVERY_S
 from core.inbox import Delivery, Handler, Inbox, Parse
@@ -36,6 +39,7 @@ from core.memory.blocks import render_prompt_section
 from core.memory.embeddings import Embedder
 from core.memory.tools import memory_tools
 from core.metrics import Metrics
+from core.own_data import FileAnswer
 from core.reminders.buttons import press
 from core.reminders.engine import Outbox, ReminderEngine
 from core.reminders.scheduler import ReminderScheduler
@@ -50,6 +54,7 @@ from core.tools.sql import EXECUTE_SQL
 from core.tools.tasks import MANAGE_TASKS
 from core.tools.timezone import SET_TIMEZONE
 from core.types import JOB_MESSAGE_PREFIX, Assistant, Error, Event, Incoming, ModelToolCalls, ToolResult, TurnSteps
+from core.usage import BUDGET_ADMINS_ONLY, Spending
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +101,7 @@ class Core:
         self.settings = settings
         self.pool = pool
         self.llm = llm
+        self.models = model_choices(settings)  # what /model offers, the default first (config_problem checked it)
         self.registry = registry or default_registry()
         for tool in memory_tools(
             settings.MEMORY_BLOCK_WORDS, embedder, archival_max_entries=settings.ARCHIVAL_MAX_ENTRIES
@@ -108,6 +114,7 @@ class Core:
         self._allowed = settings.allowed_users
         self._locks: dict[str, _ChatLock] = {}
         self.task_listeners: list[Callable[[], None]] = []
+        self.outboxes: dict[str, Outbox] = {}  # the running front ends' (see running): messages nobody asked for here
         self.capabilities = manager.CapabilityManager(
             pool,
             self.registry,
@@ -124,6 +131,7 @@ class Core:
         self.status_board = StatusBoard()  # adapters report into it; /status shows it
         self.metrics = metrics if metrics is not None else Metrics()  # bot/ passes the process's (also the LLM's)
         self._commands = Commands(self)
+        self.spending = Spending(pool, settings, clock)  # token usage and budgets (core/usage.py)
         self.process_id = fleet.new_process_id()  # in /status and in the inbox leases it holds
         self.inbox = Inbox(pool, self.process_id, self.metrics)  # platform updates, stored before acknowledged
 
@@ -131,10 +139,11 @@ class Core:
 
     async def command(
         self, inc: Incoming, name: CommandName, args: CommandArgs | str = "", *, must_answer: bool = False
-    ) -> str | Error | None:
-        """Answer a command of the catalogue (COMMANDS) without the LLM: its Markdown text, or for a user who may not
-        use the bot the refusal (None when already given in this chat within the hour, unless `must_answer`: a slash
-        command or button always gets one). `args`: the options by name, or the text typed after the command."""
+    ) -> str | FileAnswer | Error | None:
+        """Answer a command of the catalogue (COMMANDS) without the LLM: its Markdown text (for /export a FileAnswer,
+        always sent privately), or for a user who may not use the bot the refusal (None when already given in this
+        chat within the hour, unless `must_answer`: a slash command or button always gets one). `args`: the options
+        by name, or the text typed after the command."""
         if not self.is_allowed(inc):
             return Error("not_allowed", self.refusal_text(inc)) if must_answer else await self.refusal(inc)
         options = COMMAND[name].parse(args) if isinstance(args, str) else args
@@ -143,13 +152,38 @@ class Core:
         if name == "timezone":
             return await self._commands.timezone(inc, options.get("zone", ""))
         if name == "status":
-            return await self._commands.status(self.status_board)
+            spend = await self.spending.status_line() if self.is_admin(inc) else None
+            return await self._commands.status(self.status_board, inc, spend)
+        if name == "usage":  # core/usage.py
+            user, _ = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
+            return await self.spending.report(user)
+        if name == "budget":
+            if not self.is_admin(inc):
+                return BUDGET_ADMINS_ONLY
+            return await self.spending.set_budget(options.get("identity", ""), options.get("tokens", ""))
+        if name == "model":
+            return await self._commands.model(inc, options)
         if name == "memory":
             return await self._commands.memory(inc, options)
+        if name == "export":
+            return await self._commands.export(inc)
+        if name == "forget_me":
+            return await self._commands.forget_me(inc, options)
+        if name == "link":  # /link [CODE], /unlink platform:id: core/accounts.py
+            return await self._commands.link(inc, options.get("code", ""))
+        if name == "unlink":
+            return await self._commands.unlink(inc, options.get("identity", ""))
         if name == "reset":
             await self.reset(inc)
             return RESET_DONE
         return HELP
+
+    def model_menu(self) -> tuple[tuple[str, str], ...]:
+        """The buttons under /model: (the model's name, what its button carries for `command(inc, "model",
+        {"choice": …})`); none when only the default is on offer."""
+        if len(self.models) < 2:
+            return ()
+        return tuple((c.name, model_token(i, c)) for i, c in enumerate(self.models))
 
     async def press_reminder(self, inc: Incoming, task_id: int, action: str) -> tuple[bool, str]:
         """A Done / Snooze button pressed by `inc`'s user: (whether it took effect, the text to show)."""
@@ -396,11 +430,14 @@ class Core:
         async with self.capabilities.following(), pruning(self.pool, self.clock, keep):
             self.task_listeners.append(scheduler.tasks_changed)
             await scheduler.start()
+            self.outboxes.update(outboxes)  # also for telling a link code's issuer (core/accounts.py)
             try:
                 yield
             finally:
                 await scheduler.stop(settings.SHUTDOWN_GRACE_SECONDS)
                 self.task_listeners.remove(scheduler.tasks_changed)
+                for name in outboxes:
+                    self.outboxes.pop(name, None)
 
     @asynccontextmanager
     async def in_fleet(self) -> AsyncIterator[None]:
@@ -441,6 +478,7 @@ class Core:
         timeout = max(0.0, timeout - (loop.time() - started))
         running = {t for t in self._turn_tasks if t is not asyncio.current_task() and not t.done()}
         if not running:
+            await self.spending.flush()  # the token usage of the answers that ended
             return handed_back
         log.info("waiting up to %g s for %d running answer(s)", timeout, len(running))
         finished: asyncio.Future[Any] = asyncio.gather(*running, return_exceptions=True)
@@ -453,6 +491,7 @@ class Core:
         if late:
             log.warning("%d running answer(s) cut at shutdown (SHUTDOWN_GRACE_SECONDS=%g)", len(late), timeout)
             await asyncio.wait(late, timeout=1.0)
+        await self.spending.flush()
         return handed_back + len(late)
 
     def hurry(self) -> None:
@@ -502,6 +541,7 @@ class Core:
             due_limit=DUE_SOON_LINES,
             authors=group,
             memory=personal,
+            budget=self.spending.admission(now),
         )
         user, chat, turn_id, rows, due = start.user, start.chat, start.turn_id, start.history, start.due
         if turn_id is None:  # stored before: a duplicate, or a redelivery whose turn ended (answered or not)
@@ -512,8 +552,10 @@ class Core:
                 log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
         writes = journal.TurnJournal(self.pool, chat, turn_id, delivery)
+        meter = self.spending.meter(user, start.budget)  # the budget check before each model call (core/usage.py)
         flood = self._flood(inc, start.user_recent, start.chat_recent)
         if flood is not None:  # stored, not answered: the note (once) is the turn's answer, resent on a redelivery
+            meter.close()
             note = Error("rate_limited", flood, turn_id) if flood else None
             await writes.fail(note)
             if note is not None:
@@ -546,8 +588,9 @@ class Core:
             *build_replay(rows, group=chat.kind == "group"),
         ]
         try:
+            llm = self.llm.using(chosen_model(self.models, user.model))  # the account's model, if still on offer
             async for event in run_agent(
-                self.llm, self.registry, tools, ctx, turn_id, messages, self.limits, stream=stream
+                llm, self.registry, tools, ctx, turn_id, messages, self.limits, stream=stream, meter=meter
             ):
                 await writes.record(event)
                 if not isinstance(event, ModelToolCalls):  # the journal's business only
@@ -556,6 +599,7 @@ class Core:
             await writes.close_unfinished("failed" if isinstance(e, Exception) else "cut_short")
             raise
         finally:  # runs once the adapter consumed the answer (or closed the turn after it)
+            meter.close()
             if ctx.requested_exit is not None:
                 self.request_exit(ctx.requested_exit)
 

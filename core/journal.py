@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from core.inbox import Delivery
 from core.storage import conversations
@@ -30,8 +32,10 @@ async def begin(
     due_limit: int,
     authors: bool,
     memory: bool,
+    budget: Sequence[Any] | None = None,
 ) -> TurnStart:
-    """Store the message and open its turn (one round trip); a redelivered update takes its turn back."""
+    """Store the message and open its turn (one round trip); a redelivered update takes its turn back; with `budget`
+    (core/usage.py), its first model call is checked and admitted in the same round trip."""
     return await conversations.begin_turn(
         pool,
         inc,
@@ -42,6 +46,7 @@ async def begin(
         authors=authors,
         memory=memory,
         redelivered=delivery is not None and delivery.redelivered,
+        budget=budget,
     )
 
 

@@ -6,7 +6,7 @@ import hashlib
 import hmac
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -15,6 +15,7 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Provider = Literal["openai", "anthropic", "gemini", "groq", "openrouter", "ollama", "lmstudio"]
+PROVIDER_NAMES: tuple[Provider, ...] = get_args(Provider)
 PLATFORMS = ("telegram", "discord", "console")
 SECRET_TYPES = (SecretStr, SecretStr | None)  # fields whose value an error line never repeats
 
@@ -98,6 +99,13 @@ class Settings(BaseSettings):
     LLM_MODEL: str | None = None
     LLM_API_KEY: SecretStr | None = None
     LLM_BASE_URL: str | None = None
+    LLM_MODELS: str = ""  # models a person may pick with /model: `model` or `provider:model`, comma-separated
+    # keys of other providers, for the `provider:model` entries of LLM_MODELS (the configured one uses LLM_API_KEY)
+    OPENAI_API_KEY: SecretStr | None = None
+    ANTHROPIC_API_KEY: SecretStr | None = None
+    GEMINI_API_KEY: SecretStr | None = None
+    GROQ_API_KEY: SecretStr | None = None
+    OPENROUTER_API_KEY: SecretStr | None = None
     TELEGRAM_BOT_TOKEN: SecretStr | None = None
     TELEGRAM_API_BASE_URL: str | None = None
     TELEGRAM_WEBHOOK_URL: str | None = None  # public https URL: webhook mode (served on PORT) instead of polling
@@ -133,6 +141,13 @@ class Settings(BaseSettings):
     RETENTION_DAYS: int = Field(
         default=90, ge=1
     )  # reminder occurrences (delivered, failed, skipped) are kept this long
+    # Model token budgets (core/usage.py): unset, no cap. An account's day ends at midnight in its time zone.
+    USER_DAILY_TOKENS: int | None = Field(default=None, ge=1, lt=10**15)  # per account; /budget overrides
+    USER_MONTHLY_TOKENS: int | None = Field(default=None, ge=1, lt=10**15)  # per account, calendar month
+    BOT_DAILY_TOKENS: int | None = Field(default=None, ge=1, lt=10**15)  # the whole bot, DEFAULT_TIMEZONE
+    LLM_PRICE_INPUT: float | None = Field(default=None, ge=0)  # per million prompt tokens: usage shown in money
+    LLM_PRICE_OUTPUT: float | None = Field(default=None, ge=0)  # per million completion tokens
+    LLM_PRICE_CURRENCY: str = "USD"  # what the prices are in (shown after the amounts)
     LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = None  # DEBUG also shows start-up tracebacks
 
     @model_validator(mode="before")
@@ -202,6 +217,17 @@ class Settings(BaseSettings):
             "must be the public https:// URL Telegram posts updates to (e.g. https://bot.example.com/telegram)"
         )
 
+    @field_validator("USER_DAILY_TOKENS", "USER_MONTHLY_TOKENS", "BOT_DAILY_TOKENS", mode="before")
+    @classmethod
+    def _check_tokens(cls, v: object) -> object:
+        """A token budget is a whole number (digits may be grouped: 20_000 or 20,000)."""
+        if not isinstance(v, str):
+            return v
+        digits = v.strip().replace("_", "").replace(",", "")
+        if not (digits.isascii() and digits.isdigit() and len(digits) < 16 and int(digits) >= 1):  # below 10**15
+            raise ValueError(f"must be a whole number of tokens such as 200000 (got {v.strip()!r}; empty: no cap)")
+        return int(digits)
+
     @field_validator("TELEGRAM_WEBHOOK_SECRET")
     @classmethod
     def _check_webhook_secret(cls, v: SecretStr | None) -> SecretStr | None:
@@ -248,6 +274,12 @@ class Settings(BaseSettings):
         """Allowed keys; admins are always allowed."""
         return parse_user_list(self.ALLOWED_USERS) | self.admins
 
+    def provider_key(self, provider: str) -> SecretStr | None:
+        """The key the operator set for another provider's models in LLM_MODELS (`<PROVIDER>_API_KEY`; None: unset,
+        or a provider that has no such setting)."""
+        key = getattr(self, f"{provider.upper()}_API_KEY", None) if provider in PROVIDER_NAMES else None
+        return key if isinstance(key, SecretStr) else None
+
     def secret_values(self) -> list[str]:
         """Every secret value (tokens, keys, the database URL and its password), longest first."""
         given = (
@@ -256,6 +288,7 @@ class Settings(BaseSettings):
             self.TELEGRAM_BOT_TOKEN,
             self.DISCORD_BOT_TOKEN,
             self.METRICS_TOKEN,
+            *(self.provider_key(p) for p in PROVIDER_NAMES),
         )
         values = [s.get_secret_value() for s in given if s is not None]
         if self.TELEGRAM_BOT_TOKEN is not None:

@@ -12,3 +12,9 @@ REMINDER_BUTTON_LABELS = {"done": "✅ Done", "snooze10": "😴 10 min", "snooze
 WIPE_LABEL = "🗑 Yes, wipe my memory"
 NOT_YOUR_BUTTON = "This button is not for you: {how} to erase your own memory."  # how: the platform's wipe command
 SHOW_STEPS, HIDE_STEPS = "Show steps", "Hide steps"
+FORGET_LABEL = "🗑 Yes, delete everything about me"
+NOT_YOUR_FORGET = "This button is not for you: {how} to delete your own data."  # how: the platform's /forget_me
+EXPORT_TOO_LARGE = (  # size and limit: e.g. "63.2 MB", "50.0 MB"
+    "Your data export is {size}, more than I can send here ({limit} at most). Ask the bot's operator for a copy, "
+    "or try /export on another platform you have linked."
+)

@@ -66,13 +66,16 @@ class Step:
 
 @dataclass(frozen=True)
 class UserRef:
-    """The speaking user, as known from the platform (never from the model)."""
+    """The speaking user, as known from the platform (never from the model): `account_id` owns their tasks, memory,
+    time zone and usage (one person across platforms); `id` is this platform identity (`users.id`), who spoke."""
 
+    account_id: int
     id: int
     platform: str
     platform_user_id: str
     display_name: str
     timezone: str
+    model: str | None = None  # the account's /model choice as stored (None: the default; checked against LLM_MODELS)
 
 
 @dataclass(frozen=True)

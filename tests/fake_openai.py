@@ -59,6 +59,9 @@ class Reply:
     # streamed replies: `data:` payloads written verbatim before the finishing chunk (e.g. "{not json");
     # a whole reply's body is the first of them instead, sent as application/json
     bad_sse: list[str] = field(default_factory=list)
+    # the usage reported (e.g. {"prompt_tokens": 900, "completion_tokens": 100, "prompt_tokens_details":
+    # {"cached_tokens": 512}}; total_tokens is added); None: estimated from the request and the reply
+    usage: dict[str, Any] | None = None
 
 
 Responder = Callable[[dict[str, Any]], Reply | Awaitable[Reply]]
@@ -194,6 +197,7 @@ class FakeOpenAI(LoopbackServer):
         self.embedding_inputs: list[str] = []
         self.embed: Callable[[str], list[float]] = hashed_embedding  # a test may map texts to chosen vectors
         self.embeddings_fail = False  # answer /embeddings with a 500
+        self.send_usage = True  # False: like a server that reports no usage (not even when a stream asks for it)
 
     # lifecycle
 
@@ -339,6 +343,8 @@ class FakeOpenAI(LoopbackServer):
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         }
+        if reply.usage is not None:
+            usage = {**reply.usage, "total_tokens": reply.usage["prompt_tokens"] + reply.usage["completion_tokens"]}
         base = {
             "id": f"chatcmpl-fake{next(self._completion_ids)}",
             "created": int(time.time()),
@@ -356,12 +362,12 @@ class FakeOpenAI(LoopbackServer):
                     **base,
                     "object": "chat.completion",
                     "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-                    "usage": usage,
+                    **({"usage": usage} if self.send_usage else {}),
                 }
             )
 
         options = body.get("stream_options")
-        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage")) and self.send_usage
 
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
             """Build one chat.completion.chunk."""

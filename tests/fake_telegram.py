@@ -98,7 +98,8 @@ KICKED = "Forbidden: bot was kicked from the supergroup chat"
 DEACTIVATED = "Forbidden: user is deactivated"
 CHAT_NOT_FOUND = "Bad Request: chat not found"
 TOKEN = "123:AAHfake-Token_for-the-tests-0123456789"  # the shape of a real token (bot id 123)
-_CHAT_METHODS = frozenset({"sendmessage", "sendchataction", "sendmessagedraft", "editmessagetext"})
+_CHAT_METHODS = frozenset({"sendmessage", "sendchataction", "sendmessagedraft", "editmessagetext", "senddocument"})
+MAX_CAPTION_LENGTH = 1024  # UTF-16 code units after entity parsing
 FLOOD_METHODS = frozenset({"sendmessage", "editmessagetext"})  # what counts against flood_limit (lower case)
 
 # parameters that are plain strings on the wire (never JSON-decoded even when they look like numbers)
@@ -665,6 +666,15 @@ class _Webhook:
     task: asyncio.Task[None] | None = None
 
 
+@dataclass(frozen=True)
+class Upload:
+    """A file uploaded in a multipart request."""
+
+    filename: str
+    content_type: str
+    data: bytes
+
+
 @dataclass
 class _Outcome:
     """One POST of an update: the HTTP status, or the connection error."""
@@ -764,6 +774,7 @@ class FakeTelegram(LoopbackServer):
             "getwebhookinfo": self._get_webhook_info,
             "getupdates": self._get_updates,
             "sendmessage": self._send_message,
+            "senddocument": self._send_document,
             "editmessagetext": self._edit_message_text,
             "editmessagereplymarkup": self._edit_message_reply_markup,
             "sendmessagedraft": self._send_message_draft,
@@ -1503,6 +1514,39 @@ class FakeTelegram(LoopbackServer):
         self.sent.append(entry)
         return message
 
+    async def _send_document(self, params: dict[str, Any]) -> dict[str, Any]:
+        """sendDocument of an uploaded file (multipart): stored in `sent` with its bytes as `document_data`."""
+        chat_id = self._chat_id(params)
+        upload = params.get("document")
+        if not isinstance(upload, Upload):
+            raise _bad("there is no document in the request")
+        caption, entities = self._message_text({**params, "text": params.get("caption")}, allow_empty=True)
+        if utf16_len(caption) > MAX_CAPTION_LENGTH:
+            raise _bad("message caption is too long")
+        message: dict[str, Any] = {
+            "message_id": self._next_message_id(chat_id),
+            "from": self._bot_user(),
+            "chat": self._chat_for(chat_id),
+            "date": int(time.time()),
+            "document": {
+                "file_id": f"doc{len(self.sent)}",
+                "file_unique_id": f"udoc{len(self.sent)}",
+                "file_name": upload.filename,
+                "mime_type": upload.content_type,
+                "file_size": len(upload.data),
+            },
+        }
+        if caption:
+            message["caption"] = caption
+        if entities:
+            message["caption_entities"] = entities
+        entry = {**params, "message_id": message["message_id"], "message": message, "document_data": upload.data}
+        key = (chat_id, message["message_id"])
+        self._messages[key] = message
+        self._outgoing[key] = entry
+        self.sent.append(entry)
+        return message
+
     async def _edit_message_text(self, params: dict[str, Any]) -> dict[str, Any] | bool:
         """editMessageText: replace text (and keyboard: omitted reply_markup removes it) of a bot message."""
         if params.get("inline_message_id"):
@@ -1645,8 +1689,10 @@ class FakeTelegram(LoopbackServer):
                 for k, v in form.items():
                     if isinstance(v, bytes | bytearray):
                         raw[k] = v.decode("utf-8", "replace")
-                    else:
-                        raw[k] = v if isinstance(v, str) else f"<file {v.filename}>"
+                    elif isinstance(v, str):
+                        raw[k] = v
+                    else:  # an uploaded file (sendDocument): kept whole, so tests can read what the bot sent
+                        raw[k] = Upload(v.filename, v.content_type, v.file.read())
         return {k: _decode_param(k, v) for k, v in raw.items()}
 
     def _flooded(self) -> int | None:

@@ -75,7 +75,12 @@ async def test_group_turn_cannot_change_the_zone_that_times_private_reminders(
     await _create(core, fake_llm, incoming("x", user="1", name="Admin"), title="Pills", recurrence=daily)
     await _plant(core, fake_llm)
     await _admin_in_group(core, fake_llm, ("set_timezone", {"timezone": "Pacific/Kiritimati"}))
-    assert await pool.fetchval("SELECT timezone FROM users WHERE platform_user_id = '1'") is None
+    assert (
+        await pool.fetchval(
+            "SELECT a.timezone FROM users u JOIN accounts a ON a.id = u.account_id WHERE u.platform_user_id = '1'"
+        )
+        is None
+    )
 
 
 TASKS_CAP = """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import astuple
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -71,12 +72,25 @@ class Person:
         return message
 
 
-@pytest.fixture
-def people(pool: Pool, clock: FakeClock) -> Any:
-    """A factory: Person for a platform user id, with the default 500-word limit (or another)."""
+async def link_on_discord(pool: Pool, telegram: UserRef) -> UserRef:
+    """The same person writing from Discord too, their identity linked to the Telegram one's account."""
+    inc = Incoming("discord", f"d{telegram.platform_user_id}", f"dm{telegram.platform_user_id}", "hi", user_name="d")
+    start = await begin_turn(pool, inc, "UTC", 40, datetime(2100, 1, 1, tzinfo=UTC), 5)
+    await pool.execute("UPDATE users SET account_id = $1 WHERE id = $2", telegram.account_id, start.user.id)
+    await pool.execute("DELETE FROM accounts WHERE id = $1", start.user.account_id)
+    return UserRef(telegram.account_id, *astuple(start.user)[1:])
+
+
+@pytest.fixture(params=["one identity", "linked on two platforms"])
+def people(pool: Pool, clock: FakeClock, request: pytest.FixtureRequest) -> Any:
+    """A factory: Person for a platform user id, with the default 500-word limit (or another). Linked: each person
+    also writes from Discord, and the Person calls the tools from there (their Telegram turns stay Telegram's), so
+    every isolation test runs again with two people who are each one account on two platforms."""
 
     async def make(uid: str, words: int = 500, embedder: Embedder | None = None) -> Person:
         user = await turn(pool, uid, "hello")
+        if request.param == "linked on two platforms":
+            user = await link_on_discord(pool, user)
         return Person(pool, user, clock, ToolRegistry(memory_tools(words, embedder)))
 
     return make
@@ -180,17 +194,17 @@ async def test_warning_at_80_percent_and_refusal_past_the_limit(people: Any, poo
     message = await alice.refused("core_memory_replace", block="human", line_number=2, new_content="a b c d e f")
     assert "it would hold 21/20 words; 3 words left" in message
     assert "(17/20 words)" in await alice.ok("core_memory_read", block="human")  # nothing cut, nothing stored
-    rows = await pool.fetch("SELECT memory_blocks_json($1) AS b", alice.ctx.user.id)
+    rows = await pool.fetch("SELECT memory_blocks_json($1) AS b", alice.ctx.user.account_id)
     section = render_prompt_section(rows[0]["b"], 20)
     assert "Warning: [human] is 85% full (17/20 words)" in section
     await alice.ok("core_memory_replace", block="human", line_number=1, new_content="short")
-    rows = await pool.fetch("SELECT memory_blocks_json($1) AS b", alice.ctx.user.id)
+    rows = await pool.fetch("SELECT memory_blocks_json($1) AS b", alice.ctx.user.account_id)
     assert "Warning" not in render_prompt_section(rows[0]["b"], 20)
 
 
 async def test_prompt_section_format(people: Any, pool: Pool) -> None:
     alice = await people(ALICE)
-    blocks = await pool.fetchval("SELECT memory_blocks_json($1)", alice.ctx.user.id)
+    blocks = await pool.fetchval("SELECT memory_blocks_json($1)", alice.ctx.user.account_id)
     assert render_prompt_section(blocks, 500) == (
         "<core_memory>\n[human] Facts about the user (0 lines, 0/500 words)\n"
         "[persona] How you behave with this user (0 lines, 0/500 words)\n</core_memory>"
@@ -199,7 +213,7 @@ async def test_prompt_section_format(people: Any, pool: Pool) -> None:
     await alice.ok("core_memory_append", block="persona", content="Be brief")
     await alice.ok("core_memory_append", block="human", content="Name: Alice")
     await alice.ok("core_memory_append", block="human", content="Works at: Google")
-    blocks = await pool.fetchval("SELECT memory_blocks_json($1)", alice.ctx.user.id)
+    blocks = await pool.fetchval("SELECT memory_blocks_json($1)", alice.ctx.user.account_id)
     assert render_prompt_section(blocks, 500) == (
         "<core_memory>\n"
         "[human] Facts about the user (2 lines, 5/500 words)\n"
@@ -300,11 +314,11 @@ async def test_user_b_can_read_search_or_change_nothing_of_user_a(people: Any, p
     assert (await bob.ok("archival_memory_insert", content="Alice's bank is Sparkasse")).startswith("Stored")
     # there is no parameter that names a user; forged ones are refused, not used
     for name, args in (
-        ("core_memory_read", {"block": "human", "user_id": alice.ctx.user.id}),
+        ("core_memory_read", {"block": "human", "user_id": alice.ctx.user.account_id}),
         ("core_memory_delete", {"block": "human", "line_number": 1, "user": ALICE}),
-        ("archival_memory_search", {"query": "Sparkasse", "user_id": alice.ctx.user.id}),
+        ("archival_memory_search", {"query": "Sparkasse", "user_id": alice.ctx.user.account_id}),
         ("conversation_search", {"query": "hello", "chat_id": alice.ctx.chat.id}),
-        ("core_memory_list_blocks", {"user_id": alice.ctx.user.id}),
+        ("core_memory_list_blocks", {"user_id": alice.ctx.user.account_id}),
     ):
         message = await bob.refused(name, **args)
         assert message.startswith("unknown arguments: ")
@@ -327,11 +341,11 @@ async def test_capability_queries_of_non_admins_see_only_their_own_memory(people
     assert await run_query(pool, b, False, 5, sql_blocks, (), personal=True) == [{"lines": ["Bob fact"]}]
     assert await run_query(pool, b, False, 5, sql_entries, (), personal=True) == [{"content": "Bob entry"}]
     forged = "SELECT a.content FROM (SELECT set_config('app.user_id', $1, true)) s, archival_memory a"
-    assert await run_query(pool, b, False, 5, forged, (str(a.id),), personal=True) == []
+    assert await run_query(pool, b, False, 5, forged, (str(a.account_id),), personal=True) == []
     forged = "SELECT m.lines FROM (SELECT set_config('app.user_id', $1, true)) s, memory_blocks m"
-    assert await run_query(pool, b, False, 5, forged, (str(a.id),), personal=True) == []
+    assert await run_query(pool, b, False, 5, forged, (str(a.account_id),), personal=True) == []
     direct = "SELECT content FROM archival_memory WHERE user_id = $1::bigint"
-    assert await run_query(pool, b, False, 5, direct, (a.id,), personal=True) == []
+    assert await run_query(pool, b, False, 5, direct, (a.account_id,), personal=True) == []
     assert len(await run_query(pool, a, True, 5, sql_entries, ())) == 2  # admins see all (read only)
 
 
@@ -344,27 +358,27 @@ async def test_memory_command_functions(people: Any, pool: Pool) -> None:
     await alice.ok("archival_memory_insert", content="one")
     await alice.ok("archival_memory_insert", content="two")
     await bob.ok("core_memory_append", block="human", content="Name: Bob")
-    overview = await memory_overview(pool, alice.ctx.user.id)
+    overview = await memory_overview(pool, alice.ctx.user.account_id)
     assert overview.text(500) == (
         "[human] Facts about the user (2 lines, 5/500 words)\n1: Name: Alice\n2: Lives in Porto\n"
         "[persona] How you behave with this user (0 lines, 0/500 words)\n"
         "[pets] Custom block (1 line, 2/500 words)\n1: Cat: Miso\n"
         "Archival memory: 2 entries"
     )
-    assert await delete_memory_line(pool, alice.ctx.user.id, "human", 1) == "Name: Alice"
+    assert await delete_memory_line(pool, alice.ctx.user.account_id, "human", 1) == "Name: Alice"
     with pytest.raises(Exception, match="valid lines: 1-1"):
-        await delete_memory_line(pool, alice.ctx.user.id, "human", 2)
+        await delete_memory_line(pool, alice.ctx.user.account_id, "human", 2)
     await alice.ok("archival_memory_insert", content="Sparkasse account")
     await turn(pool, ALICE, "my umbrella is red")
-    wiped = await wipe_memory(pool, alice.ctx.user.id)
+    wiped = await wipe_memory(pool, alice.ctx.user.account_id)
     assert (wiped.lines, wiped.archival) == (2, 3)
     words = {
         r["word"]
-        for r in await pool.fetch("SELECT word FROM memory_search_words WHERE user_id = $1", alice.ctx.user.id)
+        for r in await pool.fetch("SELECT word FROM memory_search_words WHERE user_id = $1", alice.ctx.user.account_id)
     }
     assert "sparkasse" not in words and "umbrella" in words  # archival words gone, the conversation's stay
-    assert (await memory_overview(pool, alice.ctx.user.id)).text(500).endswith("Archival memory: 0 entries")
-    assert "1: Name: Bob" in (await memory_overview(pool, bob.ctx.user.id)).text(500)  # Bob's memory stays
+    assert (await memory_overview(pool, alice.ctx.user.account_id)).text(500).endswith("Archival memory: 0 entries")
+    assert "1: Name: Bob" in (await memory_overview(pool, bob.ctx.user.account_id)).text(500)  # Bob's memory stays
 
 
 def _topic(text: str) -> list[float]:

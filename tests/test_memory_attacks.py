@@ -302,7 +302,12 @@ async def test_instructions_planted_in_a_group_reach_no_ones_memory(
     assert await pool.fetchval("SELECT count(*) FROM archival_memory") == 0
     alice = await pool.fetchrow("SELECT * FROM users WHERE platform_user_id = $1", ALICE)
     assert alice is not None
-    her = Person(pool, UserRef(alice["id"], "telegram", ALICE, "Alice", "UTC"), clock, ToolRegistry(memory_tools(500)))
+    her = Person(
+        pool,
+        UserRef(alice["account_id"], alice["id"], "telegram", ALICE, "Alice", "UTC"),
+        clock,
+        ToolRegistry(memory_tools(500)),
+    )
     assert await her.ok("conversation_search", query="cats") == 'Conversation Search for "cats": no matches'
 
 
@@ -411,7 +416,7 @@ async def test_concurrent_appends_of_one_user_lose_nothing_and_keep_the_limits(
 @pytest.mark.parametrize(
     ("tool", "args", "lock"),
     [
-        ("core_memory_append", {"block": "human", "content": "new line"}, "SELECT * FROM users FOR UPDATE"),
+        ("core_memory_append", {"block": "human", "content": "new line"}, "SELECT * FROM accounts FOR UPDATE"),
         ("core_memory_append", {"block": "human", "content": "new line"}, "SELECT * FROM memory_blocks FOR UPDATE"),
         (
             "core_memory_replace",

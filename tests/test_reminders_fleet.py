@@ -101,8 +101,8 @@ async def seed(dsn: str) -> set[tuple[int, datetime]]:
     conn = await asyncpg.connect(dsn)
     try:
         user_id = await conn.fetchval(
-            "INSERT INTO users (platform, platform_user_id, display_name, timezone)"
-            " VALUES ('telegram', '100', 'Ann', 'UTC') RETURNING id"
+            "INSERT INTO users (platform, platform_user_id, display_name)"
+            " VALUES ('telegram', '100', 'Ann') RETURNING id"
         )
         chat_id = await conn.fetchval(
             "INSERT INTO chats (platform, platform_chat_id) VALUES ('telegram', '100') RETURNING id"

@@ -219,7 +219,7 @@ ESCAPES = [
 @pytest.mark.parametrize("is_admin", [False, True])
 async def test_capability_query_row_cap_cannot_be_commented_away(pool: Pool, is_admin: bool) -> None:
     uid = await pool.fetchval("INSERT INTO users (platform, platform_user_id) VALUES ('telegram', '9') RETURNING id")
-    user = UserRef(uid, "telegram", "9", "Eve", "UTC")
+    user = UserRef(uid, uid, "telegram", "9", "Eve", "UTC")
     for sql in ESCAPES:
         try:
             rows = await run_query(pool, user, is_admin, 5.0, sql, ())
@@ -271,7 +271,7 @@ async def test_session_settings_from_a_capability_query_do_not_reach_the_next_us
 ) -> None:
     pool = one_connection_pool  # one connection: the next user gets the same one
     uid = await pool.fetchval("INSERT INTO users (platform, platform_user_id) VALUES ('telegram', '9') RETURNING id")
-    user = UserRef(uid, "telegram", "9", "Eve", "UTC")
+    user = UserRef(uid, uid, "telegram", "9", "Eve", "UTC")
     try:
         await run_query(pool, user, is_admin, 5.0, "SELECT set_config('search_path', 'pg_temp', false) AS p", ())
     except CapabilityQueryError:

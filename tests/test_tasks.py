@@ -11,14 +11,20 @@ from tests.helpers import answer, incoming, run, tool_messages
 
 
 async def _call(
-    core: object, fake: FakeOpenAI, args: dict[str, object], *, user: str = "100", tool: str = "manage_tasks"
+    core: object,
+    fake: FakeOpenAI,
+    args: dict[str, object],
+    *,
+    user: str = "100",
+    tool: str = "manage_tasks",
+    platform: str = "telegram",
 ) -> dict[str, object]:
     """Have the fake model call one tool for `user`; return the envelope the model saw."""
     from core.front_door import Core
 
     assert isinstance(core, Core)
     fake.script(Reply(tool_calls=[(tool, args)]), Reply(text="ok"))
-    answer(await run(core, incoming("do it", user=user)))
+    answer(await run(core, incoming("do it", user=user, platform=platform)))
     env: dict[str, object] = tool_messages(fake.requests[-1])[-1]
     return env
 
@@ -85,6 +91,39 @@ async def test_user_b_cannot_touch_user_a_task(make_core: MakeCore, fake_llm: Fa
     assert row is not None and (row["title"], row["status"]) == ("A's secret", "pending")
 
 
+async def link(pool: Pool, telegram_id: str, discord_id: str) -> None:
+    """Put the Discord identity on the Telegram identity's account (as /link does), dropping its own empty one."""
+    await pool.execute(
+        "WITH d AS (SELECT id, account_id FROM users WHERE platform = 'discord' AND platform_user_id = $2),"
+        " moved AS (UPDATE users SET account_id = (SELECT account_id FROM users WHERE platform = 'telegram'"
+        "  AND platform_user_id = $1) FROM d WHERE users.id = d.id)"
+        " DELETE FROM accounts WHERE id = (SELECT account_id FROM d)",
+        telegram_id,
+        discord_id,
+    )
+
+
+async def test_two_people_each_linked_on_two_platforms_never_cross(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    core = make_core()
+    for person in ("1", "2"):
+        for platform in ("telegram", "discord"):
+            await _call(core, fake_llm, {"action": "list"}, user=person, platform=platform)
+        await link(pool, person, person)
+    await _call(core, fake_llm, {"action": "create", "title": "A's secret", "due_at": "2026-11-23T10:00"}, user="1")
+    env = await _call(core, fake_llm, {"action": "list"}, user="1", platform="discord")  # the same person elsewhere
+    assert [t["title"] for t in env["result"]["tasks"]] == ["A's secret"]  # type: ignore[index]
+    for platform in ("telegram", "discord"):
+        for args in ({"action": "get", "id": 1}, {"action": "complete", "id": 1}, {"action": "delete", "id": 1}):
+            env = await _call(core, fake_llm, args, user="2", platform=platform)
+            assert env["ok"] is False and env["error"]["message"].startswith("task #1 not found"), args  # type: ignore[index]
+        env = await _call(core, fake_llm, {"action": "list"}, user="2", platform=platform)
+        assert env["result"]["tasks"] == []  # type: ignore[index]
+    env = await _call(core, fake_llm, {"action": "complete", "id": 1}, user="1", platform="discord")
+    assert env["ok"] is True
+
+
 async def test_user_id_from_the_model_is_ignored(make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool) -> None:
     core = make_core()
     await _call(core, fake_llm, {"action": "create", "title": "mine"}, user="1")
@@ -98,7 +137,7 @@ async def test_set_timezone_validated_and_used(make_core: MakeCore, fake_llm: Fa
     assert env["ok"] is False and "not an IANA time zone" in env["error"]["message"]  # type: ignore[index]
     env = await _call(core, fake_llm, {"timezone": "America/New_York"}, tool="set_timezone")
     assert env["result"]["summary"] == "time zone America/New_York, now Sat 21 Nov 05:00 EST"  # type: ignore[index]
-    assert await pool.fetchval("SELECT timezone FROM users") == "America/New_York"
+    assert await pool.fetchval("SELECT timezone FROM accounts") == "America/New_York"
     await _call(core, fake_llm, {"action": "create", "title": "x", "due_at": "2026-11-21T09:00"})
     assert await pool.fetchval("SELECT due_at FROM tasks") == datetime(2026, 11, 21, 14, 0, tzinfo=UTC)
     assert "(America/New_York, UTC-05:00)" in fake_llm.requests[-1]["messages"][0]["content"]

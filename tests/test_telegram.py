@@ -81,6 +81,13 @@ async def test_commands_registered_at_start(bot: Bot) -> None:
         "tasks",
         "timezone",
         "memory",
+        "model",
+        "usage",
+        "budget",
+        "link",
+        "unlink",
+        "export",
+        "forget_me",
         "reset",
         "status",
     }
@@ -256,7 +263,7 @@ async def test_timezone_command_shows_and_sets(bot: Bot) -> None:
     assert "not a time zone" in bad["text"]
     [ok] = await bot.say("/timezone Asia/Tokyo")
     assert "Asia/Tokyo" in ok["text"]
-    assert await bot.pool.fetchval("SELECT timezone FROM users") == "Asia/Tokyo"
+    assert await bot.pool.fetchval("SELECT timezone FROM accounts") == "Asia/Tokyo"
 
 
 async def test_reset_command(bot: Bot) -> None:

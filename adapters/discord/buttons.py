@@ -1,5 +1,6 @@
-"""The persistent buttons (Show steps, a reminder's Done / Snooze, the memory wipe confirmation) and what a press
-does. Their custom ids carry all they need, so they keep working after a restart and in any process."""
+"""The persistent buttons (Show steps, a reminder's Done / Snooze, the memory wipe and /forget_me confirmations, the
+models of /model) and what a press does. Their custom ids carry all they need, so they keep working after a restart
+and in any process."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ import discord
 
 from adapters.discord.gateway import Client, Owner
 from adapters.discord.incoming import interaction_incoming, private_interaction
-from adapters.discord.limits import DISCORD_MESSAGE_LIMIT
+from adapters.discord.limits import DISCORD_BUTTON_LABEL, DISCORD_MESSAGE_LIMIT
 from adapters.discord.render import steps_text, with_steps, without_steps
 from adapters.discord.send import NO_MENTIONS, note, view
 from core import (
+    FORGET_LABEL,
+    FORGET_ME_CONFIRM,
     HIDE_STEPS,
     MEMORY_WIPE_CONFIRM,
+    MODEL_NOT_YOURS,
     NOT_YOUR_BUTTON,
+    NOT_YOUR_FORGET,
     REMINDER_BUTTON_LABELS,
     SHOW_STEPS,
     WIPE_LABEL,
@@ -26,6 +31,7 @@ from core import (
 )
 
 WIPE_HOW = "use /memory action:wipe"  # how a person asks for their own wipe on Discord
+FORGET_HOW = "use /forget_me"  # how a person asks to delete their own data on Discord
 
 
 def _owner(interaction: discord.Interaction) -> Owner:
@@ -110,7 +116,68 @@ class WipeButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"mem:
         await owner.guard(interaction, press_wipe(owner.core, interaction, self.owner_id))
 
 
-BUTTONS = (StepsButton, ReminderButton, WipeButton)  # what a client recognises in pressed custom ids
+class ModelButton(
+    discord.ui.DynamicItem[discord.ui.Button[Any]],
+    template=r"model:(?P<choice>\d+:[0-9a-f]{8}):(?P<owner>\d+)",
+):
+    """One model under /model; the custom id carries the choice (its place in the list and a check of its name) and
+    who it was offered to (a press by anyone else does nothing)."""
+
+    def __init__(self, label: str, choice: str, owner_id: int) -> None:
+        """The button of one model for one person."""
+        super().__init__(
+            discord.ui.Button(
+                label=label[:DISCORD_BUTTON_LABEL],
+                style=discord.ButtonStyle.secondary,
+                custom_id=f"model:{choice}:{owner_id}",
+            )
+        )
+        self.choice, self.owner_id = choice, owner_id
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
+    ) -> ModelButton:
+        """Rebuild the button from a pressed custom id."""
+        return cls(getattr(item, "label", None) or "", match["choice"], int(match["owner"]))
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        """Switch the presser's model when the button is theirs."""
+        owner = _owner(interaction)
+        await owner.guard(interaction, press_model(owner.core, interaction, self.choice, self.owner_id))
+
+
+class ForgetButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"forget:(?P<owner>\d+)"):
+    """The confirmation under /forget_me; like the wipe's, the custom id names who it was offered to (a press by
+    anyone else does nothing: the core always deletes the presser's own account)."""
+
+    def __init__(self, owner_id: int) -> None:
+        """The button for one person."""
+        super().__init__(
+            discord.ui.Button(label=FORGET_LABEL, style=discord.ButtonStyle.danger, custom_id=f"forget:{owner_id}")
+        )
+        self.owner_id = owner_id
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
+    ) -> ForgetButton:
+        """Rebuild the button from a pressed custom id."""
+        return cls(int(match["owner"]))
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        """Delete the presser's account when the button is theirs."""
+        owner = _owner(interaction)
+        await owner.guard(interaction, press_forget(owner.core, interaction, self.owner_id))
+
+
+BUTTONS = (StepsButton, ReminderButton, WipeButton, ModelButton, ForgetButton)  # recognised in pressed custom ids
+
+
+def model_view(core: Core, owner_id: int) -> discord.ui.View | None:
+    """The buttons under /model's list for one person (None when only the default is on offer)."""
+    buttons = [ModelButton(name, choice, owner_id) for name, choice in core.model_menu()]
+    return view(*buttons) if buttons else None
 
 
 async def show_steps(core: Core, interaction: discord.Interaction, turn_id: int, shown: bool) -> None:
@@ -146,6 +213,32 @@ async def press_wipe(core: Core, interaction: discord.Interaction, owner_id: int
         return
     inc = interaction_incoming(interaction, "")
     answer = await core.command(inc, "memory", MEMORY_WIPE_CONFIRM, must_answer=True)
+    if not isinstance(answer, str):
+        await note(interaction, core.refusal_text(inc))
+        return
+    await interaction.response.edit_message(content=answer, view=None, allowed_mentions=NO_MENTIONS)
+
+
+async def press_forget(core: Core, interaction: discord.Interaction, owner_id: int) -> None:
+    """A press of the /forget_me confirmation: only by the person it was offered to; the message says it is done."""
+    if interaction.user.id != owner_id:
+        await note(interaction, NOT_YOUR_FORGET.format(how=FORGET_HOW))
+        return
+    inc = interaction_incoming(interaction, "")
+    answer = await core.command(inc, "forget_me", FORGET_ME_CONFIRM, must_answer=True)
+    if not isinstance(answer, str):
+        await note(interaction, core.refusal_text(inc))
+        return
+    await interaction.response.edit_message(content=answer, view=None, allowed_mentions=NO_MENTIONS)
+
+
+async def press_model(core: Core, interaction: discord.Interaction, choice: str, owner_id: int) -> None:
+    """A press of a model button: only by the person it was offered to; the message then says which model answers."""
+    if interaction.user.id != owner_id:
+        await note(interaction, MODEL_NOT_YOURS)
+        return
+    inc = interaction_incoming(interaction, "")
+    answer = await core.command(inc, "model", {"choice": choice}, must_answer=True)
     if isinstance(answer, Error) or answer is None:
         await note(interaction, core.refusal_text(inc))
         return

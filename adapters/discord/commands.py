@@ -12,12 +12,12 @@ from typing import Any, cast
 import discord
 from discord import app_commands
 
-from adapters.discord.buttons import StepsButton, WipeButton
+from adapters.discord.buttons import ForgetButton, StepsButton, WipeButton, model_view
 from adapters.discord.gateway import Client, Owner
 from adapters.discord.incoming import interaction_incoming
 from adapters.discord.render import render_reply, split_markdown
-from adapters.discord.send import NO_MENTIONS, followups, note, respond_parts, view
-from core import COMMANDS, Assistant, Command, CommandArgs, Core, Error, Option
+from adapters.discord.send import NO_MENTIONS, followups, note, respond_parts, send_file, view
+from core import COMMANDS, Assistant, Command, CommandArgs, Core, Error, FileAnswer, Option
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ KINDS: dict[str, type] = {"text": str, "integer": int, "flag": bool}  # a catalo
 ASK_DESCRIPTION, ASK_MESSAGE = "Ask the assistant something", "What you want to ask or tell me"
 ALREADY_ANSWERED = "Already answered."
 SlashCommand = app_commands.Command[Any, ..., None]
+FILE_COMMANDS = frozenset({"export"})  # answered with a file: deferred, then followed up
 
 
 async def install_commands(client: Client, owner: Owner, *, sync: bool) -> None:
@@ -102,7 +103,10 @@ def _text(value: str | int | bool) -> str:
 
 
 def _buttons(command: Command, args: CommandArgs, interaction: discord.Interaction) -> discord.ui.View | None:
-    """A wipe that asks first gets the confirmation button (it sends MEMORY_WIPE_CONFIRM for its person)."""
+    """A wipe or a /forget_me that asks first gets its confirmation button (it sends MEMORY_WIPE_CONFIRM or
+    FORGET_ME_CONFIRM for its person)."""
+    if command.name == "forget_me" and args.get("confirm") != "true":
+        return view(ForgetButton(interaction.user.id))
     asks = command.name == "memory" and args.get("action") == "wipe" and args.get("confirm") != "true"
     return view(WipeButton(interaction.user.id)) if asks else None
 
@@ -111,12 +115,30 @@ async def answer_command(core: Core, interaction: discord.Interaction, command: 
     """A command answered without the LLM; personal answers are ephemeral (a refusal always is); buttons go under
     the last part."""
     inc = interaction_incoming(interaction, "")
+    if command.name in FILE_COMMANDS:
+        await answer_file(core, interaction, command)
+        return
     answer = await core.command(inc, command.name, args, must_answer=True)
-    if isinstance(answer, Error) or answer is None:
+    if not isinstance(answer, str):
         await note(interaction, core.refusal_text(inc))
         return
     buttons = _buttons(command, args, interaction)
+    if command.name == "model" and not args.get("name"):  # a button per model under the list
+        buttons = model_view(core, interaction.user.id)
     await respond_parts(interaction, split_markdown(answer), ephemeral=command.private, buttons=buttons)
+
+
+async def answer_file(core: Core, interaction: discord.Interaction, command: Command) -> None:
+    """A command whose answer is a file (/export): deferred first, since building the file may take longer than the
+    3 s Discord waits, then sent as a follow-up only its person sees (in a server too)."""
+    await interaction.response.defer(ephemeral=True, thinking=True)
+    inc = interaction_incoming(interaction, "")
+    answer = await core.command(inc, command.name, {}, must_answer=True)
+    if isinstance(answer, FileAnswer):
+        await send_file(interaction, answer)
+        return
+    text = answer if isinstance(answer, str) else core.refusal_text(inc)
+    await interaction.followup.send(text, ephemeral=True, allowed_mentions=NO_MENTIONS)
 
 
 async def answer_ask(core: Core, interaction: discord.Interaction, text: str) -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from discord.utils import DEFAULT_FILE_SIZE_LIMIT_BYTES
+
 DISCORD_MESSAGE_LIMIT = 2000  # Discord's content limit per message
+DISCORD_UPLOAD_LIMIT = DEFAULT_FILE_SIZE_LIMIT_BYTES  # 10 MiB: the largest file a bot may send anywhere
+DISCORD_BUTTON_LABEL = 80  # a button's label at most (a longer one is refused)
 DISCORD_LONG_LINE = DISCORD_MESSAGE_LIMIT - 100  # longer lines are cut into pieces (room for a fence reopened)
 DISCORD_TYPING_EVERY_S = 8.0  # Discord shows "typing…" for about 10 s
 DISCORD_READY_TIMEOUT_S = 60.0  # start-up gives up on a gateway that does not say READY within this

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import discord
 from discord.abc import Messageable
 
-from adapters.discord.limits import DISCORD_CUT_NOTE_S, DISCORD_TYPING_EVERY_S
+from adapters.discord.limits import DISCORD_CUT_NOTE_S, DISCORD_TYPING_EVERY_S, DISCORD_UPLOAD_LIMIT
 from adapters.discord.render import split_markdown
-from core import DeliveryRefused, ReminderMessage
+from core import DeliveryRefused, FileAnswer, ReminderMessage, file_too_large
 
 NO_MENTIONS = discord.AllowedMentions.none()  # every send pings nobody (not even the author it replies to) …
 # permanent refusals of a reminder send (Discord JSON error codes) → the reason shown in /tasks
@@ -94,6 +95,17 @@ async def followups(interaction: discord.Interaction, parts: Sequence[str], butt
             await interaction.followup.send(part, view=buttons, allowed_mentions=NO_MENTIONS)
         else:
             await interaction.followup.send(part, allowed_mentions=NO_MENTIONS)
+
+
+async def send_file(interaction: discord.Interaction, answer: FileAnswer) -> None:
+    """A file answer (an export) as a follow-up only its person sees, after a deferral; one larger than Discord lets
+    a bot send is one line saying so."""
+    if len(answer.data) > DISCORD_UPLOAD_LIMIT:
+        text = file_too_large(len(answer.data), DISCORD_UPLOAD_LIMIT)
+        await interaction.followup.send(text, ephemeral=True, allowed_mentions=NO_MENTIONS)
+        return
+    file = discord.File(io.BytesIO(answer.data), filename=answer.filename)
+    await interaction.followup.send(answer.text, file=file, ephemeral=True, allowed_mentions=NO_MENTIONS)
 
 
 async def note(interaction: discord.Interaction, text: str) -> None:

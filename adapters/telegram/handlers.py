@@ -1,5 +1,6 @@
 """What each kind of Telegram update does: a turn of the core with live feedback, a command of the catalogue, the
-"text only" note, the reminder and memory-wipe buttons, and the note when a handler failed."""
+"text only" note, files (an export) sent privately, the reminder, memory-wipe and /forget_me buttons, and the note when
+a handler failed."""
 
 from __future__ import annotations
 
@@ -14,13 +15,18 @@ from telegram.error import BadRequest, Forbidden, TelegramError
 
 from adapters.telegram.config import bot_id
 from adapters.telegram.incoming import incoming, presser
+from adapters.telegram.limits import TELEGRAM_UPLOAD_LIMIT
 from adapters.telegram.render import esc, markdown_to_html, render_reply, split_html
 from adapters.telegram.request import TelegramBot
 from adapters.telegram.send import Sender, refusal
 from core import (
     FAILED,
+    FORGET_LABEL,
+    FORGET_ME_CONFIRM,
     MEMORY_WIPE_CONFIRM,
+    MODEL_NOT_YOURS,
     NOT_YOUR_BUTTON,
+    NOT_YOUR_FORGET,
     SENT_PRIVATELY,
     TEXT_ONLY,
     WIPE_LABEL,
@@ -30,12 +36,16 @@ from core import (
     Core,
     Delivery,
     Error,
+    FileAnswer,
     Incoming,
+    file_too_large,
 )
 
 log = logging.getLogger(__name__)
 
 WIPE_HOW = "send /memory wipe"  # Telegram's way to ask for a wipe, in NOT_YOUR_BUTTON
+FORGET_HOW = "send /forget_me"  # Telegram's way to ask for a /forget_me, in NOT_YOUR_FORGET
+NOT_STARTED = "I can't message you privately yet: open t.me/{bot}, press Start, then send {command} there."
 
 
 class Handlers:
@@ -96,15 +106,21 @@ class Handlers:
         await self.send.reply(msg, [esc(TEXT_ONLY)])
 
     async def command(self, msg: Message, command: Command, args: str) -> None:
-        """Ask the core for a command's answer (`args`: the text after it) and send it; a personal one goes to the
-        user's private chat when asked in a group, and `/memory wipe` gets a confirmation button. A refusal is sent
-        where the command was asked."""
+        """Ask the core for a command's answer (`args`: the text after it) and send it; a personal one (and a file:
+        /export) goes to the user's private chat when asked in a group, and `/memory wipe` and `/forget_me` get a
+        confirmation button. A refusal is sent where the command was asked."""
         inc = self._incoming(msg, msg.text or "")
         answer = await self.core.command(inc, command.name, args)
         if isinstance(answer, Error):
             await self.send.reply(msg, [esc(answer.message)])
+        elif isinstance(answer, FileAnswer):
+            await self._file(inc, msg, answer, f"/{command.name}")
         elif answer is not None and command.private:
             extra = self._wipe_button(inc) if command.name == "memory" and args.lower().split() == ["wipe"] else {}
+            if command.name == "model" and not args.strip():
+                extra = self._model_buttons(inc)
+            if command.name == "forget_me" and command.parse(args).get("confirm") != "true":
+                extra = self._forget_button(inc)
             await self._privately(inc, msg, answer, f"/{command.name}", **extra)
         elif answer is not None:
             await self.send.reply(msg, split_html(markdown_to_html(answer)))
@@ -115,6 +131,15 @@ class Handlers:
         the presser, and a press by anyone else is refused)."""
         button = InlineKeyboardButton(WIPE_LABEL, callback_data=f"mem:wipe:{inc.user_id}")
         return {"reply_markup": InlineKeyboardMarkup([[button]])}
+
+    def _model_buttons(self, inc: Incoming) -> dict[str, Any]:
+        """A button per model under /model's list (`model:<index>:<check>:<user id>`: at most ~40 bytes of Telegram's
+        64; the core checks the index still names the model shown, and a press by anyone else is refused)."""
+        rows = [
+            [InlineKeyboardButton(name, callback_data=f"model:{token}:{inc.user_id}")]
+            for name, token in self.core.model_menu()
+        ]
+        return {"reply_markup": InlineKeyboardMarkup(rows)} if rows else {}
 
     async def _privately(self, inc: Incoming, msg: Message, markdown: str, command: str, **kwargs: Any) -> None:
         """Personal data goes to the user's private chat; a group only sees a short note."""
@@ -129,10 +154,26 @@ class Handlers:
             if refusal(e) is None:
                 raise
             log.info("cannot message user %s privately: %s", inc.user_id, e)  # they never started the bot
-            note = (
-                f"I can't message you privately yet: open t.me/{self.bot.username}, press Start, then send {command} "
-                "there."
-            )
+            note = NOT_STARTED.format(bot=self.bot.username, command=command)
+        await self.send.reply(msg, [esc(note)])
+
+    async def _file(self, inc: Incoming, msg: Message, answer: FileAnswer, command: str) -> None:
+        """A file answer (an export) goes to the person's private chat only: a group sees a short note. One larger
+        than Telegram lets a bot send is one line saying so, where it was asked."""
+        if len(answer.data) > TELEGRAM_UPLOAD_LIMIT:
+            await self.send.reply(msg, [esc(file_too_large(len(answer.data), TELEGRAM_UPLOAD_LIMIT))])
+            return
+        if msg.chat.type == ChatType.PRIVATE:
+            await self.send.document(msg.chat.id, answer)
+            return
+        try:
+            await self.send.document(int(inc.user_id), answer)
+            note = SENT_PRIVATELY
+        except (Forbidden, BadRequest) as e:
+            if refusal(e) is None:
+                raise
+            log.info("cannot message user %s privately: %s", inc.user_id, e)  # they never started the bot
+            note = NOT_STARTED.format(bot=self.bot.username, command=command)
         await self.send.reply(msg, [esc(note)])
 
     async def reminder_button(self, query: CallbackQuery, data: str) -> None:
@@ -151,8 +192,46 @@ class Handlers:
             await query.answer(NOT_YOUR_BUTTON.format(how=WIPE_HOW), show_alert=True)
             return
         answer = await self.core.command(person, "memory", MEMORY_WIPE_CONFIRM, must_answer=True)
-        if isinstance(answer, Error) or answer is None:
-            await query.answer(answer.message if answer else None, show_alert=True)
+        if not isinstance(answer, str):
+            await query.answer(answer.message if isinstance(answer, Error) else None, show_alert=True)
+            return
+        await query.answer()
+        if isinstance(query.message, Message):
+            await query.edit_message_text(markdown_to_html(answer), parse_mode=ParseMode.HTML)
+
+    async def model_button(self, query: CallbackQuery, data: str) -> None:
+        """A model button pressed: only by the person it was offered to, in their private chat; the message then says
+        which model answers them."""
+        person = presser(query)
+        _, index, check, owner = data.split(":")
+        if owner != person.user_id or person.chat_id != person.user_id:  # their private chat
+            await query.answer(MODEL_NOT_YOURS, show_alert=True)
+            return
+        answer = await self.core.command(person, "model", {"choice": f"{index}:{check}"}, must_answer=True)
+        if not isinstance(answer, str):
+            await query.answer(answer.message if isinstance(answer, Error) else None, show_alert=True)
+            return
+        await query.answer()
+        if isinstance(query.message, Message):
+            await query.edit_message_text(markdown_to_html(answer), parse_mode=ParseMode.HTML)
+
+    @staticmethod
+    def _forget_button(inc: Incoming) -> dict[str, Any]:
+        """The "Yes, delete everything about me" button under /forget_me's question (like the wipe's: the id only
+        routes the press; the core deletes the presser's own account, and a press by anyone else is refused)."""
+        button = InlineKeyboardButton(FORGET_LABEL, callback_data=f"forget:{inc.user_id}")
+        return {"reply_markup": InlineKeyboardMarkup([[button]])}
+
+    async def forget_button(self, query: CallbackQuery, data: str) -> None:
+        """ "Yes, delete everything about me" pressed: only by the person it was offered to, in their private chat;
+        the question is edited to say it is done."""
+        person = presser(query)
+        if data != f"forget:{person.user_id}" or person.chat_id != person.user_id:  # their private chat
+            await query.answer(NOT_YOUR_FORGET.format(how=FORGET_HOW), show_alert=True)
+            return
+        answer = await self.core.command(person, "forget_me", FORGET_ME_CONFIRM, must_answer=True)
+        if not isinstance(answer, str):
+            await query.answer(answer.message if isinstance(answer, Error) else None, show_alert=True)
             return
         await query.answer()
         if isinstance(query.message, Message):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from telegram.constants import MessageLimit
+from telegram.constants import FileSizeLimit, MessageLimit
 
 TELEGRAM_MESSAGE_LIMIT = int(MessageLimit.MAX_TEXT_LENGTH)  # 4096, in UTF-16 code units of the text after tags
+TELEGRAM_UPLOAD_LIMIT = int(FileSizeLimit.FILESIZE_UPLOAD)  # 50 MB: the largest file a bot may send
+TELEGRAM_UPLOAD_TIMEOUT_S = 120.0  # sending a file (an export) may take this long before it counts as failed
 TELEGRAM_ACTIVITY_CHARS = 1500  # the activity block is capped so the answer keeps most of the last part
 TELEGRAM_DRAFT_CHARS = 4000  # a streamed draft shows at most the last this many characters
 TELEGRAM_TYPING_EVERY_S = 4.0  # Telegram shows "typing…" for about 5 s

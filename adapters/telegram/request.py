@@ -65,7 +65,7 @@ def redact_tokens_in_logs() -> None:
 
 
 class AiohttpRequest(BaseRequest):
-    """PTB's BaseRequest over one aiohttp session; text parameters only (the bot uploads no files)."""
+    """PTB's BaseRequest over one aiohttp session (text parameters, and multipart for a file the bot sends)."""
 
     def __init__(
         self,
@@ -110,12 +110,14 @@ class AiohttpRequest(BaseRequest):
         """Send one request; network trouble becomes PTB's NetworkError / TimedOut."""
         if self._session is None or self._session.closed:
             raise RuntimeError("AiohttpRequest is not initialized")
-        if request_data is not None and request_data.contains_files:
-            raise NetworkError("AiohttpRequest does not upload files")
         read = self._read_timeout if isinstance(read_timeout, DefaultValue) else read_timeout
         connect = self._connect_timeout if isinstance(connect_timeout, DefaultValue) else connect_timeout
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
-        data = request_data.json_parameters if request_data else None
+        upload = request_data is not None and request_data.contains_files
+        total = write_timeout if upload and not isinstance(write_timeout, DefaultValue) else None
+        timeout = aiohttp.ClientTimeout(total=total, sock_connect=connect, sock_read=read)
+        data: Any = None
+        if request_data is not None:
+            data = _form(request_data) if upload else request_data.json_parameters
         try:
             async with self._session.request(
                 method, url, data=data, timeout=timeout, headers={"User-Agent": self.USER_AGENT}
@@ -129,6 +131,16 @@ class AiohttpRequest(BaseRequest):
         if status == 200 and self._on_success is not None:
             self._on_success()
         return status, body
+
+
+def _form(request_data: RequestData) -> aiohttp.FormData:
+    """A request with a file (sendDocument) as multipart form data: its parameters, then its files."""
+    form = aiohttp.FormData()
+    for name, value in request_data.json_parameters.items():
+        form.add_field(name, value)
+    for name, (filename, content, mimetype) in request_data.multipart_data.items():
+        form.add_field(name, content, filename=filename, content_type=mimetype)
+    return form
 
 
 class TelegramBot(ExtBot[int]):

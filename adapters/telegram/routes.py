@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 CATALOGUE = {name: c for c in COMMANDS for name in (c.name, *c.aliases)}  # what a user may type after the slash
 WIPE_DATA = re.compile(r"mem:wipe:\d+")  # the memory-wipe button's callback data (rem:… are the reminder buttons)
+FORGET_DATA = re.compile(r"forget:\d+")  # the /forget_me confirmation button: whose it is
+MODEL_DATA = re.compile(r"model:\d+:[0-9a-f]{8}:\d+")  # a /model button: the choice, its check, whose it is
 SERVICE = filters.StatusUpdate.ALL  # members joined or left, a pinned message, a new title…: PTB keeps the list
 
 
@@ -71,7 +73,8 @@ class Routes:
             await self.handlers.text_only(msg)
 
     async def _press(self, query: CallbackQuery) -> None:
-        """A reminder's Done / Snooze or the memory-wipe confirmation; other presses are ignored."""
+        """A reminder's Done / Snooze, the memory-wipe or /forget_me confirmation or a model button; other presses are
+        ignored."""
         data = query.data
         if data is None:
             return
@@ -79,6 +82,10 @@ class Routes:
             await self.handlers.reminder_button(query, data)
         elif WIPE_DATA.fullmatch(data):
             await self.handlers.wipe_button(query, data)
+        elif FORGET_DATA.fullmatch(data):
+            await self.handlers.forget_button(query, data)
+        elif MODEL_DATA.fullmatch(data):
+            await self.handlers.model_button(query, data)
 
 
 def starts_with_command(msg: Message) -> bool:

@@ -20,10 +20,11 @@ from adapters.telegram.limits import (
     TELEGRAM_PREVIEW_TIMEOUT_S,
     TELEGRAM_TYPING_AFTER_S,
     TELEGRAM_TYPING_EVERY_S,
+    TELEGRAM_UPLOAD_TIMEOUT_S,
 )
 from adapters.telegram.render import esc, markdown_to_html, plain_text, split_html, split_plain
 from adapters.telegram.request import TelegramBot
-from core import EMPTY_ANSWER, REMINDER_BUTTON_LABELS, DeliveryRefused, ReminderMessage
+from core import EMPTY_ANSWER, REMINDER_BUTTON_LABELS, DeliveryRefused, FileAnswer, ReminderMessage
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,17 @@ class Sender:
             for i, piece in enumerate(pieces)
         ]
 
+    async def document(self, chat_id: int, answer: FileAnswer) -> Message:
+        """Send a file answer (an export) with its text as the caption."""
+        return await self.bot.send_document(
+            chat_id,
+            answer.data,
+            filename=answer.filename,
+            caption=markdown_to_html(answer.text),
+            parse_mode=ParseMode.HTML,
+            write_timeout=TELEGRAM_UPLOAD_TIMEOUT_S,
+        )
+
     async def reminder(self, msg: ReminderMessage) -> str | None:
         """Push a reminder into its chat (mentioning the owner in groups) with its buttons; a permanent refusal
         (blocked, kicked, chat gone) is DeliveryRefused, anything else propagates as transient."""
@@ -119,7 +131,7 @@ class Sender:
             parts,
             first=msg.sent_parts,
             sent=msg.mark_sent,
-            reply_markup=InlineKeyboardMarkup([buttons]),
+            reply_markup=InlineKeyboardMarkup([buttons]) if buttons else None,  # a link notice has none
             message_thread_id=thread,
         )
         return str(sent[-1].message_id)

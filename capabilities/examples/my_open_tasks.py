@@ -16,7 +16,8 @@ PARAMETERS: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-# capability_user_id() is the speaker's users.id: without it an admin (who may read every row) would get everyone's.
+# capability_user_id() is the speaker's account id (tasks.user_id): without it an admin (who may read every row)
+# would get everyone's.
 SQL = (
     "SELECT id, title, status, due_at FROM tasks WHERE user_id = capability_user_id()"
     " AND status IN ('pending', 'in_progress') ORDER BY due_at NULLS LAST, id LIMIT $1::int"

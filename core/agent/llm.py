@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ import openai
 from openai import AsyncStream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageFunctionToolCall
 
-from core.agent.providers import PROVIDERS
+from core.agent.providers import PROVIDERS, ModelChoice, ProviderInfo
 from core.constants import REASON_CHARS
 from core.metrics import Metrics
 from core.quoting import truncate
@@ -49,13 +50,33 @@ class RawToolCall:
     arguments: str
 
 
+@dataclass(frozen=True)
+class Usage:
+    """The tokens one model call used, as its server reported them (`cached`: of the prompt's, when it says)."""
+
+    prompt: int
+    completion: int
+    cached: int = 0
+
+
 @dataclass
 class LLMReply:
-    """One whole model reply."""
+    """One whole model reply; `model`: the model asked, `usage`: None when the server did not report it."""
 
     content: str | None
     tool_calls: list[RawToolCall] = field(default_factory=list)
     finish_reason: str | None = None
+    model: str = ""
+    usage: Usage | None = None
+
+
+def _usage(raw: Any) -> Usage | None:
+    """The usage a completion or its last streamed chunk reports (None when absent or not numbers)."""
+    prompt, completion = getattr(raw, "prompt_tokens", None), getattr(raw, "completion_tokens", None)
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        return None
+    cached = getattr(getattr(raw, "prompt_tokens_details", None), "cached_tokens", None)
+    return Usage(max(0, prompt), max(0, completion), max(0, cached) if isinstance(cached, int) else 0)
 
 
 def _refused(e: BaseException) -> bool:
@@ -104,51 +125,106 @@ def _parse_whole(resp: Any) -> LLMReply:
             for c in (msg.tool_calls or [])
             if isinstance(c, ChatCompletionMessageFunctionToolCall)
         ]
-        return LLMReply(msg.content, calls, choice.finish_reason)
+        return LLMReply(msg.content, calls, choice.finish_reason, usage=_usage(getattr(resp, "usage", None)))
     except (TypeError, AttributeError, IndexError):
         return LLMReply(content=None, finish_reason=MALFORMED)
+
+
+Connect = Callable[[str], tuple[openai.AsyncOpenAI, str]]  # a provider's name → its client and where it is
+
+
+def _client(base_url: str, key: str, max_retries: int, step_timeout: float) -> openai.AsyncOpenAI:
+    """An SDK client for one server."""
+    return openai.AsyncOpenAI(
+        api_key=key,
+        base_url=base_url,
+        max_retries=max_retries,
+        timeout=openai.Timeout(step_timeout, connect=10.0),
+        http_client=openai.DefaultAioHttpClient(),  # cheaper per request than httpx (DESIGN §5)
+    )
 
 
 class LLM:
     """A chat-completions client bound to one model."""
 
-    def __init__(self, client: openai.AsyncOpenAI, model: str, where: str, metrics: Metrics | None = None) -> None:
-        """Wrap an SDK client; `where` names the server in error messages; requests are counted in `metrics`."""
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        model: str,
+        where: str,
+        metrics: Metrics | None = None,
+        *,
+        connect: Connect | None = None,
+    ) -> None:
+        """Wrap an SDK client; `where` names the server in error messages; requests are counted in `metrics`;
+        `connect` makes the client of another provider (for LLM_MODELS' `provider:model` entries)."""
         self.client = client
         self.model = model
         self.where = where
         self.metrics = metrics if metrics is not None else Metrics()
+        self.settings_hint = ("LLM_API_KEY", "LLM_MODEL")  # what an error tells to check: the key, the model
+        self._connect = connect
+        self._clients: dict[str, tuple[openai.AsyncOpenAI, str]] = {}  # other providers', made on first use
+        self._usage_refused: set[str] = set()  # servers that refuse stream_options (shared with using()'s copies)
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, max_retries: int = 2, metrics: Metrics | None = None) -> LLM:
-        """Build the client for the configured provider (LLM_BASE_URL overrides its URL)."""
-        info = PROVIDERS[settings.LLM_PROVIDER]
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        max_retries: int = 2,
+        metrics: Metrics | None = None,
+        providers: Mapping[str, ProviderInfo] = PROVIDERS,
+    ) -> LLM:
+        """Build the client for the configured provider (LLM_BASE_URL overrides its URL); other providers' clients
+        (at `providers`' URLs, with their `<PROVIDER>_API_KEY`) are made when a model of theirs is first used."""
+        info = providers[settings.LLM_PROVIDER]
         base_url = settings.LLM_BASE_URL or info.base_url
         key = settings.LLM_API_KEY.get_secret_value() if settings.LLM_API_KEY else "not-needed"
-        client = openai.AsyncOpenAI(
-            api_key=key,
-            base_url=base_url,
-            max_retries=max_retries,
-            timeout=openai.Timeout(settings.AGENT_STEP_TIMEOUT, connect=10.0),
-            http_client=openai.DefaultAioHttpClient(),  # cheaper per request than httpx (DESIGN §5)
-        )
-        return cls(client, settings.LLM_MODEL or info.default_model, server_host(base_url), metrics)
+
+        def connect(provider: str) -> tuple[openai.AsyncOpenAI, str]:
+            url, secret = providers[provider].base_url, settings.provider_key(provider)
+            other = secret.get_secret_value() if secret else "not-needed"
+            return _client(url, other, max_retries, settings.AGENT_STEP_TIMEOUT), server_host(url)
+
+        client = _client(base_url, key, max_retries, settings.AGENT_STEP_TIMEOUT)
+        model = settings.LLM_MODEL or info.default_model
+        return cls(client, model, server_host(base_url), metrics, connect=connect)
+
+    def using(self, choice: ModelChoice | None) -> LLM:
+        """This LLM for a person's chosen model (None: the default, itself): the same client for the configured
+        provider, another provider's client (one per provider, made on first use and kept) for a pair."""
+        if choice is None or (choice.provider is None and choice.model == self.model):
+            return self
+        chosen = copy.copy(self)  # shares the metrics and the clients; closed only through the original
+        chosen.model = choice.model
+        chosen.settings_hint = ("LLM_API_KEY", "LLM_MODELS")
+        if choice.provider is not None:
+            made = self._clients.get(choice.provider)
+            if made is None:
+                assert self._connect is not None, "an LLM made without `connect` serves only its own provider"
+                made = self._clients[choice.provider] = self._connect(choice.provider)
+            chosen.client, chosen.where = made
+            chosen.settings_hint = (f"{choice.provider.upper()}_API_KEY", "LLM_MODELS")
+        return chosen
 
     async def aclose(self) -> None:
-        """Close the HTTP client."""
+        """Close the HTTP clients (the configured provider's and the others made)."""
         await self.client.close()
+        for client, _ in self._clients.values():
+            await client.close()
 
     def _unavailable(self, e: openai.OpenAIError) -> LLMUnavailable:
         """A user-readable error for a failed request."""
         if isinstance(e, openai.APIStatusError):
             detail = f"it answered {e.status_code}"
             if e.status_code in (401, 403):  # the reason could echo the key: not shown
-                detail += " (check LLM_API_KEY)"
+                detail += f" (check {self.settings_hint[0]})"
             else:
                 reason = _reason(e) if e.status_code < 500 else ""
                 detail += f": {reason.rstrip('.')}" if reason else ""
                 if e.status_code == 404:
-                    detail += " (check LLM_MODEL)"
+                    detail += f" (check {self.settings_hint[1]})"
         elif isinstance(e, openai.APITimeoutError) and not _refused(e):
             detail = "it timed out"
         else:
@@ -173,6 +249,7 @@ class LLM:
             async with aclosing(self._chat(messages, tools, stream, timeout, tool_choice)) as items:
                 async for item in items:
                     if isinstance(item, LLMReply):
+                        item.model = self.model  # what the usage is recorded under
                         self.metrics.llm_seconds.observe(time.monotonic() - started)
                         if item.finish_reason == MALFORMED:
                             self.metrics.llm_errors.labels("malformed").inc()
@@ -182,6 +259,32 @@ class LLM:
             kind = "timeout" if isinstance(e, LLMTimeout) else "refused" if e.refused else "unavailable"
             self.metrics.llm_errors.labels(kind).inc()
             raise
+
+    async def _open_stream(self, kwargs: dict[str, Any], deadline: float) -> AsyncStream[ChatCompletionChunk]:
+        """Start a streamed request that asks for its usage at the end; a server that refuses the option (a 400 or 422
+        naming it: Groq and Mistral once did) is asked again without it, and from then on never with it."""
+        if self.where not in self._usage_refused:
+            try:
+                return await self._post_stream({**kwargs, "stream_options": {"include_usage": True}}, deadline)
+            except openai.APIStatusError as e:
+                if e.status_code not in (400, 422) or "stream_options" not in f"{e.message} {e.body}":
+                    raise
+                log.info("the model at %s refuses stream_options: streamed answers go without usage", self.where)
+                self._usage_refused.add(self.where)
+        return await self._post_stream(kwargs, deadline)
+
+    async def _post_stream(self, body: dict[str, Any], deadline: float) -> AsyncStream[ChatCompletionChunk]:
+        """The streamed request itself, bounded by the step's deadline."""
+        return await asyncio.wait_for(
+            self.client.post(
+                "/chat/completions",
+                body={**body, "stream": True},
+                cast_to=ChatCompletion,
+                stream=True,
+                stream_cls=AsyncStream[ChatCompletionChunk],
+            ),
+            max(0.0, deadline - time.monotonic()),
+        )
 
     async def _chat(
         self,
@@ -207,16 +310,7 @@ class LLM:
                 )
                 yield _parse_whole(resp)
                 return
-            chunks = await asyncio.wait_for(
-                self.client.post(
-                    "/chat/completions",
-                    body={**kwargs, "stream": True},
-                    cast_to=ChatCompletion,
-                    stream=True,
-                    stream_cls=AsyncStream[ChatCompletionChunk],
-                ),
-                timeout,
-            )
+            chunks = await self._open_stream(kwargs, deadline)
             reply = LLMReply(content=None)
             parts: list[str] = []
             partial: dict[int, dict[str, str]] = {}
@@ -246,6 +340,7 @@ class LLM:
                                 slot["arguments"] += tc.function.arguments
                         if ch.finish_reason:
                             reply.finish_reason = ch.finish_reason
+                    reply.usage = _usage(chunk.usage) or reply.usage  # the last chunk's (asked by include_usage)
             finally:
                 await chunks.close()
             reply.content = "".join(parts) or None

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from core.activity import make_step, step_line
 from core.agent.llm import LLM, MALFORMED, LLMReply, LLMTimeout, LLMUnavailable
@@ -26,6 +27,19 @@ WRAP_UP_NOTE = (
 )
 REFUSED_HINT = "if the conversation is too long for the model, /reset starts a fresh one."
 LENGTH_NOTE = "\n\n_(cut short: the model hit its length limit)_"
+OVER_BUDGET = "over_budget"  # the Error code of a turn refused by a budget before its first model call
+
+
+class Budget(Protocol):
+    """The spending check around each model call of a turn (core/usage.py)."""
+
+    async def admit(self) -> str | None:
+        """Before a model call: None to go ahead, or the line saying which budget is used up (no call then)."""
+        ...
+
+    def spent(self, reply: LLMReply | None) -> None:
+        """After a model call (None: it failed): record its usage in the background; never raises."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,26 @@ def _valid(reply: LLMReply) -> bool:
     if reply.tool_calls:
         return all(c.name for c in reply.tool_calls)
     return bool((reply.content or "").strip())
+
+
+def _over_budget_text(steps: Sequence[Step], line: str) -> str:
+    """The answer of a turn a budget stopped after some steps: the line, then what was done."""
+    return "\n".join([line, "What I did before stopping:", *(f"- {step_line(s)}" for s in steps)])
+
+
+async def _metered(
+    llm: LLM, meter: Budget | None, messages: list[dict[str, Any]], schemas: list[dict[str, Any]], **kw: Any
+) -> AsyncGenerator[str | LLMReply, None]:
+    """One model call (llm.chat's items), its usage handed to `meter` however it ends."""
+    reply: LLMReply | None = None
+    try:
+        async for item in llm.chat(messages, schemas, **kw):
+            if isinstance(item, LLMReply):
+                reply = item
+            yield item
+    finally:
+        if meter is not None:
+            meter.spent(reply)
 
 
 def _fallback_text(steps: Sequence[Step], reason: str) -> str:
@@ -65,10 +99,12 @@ async def run_agent(
     limits: Limits,
     *,
     stream: bool = False,
+    meter: Budget | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Run one turn and yield its events (the caller's journal stores them); always ends with Assistant or Error.
 
-    The tools are offered again at every step, so a capability written in this turn can be called in it.
+    The tools are offered again at every step, so a capability written in this turn can be called in it. `meter`
+    is asked before each model call: past a budget the turn stops there, keeping what its steps did.
     """
     started = time.monotonic()
     deadline = started + limits.total_timeout
@@ -82,13 +118,23 @@ async def run_agent(
         if remaining <= 0:
             cut_short = f"the time limit of {limits.total_timeout:.0f} s for one answer"
             break
+        over = await meter.admit() if meter is not None else None
+        if over is not None:
+            if not steps:  # stored as the turn's answer, like any error answer
+                yield Error(OVER_BUDGET, over, turn_id)
+                return
+            text = _over_budget_text(steps, over)
+            yield Assistant(text, turn_id, tuple(steps), time.monotonic() - started, cut_short=over)
+            return
         try:
             reply = LLMReply(content=None)
-            async for item in llm.chat(messages, schemas, stream=stream, timeout=min(limits.step_timeout, remaining)):
-                if isinstance(item, str):
-                    yield AssistantDelta(item)
-                else:
-                    reply = item
+            timeout = min(limits.step_timeout, remaining)
+            async with aclosing(_metered(llm, meter, messages, schemas, stream=stream, timeout=timeout)) as items:
+                async for item in items:
+                    if isinstance(item, str):
+                        yield AssistantDelta(item)
+                    else:
+                        reply = item
         except LLMTimeout as e:
             cut_short = str(e)
             break
@@ -134,7 +180,7 @@ async def run_agent(
     else:
         cut_short = f"the step limit ({limits.max_steps} steps)"
     assert cut_short is not None
-    text = await _wrap_up(llm, messages, schemas, limits, deadline, steps, cut_short)
+    text = await _wrap_up(llm, messages, schemas, limits, deadline, steps, cut_short, meter)
     yield Assistant(text, turn_id, tuple(steps), time.monotonic() - started, cut_short=cut_short)
 
 
@@ -146,14 +192,21 @@ async def _wrap_up(
     deadline: float,
     steps: Sequence[Step],
     reason: str,
+    meter: Budget | None = None,
 ) -> str:
-    """A best-effort answer after a limit: the model's summary when time allows, always with the reason."""
+    """A best-effort answer after a limit: the model's summary when time allows (and the budget), always with the
+    reason."""
     note = f"\n\n_(Cut short: {reason}.)_"
     remaining = min(limits.step_timeout, deadline - time.monotonic())
     if "step limit" in reason and remaining >= WRAP_UP_MIN_S:
+        over = await meter.admit() if meter is not None else None
+        if over is not None:
+            return _over_budget_text(steps, over)
         try:
             reply = LLMReply(content=None)
-            async for item in llm.chat(
+            async for item in _metered(
+                llm,
+                meter,
                 [*messages, {"role": "user", "content": WRAP_UP_NOTE}],
                 schemas,
                 stream=False,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from core.constants import MAX_MODELS
 from core.settings import Settings
 
 
@@ -39,13 +40,64 @@ def nothing_configured(settings: Settings) -> bool:
     return settings.LLM_API_KEY is None and settings.LLM_BASE_URL is None and not local
 
 
+@dataclass(frozen=True)
+class ModelChoice:
+    """A model a person may pick with /model: `name` as /model shows it and an account stores it; `provider` None is
+    the configured provider (LLM_PROVIDER, LLM_BASE_URL, LLM_API_KEY), else another one of PROVIDERS."""
+
+    name: str
+    model: str
+    provider: str | None = None
+
+
+def _entry(settings: Settings, entry: str) -> ModelChoice:
+    """One entry of LLM_MODELS; ValueError says what is wrong with it (after `LLM_MODELS: `)."""
+    provider, colon, model = entry.partition(":")
+    provider, model = provider.strip().lower(), model.strip()
+    if not colon:
+        return ModelChoice(entry, entry)
+    if provider not in PROVIDERS:
+        raise ValueError(
+            f"{entry!r} names an unknown provider {provider!r} (providers: {', '.join(PROVIDERS)}; a model whose "
+            "name has a colon is written provider:model, e.g. ollama:qwen2.5:7b)"
+        )
+    if not model:
+        raise ValueError(
+            f"{entry!r} names no model (write provider:model, e.g. groq:{PROVIDERS['groq'].default_model})"
+        )
+    if provider == settings.LLM_PROVIDER:  # the configured provider: its client, key and URL
+        return ModelChoice(model, model)
+    if not PROVIDERS[provider].local and settings.provider_key(provider) is None:
+        key = f"{provider.upper()}_API_KEY"
+        raise ValueError(f"{entry!r} needs the {provider} key ({key} is not set; set it, or remove the entry)")
+    return ModelChoice(f"{provider}:{model}", model, provider)
+
+
+def model_choices(settings: Settings) -> tuple[ModelChoice, ...]:
+    """The models people may pick: the default (LLM_MODEL or the provider's) first, then LLM_MODELS' entries (each
+    once); ValueError says what is wrong with LLM_MODELS (config_problem reports it at start)."""
+    default = settings.LLM_MODEL or PROVIDERS[settings.LLM_PROVIDER].default_model
+    entries = [e.strip() for e in settings.LLM_MODELS.replace(";", ",").split(",") if e.strip()]
+    if len(entries) > MAX_MODELS:
+        raise ValueError(f"{len(entries)} models listed (at most {MAX_MODELS}; keep the ones people need)")
+    choices = {default: ModelChoice(default, default)}
+    for entry in entries:
+        choice = _entry(settings, entry)
+        choices.setdefault(choice.name, choice)
+    return tuple(choices.values())
+
+
 def config_problem(settings: Settings) -> str | None:
-    """One clear line when no usable LLM is configured, else None."""
+    """One clear line when no usable LLM is configured (or LLM_MODELS lists one that cannot be used), else None."""
     if nothing_configured(settings):
         return f"LLM_API_KEY: not set, and LLM_PROVIDER={settings.LLM_PROVIDER} needs one ({HOW_TO_CONFIGURE})"
     base_url = settings.LLM_BASE_URL or ""
     if "@" in urlsplit(base_url).netloc:  # the HTTP client refuses credentials in the URL at the first request
         return "LLM_BASE_URL: cannot carry a user name or password (put the key in LLM_API_KEY)"
+    try:
+        model_choices(settings)
+    except ValueError as e:
+        return f"LLM_MODELS: {e}"
     return None
 
 

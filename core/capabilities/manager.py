@@ -51,8 +51,8 @@ CODE_HELP = (
     "timezone, tz (ZoneInfo), now() (aware, user's zone), is_admin, `await ctx.query(sql, *args)` → list of "
     "dicts (one read-only SELECT; args arrive as text, cast them: $1::int; admins see all rows, others only "
     "their rows of users, tasks, occurrences, and of memory_blocks, archival_memory only in a private chat; "
-    "capability_user_id() is the speaker's users.id). Return JSON-serialisable data. Blocking code is fine "
-    "(own thread)."
+    "capability_user_id() is the speaker's account id, the owner in tasks.user_id and memory_blocks.user_id). "
+    "Return JSON-serialisable data. Blocking code is fine (own thread)."
 )
 
 

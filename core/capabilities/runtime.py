@@ -337,7 +337,7 @@ async def run_query(
             " || $4), true), set_config('app.task_chat', $5, true),"
             " set_config('app.task_chat_sig', capability_sign($2 || ':chat:' || $5), true)) s",
             str(ms),
-            str(user.id),
+            str(user.account_id),  # capability_user_id(): the account (sql/020)
             READER_FUNCTION,
             "on" if personal else "off",
             "" if task_chat is None else str(task_chat),

@@ -106,7 +106,7 @@ Db = Pool | asyncpg.Connection | asyncpg.pool.PoolConnectionProxy  # a connectio
 async def lock_memory(db: Db, user_id: int) -> None:
     """Hold the user's memory until the transaction ends: every change to it (read, check the limit, write; a
     wipe) takes this lock first, so a write cannot bring back what a concurrent wipe removed."""
-    await db.execute("SELECT 1 FROM users WHERE id = $1 FOR NO KEY UPDATE", user_id)
+    await db.execute("SELECT 1 FROM accounts WHERE id = $1 FOR NO KEY UPDATE", user_id)
 
 
 async def load_blocks(db: Db, user_id: int, *, lock: bool = False) -> list[Block]:

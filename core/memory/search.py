@@ -83,16 +83,18 @@ _ARCHIVAL_VECTOR_SQL = _ARCHIVAL_PAGE.format(
     q=_QUERY_CTES, hits=_ARCHIVAL_TEXT_HITS + _ARCHIVAL_VECTOR_HITS, size=MEMORY_PAGE_SIZE
 )
 
-# The chats the user spoke in: their private chats whole (their messages and the bot's answers), their own
-# messages in groups. Scheduled agent jobs are turns of their owner in the private chat, so they count too.
+# The chats the person (any identity of their account) spoke in: their private chats whole (their messages and the
+# bot's answers), their own messages in groups. Scheduled agent jobs are turns of their owner in the private chat,
+# so they count too.
 # Newest first: "what did I say about X" means the latest mention (and ranking would re-parse every hit).
 _CONVERSATION_PAGE = f"""
 WITH {_QUERY_CTES}, hits AS (
     SELECT m.id, m.role, m.content, m.created_at, m.quoted_kind, m.quoted_origin
-    FROM messages m JOIN chats c ON c.id = m.chat_id, q
-    WHERE m.chat_id = ANY(ARRAY(SELECT DISTINCT t.chat_id FROM turns t WHERE t.user_id = $1))
+    FROM messages m JOIN chats c ON c.id = m.chat_id, q,
+        (SELECT array_agg(u.id) AS ids FROM users u WHERE u.account_id = $1) ids  -- every identity of the account
+    WHERE m.chat_id = ANY(ARRAY(SELECT DISTINCT t.chat_id FROM turns t WHERE t.user_id = ANY(ids.ids)))
       AND m.role IN ('user', 'assistant') AND m.content IS NOT NULL
-      AND (c.kind = 'private' OR (m.role = 'user' AND m.user_id = $1))
+      AND (c.kind = 'private' OR (m.role = 'user' AND m.user_id = ANY(ids.ids)))
       AND to_tsvector('simple', m.content) @@ q.tsq
 )
 SELECT id, role, content, created_at, quoted_kind, quoted_origin, count(*) OVER () AS total FROM hits

@@ -23,7 +23,7 @@ _OVERVIEW_SQL = (
 
 _RELEARN_SQL = """
 SELECT count(memory_learn_words($1, m.content)) FROM messages m
-WHERE m.role = 'user' AND m.user_id = $1 AND m.content IS NOT NULL
+WHERE m.role = 'user' AND m.user_id IN (SELECT u.id FROM users u WHERE u.account_id = $1) AND m.content IS NOT NULL
 """
 
 

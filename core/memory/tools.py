@@ -122,7 +122,7 @@ def memory_tools(
     limit = block_words
 
     async def read(p: dict[str, Any], ctx: ToolContext) -> str:
-        block = pick(await load_blocks(ctx.pool, ctx.user.id), p["block"])
+        block = pick(await load_blocks(ctx.pool, ctx.user.account_id), p["block"])
         head = f"[{block.name}] Core Memory ({plural(len(block.lines), 'line')}, {block.words}/{limit} words):"
         return with_warning("\n".join([head, *block.numbered()]), block, limit)
 
@@ -131,14 +131,14 @@ def memory_tools(
 
         async def once() -> str:
             async with ctx.pool.acquire() as conn, conn.transaction():
-                block = pick(await load_blocks(conn, ctx.user.id, lock=True), p["block"], may_create=True)
+                block = pick(await load_blocks(conn, ctx.user.account_id, lock=True), p["block"], may_create=True)
                 if attempt.landed(block):
                     return attempt.answer
                 if line in block.lines:
                     at = block.lines.index(line) + 1
                     return f"Line already exists in [{block.name}] at line {at}: {_quote(line)} (no change)"
                 after = check_room(block, [*block.lines, line], limit, "append to")
-                await store(conn, ctx.user.id, after)
+                await store(conn, ctx.user.account_id, after)
                 done = f"Appended to [{block.name}] at line {len(after.lines)}: {_quote(line)}"
                 return attempt.plan(after, with_warning(f"{done} ({after.words}/{limit} words)", after, limit))
 
@@ -149,7 +149,7 @@ def memory_tools(
 
         async def once() -> str:
             async with ctx.pool.acquire() as conn, conn.transaction():
-                block = pick(await load_blocks(conn, ctx.user.id, lock=True), p["block"])
+                block = pick(await load_blocks(conn, ctx.user.account_id, lock=True), p["block"])
                 if attempt.landed(block):
                     return attempt.answer
                 i = line_index(block, number)
@@ -159,14 +159,14 @@ def memory_tools(
                 if line in block.lines:  # the new text is another line already: one line, not two equal ones
                     at = block.lines.index(line) + 1
                     after = Block(block.name, block.lines[:i] + block.lines[i + 1 :])
-                    await store(conn, ctx.user.id, after)
+                    await store(conn, ctx.user.account_id, after)
                     done = (
                         f"{_quote(line)} is already line {at} of [{block.name}], so line {number} ({_quote(old)}) "
                         "was removed instead of repeating it; lines below it moved up"
                     )
                     return attempt.plan(after, with_warning(f"{done} ({after.words}/{limit} words)", after, limit))
                 after = check_room(block, [*block.lines[:i], line, *block.lines[i + 1 :]], limit, "replace in")
-                await store(conn, ctx.user.id, after)
+                await store(conn, ctx.user.account_id, after)
                 done = f"Replaced line {number} in [{block.name}]: {_quote(old)} → {_quote(line)}"
                 return attempt.plan(after, with_warning(f"{done} ({after.words}/{limit} words)", after, limit))
 
@@ -174,20 +174,20 @@ def memory_tools(
 
     async def delete(p: dict[str, Any], ctx: ToolContext) -> str:
         async with ctx.pool.acquire() as conn, conn.transaction():
-            block = pick(await load_blocks(conn, ctx.user.id, lock=True), p["block"])
+            block = pick(await load_blocks(conn, ctx.user.account_id, lock=True), p["block"])
             i = line_index(block, p["line_number"])
-            await store(conn, ctx.user.id, Block(block.name, block.lines[:i] + block.lines[i + 1 :]))
+            await store(conn, ctx.user.account_id, Block(block.name, block.lines[:i] + block.lines[i + 1 :]))
         return f"Deleted line {p['line_number']} from [{block.name}]; lines below moved up"
 
     async def list_blocks(p: dict[str, Any], ctx: ToolContext) -> str:
-        return "\n".join(blk.header(limit) for blk in await load_blocks(ctx.pool, ctx.user.id))
+        return "\n".join(blk.header(limit) for blk in await load_blocks(ctx.pool, ctx.user.account_id))
 
     async def insert(p: dict[str, Any], ctx: ToolContext) -> str:
         content, call, now = _text(p, "content", ARCHIVAL_CONTENT_CHARS), uuid.uuid4(), ctx.now()
 
         async def once() -> Inserted:
             return await insert_archival(
-                ctx.pool, ctx.user.id, content, now, embedder, max_entries=archival_max_entries, call=call
+                ctx.pool, ctx.user.account_id, content, now, embedder, max_entries=archival_max_entries, call=call
             )
 
         entry = await retry_dropped(once, "archival_memory_insert", pool=ctx.pool)
@@ -197,11 +197,11 @@ def memory_tools(
 
     async def archival_search(p: dict[str, Any], ctx: ToolContext) -> str:
         query, page = _text(p, "query", MEMORY_QUERY_CHARS), _page(p)
-        return await search_archival(ctx.pool, ctx.user.id, query, page, ctx.tz, embedder)
+        return await search_archival(ctx.pool, ctx.user.account_id, query, page, ctx.tz, embedder)
 
     async def conversation(p: dict[str, Any], ctx: ToolContext) -> str:
         query, page = _text(p, "query", MEMORY_QUERY_CHARS), _page(p)
-        return await search_conversation(ctx.pool, ctx.user.id, query, page, ctx.tz)
+        return await search_conversation(ctx.pool, ctx.user.account_id, query, page, ctx.tz)
 
     block, line = {"block": _S}, {"line_number": _N}
     search = _schema(query=_S, page=_N)

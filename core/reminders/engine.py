@@ -34,6 +34,8 @@ from core.reminders.messages import (
     job_request,
     job_text,
     message_for,
+    moved_message,
+    moved_text,
     not_delivered,
     refusal_text,
     reminder_text,
@@ -54,6 +56,10 @@ class DeliveryRefused(Exception):
     """A permanent refusal (bot blocked, chat gone, no access): the occurrence ends as failed with this reason.
 
     Adapters raise it from `send_reminder`; any other exception counts as transient and is retried."""
+
+
+class ClaimLost(Exception):
+    """Another process took over an occurrence this one was sending (its lease ran out): leave it to that one."""
 
 
 class Outbox(Protocol):
@@ -257,10 +263,12 @@ class ReminderEngine:
         msg = message_for(row, text, partial(self._parts_sent, key, text))
         try:
             try:
-                mid = await self._hand_over(msg)
+                mid = await self._deliver(row, msg)
             except DeliveryRefused as e:
                 await self._end(row, "failed", refusal_text(e))
                 return False
+            except ClaimLost:
+                return False  # another process holds it now and records its outcome
             except Exception as e:
                 await self._retry(row, error_text(e))
                 return False
@@ -268,6 +276,35 @@ class ReminderEngine:
             return True
         finally:
             self._release(key)
+
+    async def _deliver(self, row: Record, msg: ReminderMessage) -> str | None:
+        """Send to the task's chat; when a chat refuses for good, to the owner's most recently used private chat not
+        tried yet (the occurrence and its task move there before it is sent, so a retry after a crash goes there and
+        never twice), with a note saying why. DeliveryRefused with every reason when no chat is left."""
+        tried: list[int] = [row["chat_id"]]
+        reasons: list[str] = []
+        while True:
+            try:
+                return await self._hand_over(msg)
+            except DeliveryRefused as e:
+                reasons.append(refusal_text(e))
+                find = partial(queries.fallback_chat, self.pool, row["task_id"], tried, list(self.outboxes))
+                chat = await retry_dropped(find, "finding another chat for a reminder", pool=self.pool)
+                if chat is None:
+                    raise DeliveryRefused("; ".join(reasons)) from e
+                msg = await self._move(row, msg, tried[-1], chat)
+                tried.append(chat["id"])
+
+    async def _move(self, row: Record, msg: ReminderMessage, old_chat: int, chat: Record) -> ReminderMessage:
+        """Move a refused occurrence and its task to another private chat (ClaimLost when this process no longer
+        holds it); the message for that chat, with the note."""
+        key: Key = (row["task_id"], row["scheduled_at"])
+        text = moved_text(msg.text, msg.platform, msg.chat_kind)
+        move = partial(queries.move_chat, self.pool, key, self.instance, old_chat, chat["id"], text)
+        if not await retry_dropped(move, "moving a reminder to another chat", pool=self.pool):
+            raise ClaimLost
+        log.info("reminder for task %s refused in its %s chat: to a %s one", key[0], msg.platform, chat["platform"])
+        return moved_message(msg, chat, text, partial(self._parts_sent, key, text))
 
     async def _hand_over(self, msg: ReminderMessage) -> str | None:
         """Give a message to its platform's outbox (at most `concurrency` at a time); the platform message id."""

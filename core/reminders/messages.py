@@ -4,7 +4,7 @@ message an adapter sends."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypedDict
 
@@ -18,6 +18,8 @@ from core.types import JOB_MESSAGE_PREFIX, ChatKind, Incoming, Quoted
 
 SUPERSEDED = "the task changed before this reminder could be delivered"
 TOO_OLD = "older than the grace window"
+# after a reminder moved to another private chat of its owner because its chat refused it for good
+MOVED_NOTE = "(Sent here because I can no longer write to {where}. This task's later reminders come here too.)"
 
 PartsSent = Callable[[int], Awaitable[None]]
 
@@ -58,6 +60,32 @@ def message_for(row: Record, text: str, on_sent: PartsSent) -> ReminderMessage:
         sent_parts=row["sent_parts"],
         on_sent=on_sent,
     )
+
+
+def moved_message(msg: ReminderMessage, chat: Record, text: str, on_sent: PartsSent) -> ReminderMessage:
+    """The message for another private chat of its owner (`chat`, with the identity there), all of `text` to send."""
+    return replace(
+        msg,
+        platform=chat["platform"],
+        chat_id=chat["platform_chat_id"],
+        thread_id=chat["thread_id"],
+        chat_kind="private",
+        owner_id=chat["platform_user_id"],
+        owner_name=chat["display_name"],
+        text=text,
+        sent_parts=0,
+        on_sent=on_sent,
+    )
+
+
+def moved_text(text: str, platform: str, chat_kind: str) -> str:
+    """A reminder's text with the note naming the chat (of `platform`, of `chat_kind`) it could not reach; a note
+    from an earlier move is replaced."""
+    name = platform.capitalize()
+    group = "channel" if platform == "discord" else "group"
+    where = f"your {name} chat" if chat_kind == "private" else f"the {name} {group}"
+    base = text.split(f"\n\n{MOVED_NOTE.split('{', 1)[0]}", 1)[0]
+    return f"{base}\n\n{MOVED_NOTE.format(where=where)}"
 
 
 class _Chat(TypedDict):

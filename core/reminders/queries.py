@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from asyncpg import Record
 
-from core.constants import REMINDER_ERROR_CHARS
+from core.constants import FLEET_ALIVE_S, REMINDER_ERROR_CHARS
 from core.reminders import recurrence
 from core.storage.db import Pool
 from core.timeutil import zone
@@ -35,19 +35,24 @@ WITH claimed AS (
     RETURNING task_id, scheduled_at, late, attempts, sent_parts, sent_text
 )
 SELECT c.task_id, c.scheduled_at, c.late, c.attempts, t.title, t.details, t.kind, t.agent_prompt, t.own_words,
-       t.recurrence,
-       t.timezone AS task_tz, u.platform_user_id, u.display_name, u.timezone AS user_tz,
+       t.recurrence, t.chat_id,
+       t.timezone AS task_tz, u.platform_user_id, u.display_name, a.timezone AS user_tz,
        ch.platform, ch.platform_chat_id, ch.thread_id, ch.kind AS chat_kind,
        c.sent_parts, c.sent_text
 FROM claimed c
 JOIN tasks t ON t.id = c.task_id
-JOIN users u ON u.id = t.user_id
+JOIN accounts a ON a.id = t.user_id
 JOIN chats ch ON ch.id = t.chat_id
+-- who the reminder is for in that chat: the account's identity on the chat's platform, the one that made the task
+-- first (a task moved to another platform's chat after a refusal is for the identity there)
+JOIN LATERAL (
+    SELECT x.platform_user_id, x.display_name FROM users x WHERE x.account_id = t.user_id
+    ORDER BY x.platform = ch.platform DESC, x.id = t.created_by DESC, x.id LIMIT 1) u ON true
 """
 
 STALE_SQL = """
-SELECT t.id, t.due_at, t.recurrence, t.timezone AS task_tz, u.timezone AS user_tz
-FROM tasks t JOIN users u ON u.id = t.user_id
+SELECT t.id, t.due_at, t.recurrence, t.timezone AS task_tz, a.timezone AS user_tz
+FROM tasks t JOIN accounts a ON a.id = t.user_id
 WHERE t.status IN ('pending', 'in_progress') AND t.due_at < $1::timestamptz - $2::interval
   AND NOT EXISTS (SELECT 1 FROM occurrences o WHERE o.task_id = t.id AND o.scheduled_at = t.due_at)
 LIMIT $3
@@ -61,9 +66,9 @@ _MOVE_SQL = "UPDATE tasks SET due_at = $2 WHERE id = $1 AND due_at = $3"
 
 # Occurrences still waiting for a retry when their grace window has passed (no live process holds them).
 _EXPIRED_SQL = """
-SELECT o.task_id, o.scheduled_at, o.error, t.recurrence, t.timezone AS task_tz, u.timezone AS user_tz,
+SELECT o.task_id, o.scheduled_at, o.error, t.recurrence, t.timezone AS task_tz, a.timezone AS user_tz,
        t.due_at IS DISTINCT FROM o.scheduled_at OR t.status NOT IN ('pending', 'in_progress') AS superseded
-FROM occurrences o JOIN tasks t ON t.id = o.task_id JOIN users u ON u.id = t.user_id
+FROM occurrences o JOIN tasks t ON t.id = o.task_id JOIN accounts a ON a.id = t.user_id
 WHERE o.status = 'claimed' AND o.lease_until <= $1 AND o.scheduled_at < $1::timestamptz - $2::interval
 LIMIT $3
 """
@@ -100,6 +105,37 @@ UPDATE occurrences SET sent_parts = greatest(sent_parts, $3), sent_text = coales
 WHERE task_id = $1 AND scheduled_at = $2 AND status = 'claimed'
 """
 
+# Where a reminder goes when its chat refused it for good: the owning account's most recently used private chat not
+# tried yet ($2), on a platform this process ($3) or a live process of the fleet runs (turns.user_id is the identity
+# that spoke there), with that identity.
+_FALLBACK_CHAT_SQL = """
+SELECT ch.id, ch.platform, ch.platform_chat_id, ch.thread_id, u.platform_user_id, u.display_name
+FROM tasks t
+JOIN users u ON u.account_id = t.user_id
+JOIN turns tu ON tu.user_id = u.id
+JOIN chats ch ON ch.id = tu.chat_id
+WHERE t.id = $1 AND ch.kind = 'private' AND ch.id <> ALL($2::bigint[])
+  AND (ch.platform = ANY($3::text[]) OR EXISTS (
+      SELECT 1 FROM processes p, unnest(p.adapters) AS a
+      WHERE p.seen_at >= now() - $4::interval AND starts_with(a, ch.platform || ' (')))
+GROUP BY ch.id, u.id
+ORDER BY max(tu.started_at) DESC, ch.id
+LIMIT 1
+"""
+
+# The occurrence goes to another chat: its task moves there (later occurrences too) and the text to send there
+# replaces what was sent before (none of it is in that chat), while $3 still holds the claim; no row: it lost it.
+_MOVE_CHAT_SQL = """
+WITH o AS (
+    UPDATE occurrences SET sent_parts = 0, sent_text = $6
+    WHERE task_id = $1 AND scheduled_at = $2 AND status = 'claimed' AND claimed_by = $3
+    RETURNING task_id
+), t AS (
+    UPDATE tasks SET chat_id = $5, updated_at = now() WHERE id IN (SELECT task_id FROM o) AND chat_id = $4
+)
+SELECT count(*) FROM o
+"""
+
 _RENEW_SQL = """
 UPDATE occurrences o SET lease_until = $4
 FROM unnest($1::bigint[], $2::timestamptz[]) AS k(task_id, scheduled_at)
@@ -113,19 +149,20 @@ UNION SELECT lease_until FROM occurrences WHERE status = 'claimed' AND lease_unt
 ORDER BY 1 LIMIT $3
 """
 
-# Open cron tasks whose next time was computed in another zone than their owner's current one.
+# Open cron tasks whose next time was computed in another zone than their owner's (account's) current one.
 _MOVED_ZONE_SQL = """
-SELECT t.id, t.due_at, t.recurrence, coalesce(u.timezone, $2, t.timezone) AS tz
-FROM tasks t JOIN users u ON u.id = t.user_id
+SELECT t.id, t.due_at, t.recurrence, coalesce(a.timezone, $2, t.timezone) AS tz
+FROM tasks t JOIN accounts a ON a.id = t.user_id
 WHERE t.status IN ('pending', 'in_progress') AND t.due_at > $1 AND t.recurrence->>'kind' = 'cron'
-  AND t.timezone IS DISTINCT FROM coalesce(u.timezone, $2, t.timezone) AND ($3::bigint IS NULL OR t.user_id = $3)
+  AND t.timezone IS DISTINCT FROM coalesce(a.timezone, $2, t.timezone) AND ($3::bigint IS NULL OR t.user_id = $3)
 LIMIT $4
 """
 
 _REZONE_SQL = "UPDATE tasks SET due_at = $2, timezone = $3, updated_at = now() WHERE id = $1 AND due_at = $4"
 
 _OWNED_TASK_SQL = """
-SELECT t.id, t.title, t.status, t.recurrence, u.timezone FROM tasks t JOIN users u ON u.id = t.user_id
+SELECT t.id, t.title, t.status, t.recurrence, a.timezone
+FROM tasks t JOIN accounts a ON a.id = t.user_id JOIN users u ON u.account_id = t.user_id
 WHERE t.id = $1 AND u.platform = $2 AND u.platform_user_id = $3
 """
 
@@ -179,6 +216,20 @@ async def retry_at(pool: Pool, key: Key, at: datetime, error: str, instance: str
 async def part_sent(pool: Pool, key: Key, parts: int, text: str) -> None:
     """Store that the platform has the first `parts` parts of `text` (a retry then sends only the rest)."""
     await pool.execute(_PART_SENT_SQL, key[0], key[1], parts, text)
+
+
+async def fallback_chat(pool: Pool, task_id: int, tried: Sequence[int], platforms: Sequence[str]) -> Record | None:
+    """The task owner's most recently used private chat not in `tried`, on one of `platforms` or a platform a live
+    fleet process runs; with the identity there."""
+    alive = timedelta(seconds=FLEET_ALIVE_S)
+    return await pool.fetchrow(_FALLBACK_CHAT_SQL, task_id, list(tried), list(platforms), alive)
+
+
+async def move_chat(pool: Pool, key: Key, instance: str, old_chat: int, new_chat: int, text: str) -> bool:
+    """Move a claimed occurrence and its task from `old_chat` to `new_chat`, to be sent there as `text` (nothing of
+    it sent yet); False when `instance` no longer holds the claim."""
+    moved = await pool.fetchval(_MOVE_CHAT_SQL, key[0], key[1], instance, old_chat, new_chat, text)
+    return bool(moved)
 
 
 async def renew(pool: Pool, keys: Sequence[Key], instance: str, until: datetime) -> None:

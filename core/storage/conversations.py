@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,7 +25,7 @@ WITH u AS (
                           ELSE 1 END,
         rate_window_start = CASE WHEN NOT {counted} OR users.rate_window_start > now() - interval '1 minute'
                                  THEN users.rate_window_start ELSE now() END
-    RETURNING id, timezone, rate_count
+    RETURNING id, account_id, rate_count
 ), c AS (
     INSERT INTO chats (platform, platform_chat_id, thread_id, kind, title) VALUES ($1, $4, $5, $6, $7)
     ON CONFLICT (platform, platform_chat_id, thread_id) DO UPDATE SET title = EXCLUDED.title
@@ -34,7 +34,10 @@ WITH u AS (
 _UPSERT_CTES = _UPSERT_TEMPLATE.format(counted="(coalesce($8, '') NOT LIKE $20)")  # a turn's start: jobs aside
 _IDENTIFY_SQL = (
     _UPSERT_TEMPLATE.format(counted="false")
-    + "\nSELECT u.id AS user_id, u.timezone, c.id AS chat_id, c.history_floor FROM u, c"
+    + "\nSELECT u.id AS user_id, u.account_id,"
+    + " (SELECT a.timezone FROM accounts a WHERE a.id = u.account_id) AS timezone,"
+    + " (SELECT a.model FROM accounts a WHERE a.id = u.account_id) AS model,"
+    + " c.id AS chat_id, c.history_floor FROM u, c"
 )
 _BEGIN_SQL = (
     _UPSERT_CTES
@@ -62,7 +65,9 @@ _BEGIN_SQL = (
     ORDER BY q.n NULLS LAST
     RETURNING turn_id
 )
-SELECT u.id AS user_id, u.timezone, c.id AS chat_id, c.history_floor, (SELECT id FROM t) AS turn_id
+SELECT u.id AS user_id, u.account_id, (SELECT a.timezone FROM accounts a WHERE a.id = u.account_id) AS timezone,
+       (SELECT a.model FROM accounts a WHERE a.id = u.account_id) AS model,  -- the account's /model choice (sql/023)
+       c.id AS chat_id, c.history_floor, (SELECT id FROM t) AS turn_id
 FROM u, c
 """
 )
@@ -86,18 +91,24 @@ _BEGIN_WITH_CONTEXT_SQL = (
         ORDER BY m.id DESC LIMIT $12) h) AS history,
     (SELECT coalesce(json_agg(d ORDER BY d.due_at), '[]') FROM (
         SELECT id, title, due_at, own_words FROM tasks
-        WHERE user_id = u.id AND status IN ('pending', 'in_progress') AND due_at < $13
+        WHERE user_id = u.account_id AND status IN ('pending', 'in_progress') AND due_at < $13
         ORDER BY due_at LIMIT $14) d) AS due,
-    CASE WHEN $16 THEN memory_blocks_json(u.id) END AS memory,  -- core memory blocks (sql/006), personal turns only
+    CASE WHEN $16 THEN memory_blocks_json(u.account_id) END AS memory,  -- the account's core memory (sql/006, 020)
     -- message rates: the speaker's messages before this one in their current one-minute window (sql/018), and the
     -- turns started in this chat in the last minute (one chat's turns run one at a time); scheduled jobs aside
     greatest(u.rate_count - 1, 0) AS user_recent,
     (SELECT count(*) FROM turns r WHERE r.chat_id = c.id AND r.started_at > now() - interval '1 minute'
         AND r.id IS DISTINCT FROM (SELECT id FROM t)
-        AND coalesce(r.platform_message_id, '') NOT LIKE $20) AS chat_recent
+        AND coalesce(r.platform_message_id, '') NOT LIKE $20) AS chat_recent,
+    -- the budget check of the turn's first model call, and its admission (sql/022; NULL: no budget applies)
+    CASE WHEN $21::timestamptz IS NOT NULL AND (SELECT id FROM t) IS NOT NULL
+         THEN usage_admit(u.account_id, $21, $22::text, $23::bigint, $24::bigint, $25::bigint, $26::bigint,
+                          $27::interval) END AS budget
 FROM u, c
 """
 )
+
+_NO_BUDGET = (None, None, None, None, None, None, None)  # $21-$27 of a start without the budget check
 
 _ADD_ASSISTANT_ONCE_SQL = """
 INSERT INTO messages (chat_id, turn_id, role, content, tool_calls) SELECT $1, $2, 'assistant', $3, $4
@@ -127,7 +138,15 @@ UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2
 
 def _refs(row: Record, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:
     """The user and chat references from an upsert's row."""
-    user = UserRef(row["user_id"], inc.platform, inc.user_id, inc.user_name, row["timezone"] or default_tz)
+    user = UserRef(
+        row["account_id"],
+        row["user_id"],
+        inc.platform,
+        inc.user_id,
+        inc.user_name,
+        row["timezone"] or default_tz,
+        row["model"],
+    )
     chat = ChatRef(row["chat_id"], inc.platform, inc.chat_id, inc.thread_id, inc.chat_kind, row["history_floor"])
     return user, chat
 
@@ -146,6 +165,7 @@ class TurnStart:
     memory: list[dict[str, Any]] | None = None
     user_recent: int = 0  # turns the speaker started in the minute before this one (scheduled jobs aside)
     chat_recent: int = 0  # turns started in this chat in that minute
+    budget: Any = None  # usage_admit's verdict on the first model call (core/usage.py); None: no budget applies
 
 
 async def begin_turn(
@@ -159,6 +179,7 @@ async def begin_turn(
     authors: bool = False,
     memory: bool = False,
     redelivered: bool = False,
+    budget: Sequence[Any] | None = None,
 ) -> TurnStart:
     """Identify, store the message, open its turn and load its context, in one round trip before the LLM.
 
@@ -167,6 +188,8 @@ async def begin_turn(
     (only for turns where personal memory applies: never in groups). Retried on a dropped connection; a retry takes back
     the turn an earlier attempt may have committed (same platform message id, still running, unanswered). A
     redelivered message (its first handler died) takes its turn back and starts it over unless an answer was stored.
+    With `budget` (usage_admit's arguments after the account, core/usage.py), a fresh turn's first model call is
+    checked against the budgets and admitted in the same round trip.
     """
 
     kinds, origins, texts = [q.kind for q in inc.quoted], [q.origin for q in inc.quoted], [q.text for q in inc.quoted]
@@ -195,6 +218,7 @@ async def begin_turn(
             origins,
             texts,
             f"{JOB_MESSAGE_PREFIX}%",
+            *(budget or _NO_BUDGET),
         )
 
     row = await retry_dropped(lambda: attempt(False), "storing a message", pool=pool, again=lambda: attempt(True))
@@ -205,7 +229,15 @@ async def begin_turn(
     own = [_new_row(text, inc.user_name, kind, origin, mid, author) for kind, origin, text in new_rows if text]
     due = [dict(d, due_at=datetime.fromisoformat(d["due_at"])) for d in row["due"]]
     return TurnStart(
-        user, chat, row["turn_id"], [*row["history"], *own], due, row["memory"], row["user_recent"], row["chat_recent"]
+        user,
+        chat,
+        row["turn_id"],
+        [*row["history"], *own],
+        due,
+        row["memory"],
+        row["user_recent"],
+        row["chat_recent"],
+        row["budget"],
     )
 
 
@@ -364,8 +396,13 @@ async def reset_conversation(pool: Pool, chat: ChatRef) -> None:
 
 
 async def set_timezone(pool: Pool, user: UserRef, tz_name: str) -> None:
-    """Store the user's IANA time zone."""
-    await pool.execute("UPDATE users SET timezone = $2 WHERE id = $1", user.id, tz_name)
+    """Store the person's IANA time zone (their account's: every linked identity shares it)."""
+    await pool.execute("UPDATE accounts SET timezone = $2 WHERE id = $1", user.account_id, tz_name)
+
+
+async def set_model(pool: Pool, user: UserRef, name: str | None) -> None:
+    """Store the person's model choice (their account's; None: the default)."""
+    await pool.execute("UPDATE accounts SET model = $2 WHERE id = $1", user.account_id, name)
 
 
 _STEPS_SQL = """

@@ -112,7 +112,7 @@ async def _get(pool: Pool, ctx: ToolContext, task_id: int | None) -> asyncpg.Rec
     if task_id is None:
         raise ToolError("id is required for this action")
     sql = f"SELECT {_COLUMNS} FROM tasks WHERE {_MINE} AND id = $3"
-    row = await pool.fetchrow(sql, ctx.user.id, ctx.task_chat, task_id)
+    row = await pool.fetchrow(sql, ctx.user.account_id, ctx.task_chat, task_id)
     if row is None:
         raise ToolError(f"task #{task_id} not found (use action=list to see your tasks)")
     return row
@@ -149,11 +149,11 @@ async def _check_open_cap(conn: Conn, ctx: ToolContext) -> None:
     """Refuse a new (or reopened) task when the person already has MAX_OPEN_TASKS open ones. Runs in the transaction
     that then writes the task, holding the person's row: turns of theirs in other chats wait, so none passes the cap
     by counting before another's insert is committed."""
-    await conn.execute("SELECT 1 FROM users WHERE id = $1 FOR UPDATE", ctx.user.id)
+    await conn.execute("SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE", ctx.user.account_id)
     cap = ctx.caps.max_open_tasks
     count = await conn.fetchval(
         "SELECT count(*) FROM (SELECT 1 FROM tasks WHERE user_id = $1 AND status = ANY($2::text[]) LIMIT $3) t",
-        ctx.user.id,
+        ctx.user.account_id,
         list(OPEN_STATUSES),
         cap,
     )
@@ -176,8 +176,9 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
             await _check_open_cap(conn, ctx)
             row = await conn.fetchrow(
                 f"INSERT INTO tasks (user_id, chat_id, title, details, due_at, recurrence, timezone, kind,"
-                f" agent_prompt, own_words) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {_COLUMNS}",
-                ctx.user.id,
+                f" agent_prompt, own_words, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                f" RETURNING {_COLUMNS}",
+                ctx.user.account_id,
                 ctx.chat.id,
                 p.title.strip(),
                 p.details or "",
@@ -187,6 +188,7 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
                 "agent" if p.job else "reminder",
                 p.job,
                 ctx.own_words,
+                ctx.user.id,
             )
         assert row is not None
         ctx.on_tasks_changed()
@@ -195,13 +197,13 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
         if p.status:
             rows = await pool.fetch(
                 f"SELECT {_COLUMNS} FROM tasks WHERE {_MINE} AND status = $3 ORDER BY due_at NULLS LAST, id LIMIT $4",
-                ctx.user.id,
+                ctx.user.account_id,
                 ctx.task_chat,
                 p.status,
                 TASK_LIST_ROWS,
             )
         else:
-            rows = await open_tasks(pool, ctx.user.id, chat_id=ctx.task_chat)
+            rows = await open_tasks(pool, ctx.user.account_id, chat_id=ctx.task_chat)
         return {
             "tasks": [task_view(r, tz, now) for r in rows],
             "summary": f"{len(rows)} {p.status or 'open'} task{'s' if len(rows) != 1 else ''}",
@@ -210,13 +212,13 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
     if p.action == "get":
         return {"task": task_view(row, tz, now), "summary": _label(row, tz, now)}
     if p.action == "delete":
-        await pool.execute("DELETE FROM tasks WHERE id = $1 AND user_id = $2", row["id"], ctx.user.id)
+        await pool.execute("DELETE FROM tasks WHERE id = $1 AND user_id = $2", row["id"], ctx.user.account_id)
         return {"deleted": row["id"], "summary": f"deleted {_label(row, tz, now)}"}
     if p.action == "complete":
         done = await pool.fetchrow(
             f"UPDATE tasks SET status = 'done', updated_at = now() WHERE id = $1 AND user_id = $2 RETURNING {_COLUMNS}",
             row["id"],
-            ctx.user.id,
+            ctx.user.account_id,
         )
         assert done is not None
         return {"task": task_view(done, tz, now), "summary": f"completed {_label(done, tz, now)}"}
@@ -265,7 +267,7 @@ async def _write_update(
         f" timezone = $8, kind = $9, agent_prompt = $10, own_words = $11, updated_at = now()"
         f" WHERE id = $1 AND user_id = $2 RETURNING {_COLUMNS}",
         row["id"],
-        ctx.user.id,
+        ctx.user.account_id,
         (p.title or row["title"]).strip(),
         row["details"] if p.details is None else p.details,
         p.status or row["status"],

@@ -1,0 +1,527 @@
+"""Linking identities into one account (sql/021): one-time codes (`/link`), the merge when another identity sends one
+(`/link CODE`), the identities of an account, and `/unlink`. Admin rights and allow-listing are not here: they stay
+with identities (`ADMINS`, `ALLOWED_USERS`), whatever account an identity belongs to.
+
+Lock order, the same for everything that links or unlinks: the trying identity's `link_tries` row, the identities of
+the account that is merged away (or split), then account rows in id order, then the rows that move. A turn's start
+takes its identity's row before anything of the account, so it either started before a link (which then sees it
+running and says to try again when it is done) or starts after it, in the merged account."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import asyncpg
+
+from core.constants import (
+    LINK_CODE_ALPHABET,
+    LINK_CODE_CHARS,
+    LINK_CODE_TTL,
+    LINK_KEEP,
+    LINK_LIVE_CODES,
+    LINK_LOCK,
+    LINK_MAX_WRONG,
+    LINK_NOTICE_TIMEOUT_S,
+    LINK_RETRIES,
+    MEMORY_MAX_BLOCKS,
+)
+from core.memory.blocks import Block, load_blocks, plural, store
+from core.reminders.engine import Outbox
+from core.reminders.messages import ReminderMessage
+from core.storage.db import Conn, Pool, affected
+from core.timeutil import zone
+from core.types import ChatRef, UserRef
+
+log = logging.getLogger(__name__)
+
+NOT_A_CODE = (
+    "That does not look like a link code: a code has 8 letters and digits, like K7QX-M2PA. "
+    "Send /link alone in a private chat to get one."
+)
+OWN_CODE = "That is your own code: send it to me from your other account (another platform) to link the two."
+ALREADY = "You are already linked with that account: /link lists the identities linked to yours."
+WRONG = "That code is wrong, expired or already used. {left} more wrong {tries} lock linking for an hour."
+LOCKED_NOW = "That code is wrong, expired or already used — too many wrong codes: linking is locked until {until}."
+LOCKED = "Too many wrong codes: linking is locked until {until}. Then ask for a new code with /link."
+BUSY = (
+    "An answer of yours is still being written in another chat ({where}); when it is done, send /link {code} again "
+    "(the code stays valid until {until})."
+)
+CHANGED = "Your accounts changed while I was linking them; please send /link with the code again."
+ONLY_IN_PRIVATE = "Send {command} to me in a private chat."
+RETIRED = " That code was shown here, so it no longer works: ask for a new one with /link in a private chat."
+UNLINK_USAGE = "Use /unlink platform:id with an identity that /link lists, e.g. /unlink discord:123456."
+NOT_LINKED = "`{key}` is not linked to your account; /link lists the identities that are."
+ONLY_ONE = "`{key}` is the only identity of your account: there is nothing to separate it from."
+
+# Rows of the account that is merged away ($2) that move to the code's account ($1) as they are. Tasks keep their
+# chat and their maker (tasks.created_by), so reminders still arrive where they were made. A later per-account table
+# adds its statement here (the merge runs them in this order, in one transaction).
+MOVES: tuple[tuple[str, str], ...] = (
+    ("identities", "UPDATE users SET account_id = $1 WHERE account_id = $2"),
+    ("tasks", "UPDATE tasks SET user_id = $1 WHERE user_id = $2"),
+    ("codes", "UPDATE link_codes SET account_id = $1 WHERE account_id = $2"),
+    ("usage", "UPDATE token_usage SET account_id = $1 WHERE account_id = $2"),  # sql/022: summed by every reader
+    ("reservations", "UPDATE token_reservations SET account_id = $1 WHERE account_id = $2"),  # calls in flight
+    (
+        "search words",
+        "INSERT INTO memory_search_words (user_id, word) SELECT $1, word FROM memory_search_words WHERE user_id = $2"
+        " ORDER BY word ON CONFLICT DO NOTHING",  # one order: concurrent learners cannot deadlock with it
+    ),
+    # the code's account keeps its settings; one it has not set comes from the account merged away (so an admin's
+    # budget for either person stays: a link never lifts it)
+    (
+        "settings",
+        "UPDATE accounts k SET timezone = coalesce(k.timezone, m.timezone), model = coalesce(k.model, m.model),"
+        " daily_tokens = coalesce(k.daily_tokens, m.daily_tokens) FROM accounts m WHERE k.id = $1 AND m.id = $2",
+    ),
+)
+# Archival notes the code's account does not have yet (same sha256) move over, numbered after its highest; the
+# duplicates go with the merged account.
+_MOVE_ARCHIVAL_SQL = """
+WITH top AS (SELECT coalesce(max(number), 0) AS n FROM archival_memory WHERE user_id = $1),
+new AS (
+    SELECT x.id, row_number() OVER (ORDER BY x.number, x.id) AS k FROM archival_memory x
+    WHERE x.user_id = $2
+      AND NOT EXISTS (SELECT 1 FROM archival_memory w WHERE w.user_id = $1 AND w.sha256 = x.sha256)
+)
+UPDATE archival_memory a SET user_id = $1, number = top.n + new.k FROM new, top WHERE a.id = new.id
+"""
+_ADD_NOTES_SQL = """
+INSERT INTO archival_memory (user_id, content, sha256, created_at)
+SELECT $1, c, sha256(convert_to(c, 'UTF8')), $3 FROM unnest($2::text[]) WITH ORDINALITY AS u(c, n) ORDER BY n
+ON CONFLICT (user_id, sha256) DO NOTHING
+"""
+_LOCK_TRIES_SQL = """
+INSERT INTO link_tries (user_id) VALUES ($1)
+ON CONFLICT (user_id) DO UPDATE SET user_id = EXCLUDED.user_id
+RETURNING wrong, first_wrong_at, locked_until
+"""
+_FIND_CODE_SQL = """
+SELECT c.account_id, c.issued_by, c.used_at, c.expires_at, (SELECT u.account_id FROM users u WHERE u.id = $2) AS mine
+FROM link_codes c WHERE c.code_sha256 = $1
+"""
+_USE_CODE_SQL = """
+UPDATE link_codes SET used_at = $2, used_by = $3
+WHERE code_sha256 = $1 AND used_at IS NULL AND expires_at > $2 AND account_id = $4
+RETURNING issued_by, chat_id
+"""
+_RUNNING_SQL = """
+SELECT c.platform FROM turns t JOIN users u ON u.id = t.user_id JOIN chats c ON c.id = t.chat_id
+WHERE u.account_id = $1 AND t.status = 'running' AND t.started_at > now() - $2::interval
+LIMIT 1
+"""
+_LOCK_MERGED = "SELECT timezone FROM accounts WHERE id = $1 FOR UPDATE"  # deleted at the end
+_LOCK_KEPT = "SELECT timezone FROM accounts WHERE id = $1 FOR NO KEY UPDATE"  # others' key checks may go on
+_IDENTITY_SQL = "SELECT id, platform, platform_user_id, display_name FROM users WHERE id = $1"
+
+
+class _Moved(Exception):
+    """An account changed while the link waited for it: start over."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """One platform identity of an account."""
+
+    id: int
+    platform: str
+    platform_user_id: str
+    display_name: str
+
+    @property
+    def key(self) -> str:
+        """`platform:id`, as /unlink takes it (and ADMINS names it)."""
+        return f"{self.platform}:{self.platform_user_id}"
+
+    def shown(self) -> str:
+        """`` `discord:456` (ann#0) ``."""
+        name = " ".join(self.display_name.split())
+        return f"`{self.key}`" + (f" ({name})" if name else "")
+
+
+@dataclass(frozen=True)
+class Code:
+    """A code just made: as shown (K7QX-M2PA) and until when it works."""
+
+    text: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Where:
+    """A chat to tell something in."""
+
+    platform: str
+    chat_id: str
+    thread_id: str
+
+
+@dataclass
+class Merged:
+    """What a merge moved into the code's account."""
+
+    lines: int = 0  # memory lines added to its blocks
+    same_lines: int = 0  # lines its blocks already had
+    overflow: list[str] = field(default_factory=list)  # lines that did not fit: kept as archival notes
+    notes: int = 0  # archival notes moved
+    same_notes: int = 0  # notes it already had (same sha256)
+    tasks: int = 0
+    timezone: str | None = None  # the merged account's time zone (None: none set, DEFAULT_TIMEZONE)
+    timezone_taken: bool = False  # it came from the account merged away (the code's had none)
+
+    def summary(self, block_words: int) -> str:
+        """`merged 3 memory lines, 2 archival notes and 4 tasks; time zone Europe/Berlin kept.` (and what was not)."""
+        counts = [(self.lines, "memory line"), (self.notes, "archival note"), (self.tasks, "task")]
+        moved = [plural(n, noun) for n, noun in counts if n]
+        text = "merged " + _and(moved) if moved else "there was nothing to merge"
+        same = self.same_lines + self.same_notes
+        if same:
+            text += f" ({plural(same, 'duplicate')} left out)"
+        if self.timezone is not None:
+            text += f"; time zone {self.timezone} " + (
+                "taken over from the joining account" if self.timezone_taken else "kept"
+            )
+        text += "."
+        if self.overflow:
+            n = len(self.overflow)
+            kept = "it was kept as an archival note" if n == 1 else "they were kept as archival notes"
+            text += f" {plural(n, 'memory line')} did not fit in {block_words} words of a block: {kept}."
+        return text
+
+
+@dataclass(frozen=True)
+class Linked:
+    """A link made: who issued the code (and where), who sent it, and what was merged."""
+
+    issuer: Identity
+    redeemer: Identity
+    told_in: Where | None
+    merged: Merged
+    account_id: int
+
+    def answer(self, block_words: int) -> str:
+        """What the identity that sent the code is told."""
+        return (
+            f"🔗 Linked with {self.issuer.shown()}: you are one account now — "
+            f"{self.merged.summary(block_words)} /link lists the linked identities, /unlink separates one again."
+        )
+
+    def notice(self, block_words: int) -> str:
+        """What the identity that issued the code is told, in the chat where it asked for the code."""
+        return (
+            f"🔗 {self.redeemer.shown()} used your link code: you are one account now — "
+            f"{self.merged.summary(block_words)} /link lists the linked identities, /unlink separates one again."
+        )
+
+
+def _and(items: Sequence[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def normalise(raw: str) -> str | None:
+    """The code in `raw` (any case, with or without the dash or spaces), or None when it cannot be one."""
+    text = "".join(raw.split()).replace("-", "").upper()
+    if len(text) != LINK_CODE_CHARS or any(c not in LINK_CODE_ALPHABET for c in text):
+        return None
+    return text
+
+
+def _digest(code: str) -> bytes:
+    """What is stored of a (normalised) code."""
+    return hashlib.sha256(code.encode()).digest()
+
+
+def _shown(code: str) -> str:
+    """`K7QXM2PA` → `K7QX-M2PA`."""
+    half = len(code) // 2
+    return f"{code[:half]}-{code[half:]}"
+
+
+def _at(when: datetime, tz_name: str) -> str:
+    """`10:10 CET` in the person's zone."""
+    return when.astimezone(zone(tz_name)).strftime("%H:%M %Z")
+
+
+async def issue(pool: Pool, user: UserRef, chat: ChatRef, now: datetime) -> Code:
+    """A new one-time code joining into the speaker's account (the identity keeps at most LINK_LIVE_CODES unused
+    ones: older ones stop working); codes expired more than LINK_KEEP ago are deleted on the way."""
+    while True:
+        code = "".join(secrets.choice(LINK_CODE_ALPHABET) for _ in range(LINK_CODE_CHARS))
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("DELETE FROM link_codes WHERE expires_at < $1", now - LINK_KEEP)
+            await conn.execute(
+                "DELETE FROM link_codes WHERE code_sha256 IN (SELECT code_sha256 FROM link_codes"
+                " WHERE issued_by = $1 AND used_at IS NULL ORDER BY created_at DESC OFFSET $2)",
+                user.id,
+                LINK_LIVE_CODES - 1,
+            )
+            expires = await conn.fetchval(
+                "INSERT INTO link_codes (code_sha256, account_id, issued_by, chat_id, created_at, expires_at)"
+                " SELECT $1, u.account_id, u.id, $3, $4, $5 FROM users u WHERE u.id = $2"
+                " ON CONFLICT (code_sha256) DO NOTHING RETURNING expires_at",
+                _digest(code),
+                user.id,
+                chat.id,
+                now,
+                now + LINK_CODE_TTL,
+            )
+        if expires is not None:  # else the one in 2^40 that exists already: another
+            return Code(_shown(code), expires)
+
+
+async def retire(pool: Pool, raw: str) -> bool:
+    """A code shown in a group stops working at once (anyone there could send it): whether there was such a code."""
+    code = normalise(raw)
+    if code is None:
+        return False
+    gone = await pool.execute("DELETE FROM link_codes WHERE code_sha256 = $1 AND used_at IS NULL", _digest(code))
+    return affected(gone) > 0
+
+
+async def identities(pool: Pool | Conn, account_id: int) -> list[Identity]:
+    """The identities of an account, oldest first."""
+    rows = await pool.fetch(
+        "SELECT id, platform, platform_user_id, display_name FROM users WHERE account_id = $1 ORDER BY id", account_id
+    )
+    return [Identity(r["id"], r["platform"], r["platform_user_id"], r["display_name"]) for r in rows]
+
+
+def code_text(code: Code, linked: Sequence[Identity], user: UserRef) -> str:
+    """The answer to /link: the code, how to use it, and the identities linked now."""
+    lines = [
+        f"Your link code: **{code.text}** — it works once, until {_at(code.expires_at, user.timezone)}.",
+        f"Send `/link {code.text}` to me from your other account (on another platform, or the terminal) to make the "
+        "two one account: its tasks, memory and notes join this one, and this one's time zone stays. "
+        "Whoever sends this code joins your account: never give it to anyone else.",
+        "",
+        "Linked to this account now:",
+    ]
+    lines += [f"- {i.shown()}" + (" — this one" if i.id == user.id else "") for i in linked]
+    return "\n".join(lines)
+
+
+async def redeem(
+    pool: Pool, user: UserRef, raw: str, now: datetime, *, block_words: int, busy_within: timedelta
+) -> Linked | str:
+    """`/link CODE` from `user`: merge their account into the code's (or the one line saying why not). A wrong,
+    expired or used code is a wrong try; LINK_MAX_WRONG of them within LINK_LOCK lock linking for this identity."""
+    code = normalise(raw)
+    if code is None:
+        return NOT_A_CODE
+    for _ in range(LINK_RETRIES):
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                return await _redeem(conn, user, code, now, block_words, busy_within)
+        except _Moved:
+            continue
+    return CHANGED
+
+
+async def _redeem(
+    conn: Conn, user: UserRef, code: str, now: datetime, block_words: int, busy_within: timedelta
+) -> Linked | str:
+    """One attempt, in a transaction."""
+    tries = await conn.fetchrow(_LOCK_TRIES_SQL, user.id)  # this identity's tries, one at a time
+    assert tries is not None
+    if tries["locked_until"] is not None and tries["locked_until"] > now:
+        return LOCKED.format(until=_at(tries["locked_until"], user.timezone))
+    digest = _digest(code)
+    found = await conn.fetchrow(_FIND_CODE_SQL, digest, user.id)
+    if found is not None and found["issued_by"] == user.id:
+        return OWN_CODE
+    if found is not None and found["account_id"] == found["mine"]:
+        return ALREADY
+    if found is None or found["used_at"] is not None or found["expires_at"] <= now:
+        return await _wrong(conn, user, tries, now)
+    kept, merged = found["account_id"], found["mine"]
+    await conn.execute("SELECT 1 FROM users WHERE account_id = $1 ORDER BY id FOR NO KEY UPDATE", merged)
+    if await conn.fetchval("SELECT account_id FROM users WHERE id = $1", user.id) != merged:
+        raise _Moved
+    zones: dict[int, str | None] = {}
+    for account in sorted((kept, merged)):
+        row = await conn.fetchrow(_LOCK_MERGED if account == merged else _LOCK_KEPT, account)
+        if row is None:
+            raise _Moved
+        zones[account] = row["timezone"]
+    running = await conn.fetchval(_RUNNING_SQL, merged, busy_within)
+    if running is not None:  # its tools would write to the account merged away: let it finish first
+        return BUSY.format(where=running, code=_shown(code), until=_at(found["expires_at"], user.timezone))
+    used = await conn.fetchrow(_USE_CODE_SQL, digest, now, user.id, kept)
+    if used is None:
+        again = await conn.fetchrow("SELECT used_at, expires_at FROM link_codes WHERE code_sha256 = $1", digest)
+        if again is not None and again["used_at"] is None and again["expires_at"] > now:
+            raise _Moved  # its account was merged into another meanwhile
+        return await _wrong(conn, user, tries, now)  # someone else used it first
+    await conn.execute("UPDATE link_tries SET wrong = 0, first_wrong_at = NULL WHERE user_id = $1", user.id)
+    result = await merge(conn, kept, merged, zones, now, block_words)
+    issuer, redeemer = await _identity(conn, used["issued_by"]), await _identity(conn, user.id)
+    where = None
+    if used["chat_id"] is not None:
+        chat = await conn.fetchrow(
+            "SELECT platform, platform_chat_id, thread_id FROM chats WHERE id = $1", used["chat_id"]
+        )
+        if chat is not None:
+            where = Where(chat["platform"], chat["platform_chat_id"], chat["thread_id"])
+    return Linked(issuer, redeemer, where, result, kept)
+
+
+async def _identity(conn: Conn, identity_id: int) -> Identity:
+    """One identity by its id."""
+    row = await conn.fetchrow(_IDENTITY_SQL, identity_id)
+    assert row is not None
+    return Identity(row["id"], row["platform"], row["platform_user_id"], row["display_name"])
+
+
+async def _wrong(conn: Conn, user: UserRef, tries: asyncpg.Record, now: datetime) -> str:
+    """Count a wrong code for `user` (its row is locked); the LINK_MAX_WRONG-th within LINK_LOCK locks linking."""
+    fresh = tries["first_wrong_at"] is None or tries["first_wrong_at"] <= now - LINK_LOCK
+    wrong = 1 if fresh else tries["wrong"] + 1
+    if wrong >= LINK_MAX_WRONG:
+        until = now + LINK_LOCK
+        await conn.execute(
+            "UPDATE link_tries SET wrong = 0, first_wrong_at = NULL, locked_until = $2 WHERE user_id = $1",
+            user.id,
+            until,
+        )
+        log.warning("linking locked for %s:%s after %d wrong codes", user.platform, user.platform_user_id, wrong)
+        return LOCKED_NOW.format(until=_at(until, user.timezone))
+    await conn.execute(
+        "UPDATE link_tries SET wrong = $2, first_wrong_at = $3 WHERE user_id = $1",
+        user.id,
+        wrong,
+        now if fresh else tries["first_wrong_at"],
+    )
+    left = LINK_MAX_WRONG - wrong
+    return WRONG.format(left=left, tries="try" if left == 1 else "tries")
+
+
+async def merge(
+    conn: Conn, kept: int, merged: int, zones: Mapping[int, str | None], now: datetime, block_words: int
+) -> Merged:
+    """Move everything of account `merged` into account `kept` and delete `merged` (both rows locked by the caller,
+    in a transaction): the rows of MOVES as they are, with the settings of `kept` winning (time zone, model, budget:
+    the other's only where `kept` has none); memory lines that `kept` does not have (as many as fit in each block; the
+    rest become archival notes) and archival notes it does not have."""
+    result = Merged()
+    for name, sql in MOVES:
+        status = await conn.execute(sql, kept, merged)
+        if name == "tasks":
+            result.tasks = affected(status)
+    await _merge_blocks(conn, kept, merged, block_words, result)
+    before = await conn.fetchval("SELECT count(*) FROM archival_memory WHERE user_id = $1", merged)
+    result.notes = affected(await conn.execute(_MOVE_ARCHIVAL_SQL, kept, merged))
+    result.same_notes = before - result.notes
+    if result.overflow:
+        await conn.execute(_ADD_NOTES_SQL, kept, result.overflow, now)
+        await conn.execute("SELECT count(memory_learn_words($1, c)) FROM unnest($2::text[]) c", kept, result.overflow)
+    result.timezone, result.timezone_taken = zones[kept] or zones[merged], zones[kept] is None and bool(zones[merged])
+    await conn.execute("DELETE FROM accounts WHERE id = $1", merged)  # what is left of it: duplicates
+    return result
+
+
+def _same(line: str) -> str:
+    """A line as compared for duplicates: case and spacing aside."""
+    return " ".join(line.split()).casefold()
+
+
+async def _merge_blocks(conn: Conn, kept: int, merged: int, limit: int, result: Merged) -> None:
+    """Add the memory lines of `merged` that `kept` does not have to its blocks of the same name, while they fit."""
+    ours = {b.name: b for b in await load_blocks(conn, kept)}
+    for block in await load_blocks(conn, merged):
+        target = ours.get(block.name)
+        if target is None and len(ours) >= MEMORY_MAX_BLOCKS:  # no room for another block
+            result.overflow += [f"[{block.name}] {line}" for line in block.lines]
+            continue
+        lines = list(target.lines if target is not None else ())
+        seen = {_same(line) for line in lines}
+        for line in block.lines:
+            if _same(line) in seen:
+                result.same_lines += 1
+            elif Block(block.name, (*lines, line)).words > limit:
+                result.overflow.append(f"[{block.name}] {line}")
+            else:
+                lines.append(line)
+                seen.add(_same(line))
+                result.lines += 1
+        if target is None or len(lines) > len(target.lines):
+            ours[block.name] = Block(block.name, tuple(lines))
+            if lines:
+                await store(conn, kept, ours[block.name])
+
+
+async def tell(outboxes: Mapping[str, Outbox], where: Where | None, owner: Identity, text: str, now: datetime) -> bool:
+    """Push `text` into a private chat through its platform's outbox (the reminders' path, without buttons); a
+    failure is logged, never raised (the link it tells of stands)."""
+    outbox = outboxes.get(where.platform) if where is not None else None
+    if where is None or outbox is None:
+        log.warning("link made, but %s cannot be told: no way to its chat from this process", owner.key)
+        return False
+    msg = ReminderMessage(
+        task_id=0,
+        scheduled_at=now,
+        platform=where.platform,
+        chat_id=where.chat_id,
+        thread_id=where.thread_id,
+        chat_kind="private",
+        owner_id=owner.platform_user_id,
+        owner_name=owner.display_name,
+        text=text,
+        buttons=(),
+    )
+    try:
+        async with asyncio.timeout(LINK_NOTICE_TIMEOUT_S):
+            await outbox.send_reminder(msg)
+    except Exception as e:
+        log.warning("link made, but telling %s failed (%s: %s)", owner.key, type(e).__name__, e)
+        return False
+    return True
+
+
+async def unlink(pool: Pool, user: UserRef, raw: str) -> str:
+    """`/unlink platform:id`: that identity of the speaker's account gets a new empty account of its own (with the
+    time zone, and an admin's budget); everything made so far stays with this account."""
+    key = raw.strip().strip("`").strip()
+    platform, _, pid = key.partition(":")
+    if not platform or not pid:
+        return UNLINK_USAGE
+    async with pool.acquire() as conn, conn.transaction():
+        account = await conn.fetchval("SELECT account_id FROM users WHERE id = $1", user.id)
+        rows = await conn.fetch(
+            "SELECT id, platform, platform_user_id, display_name FROM users WHERE account_id = $1 ORDER BY id"
+            " FOR NO KEY UPDATE",
+            account,
+        )
+        kept = await conn.fetchrow(
+            "SELECT timezone, daily_tokens FROM accounts WHERE id = $1 FOR NO KEY UPDATE", account
+        )
+        ids = [Identity(r["id"], r["platform"], r["platform_user_id"], r["display_name"]) for r in rows]
+        target = next((i for i in ids if i.platform == platform.lower() and i.platform_user_id == pid), None)
+        if target is None or kept is None or user.id not in {i.id for i in ids}:
+            return NOT_LINKED.format(key=key[:80])
+        if len(ids) == 1:
+            return ONLY_ONE.format(key=target.key)
+        tz = kept["timezone"]  # and an admin's budget for the person, so separating never lifts it
+        new = await conn.fetchval(
+            "INSERT INTO accounts (timezone, daily_tokens) VALUES ($1, $2) RETURNING id", tz, kept["daily_tokens"]
+        )
+        await conn.execute("UPDATE users SET account_id = $2 WHERE id = $1", target.id, new)
+        await conn.execute("DELETE FROM link_codes WHERE issued_by = $1 AND used_at IS NULL", target.id)
+    zone_note = f"time zone {tz}" if tz else "no time zone set yet"
+    rest = ", ".join(i.shown() for i in ids if i.id != target.id)
+    if target.id == user.id:
+        return (
+            f"Separated {target.shown()} — this one: from now on it has an empty account of its own ({zone_note}). "
+            f"Tasks, reminders, memory and usage made until now stay with the account of {rest}."
+        )
+    return (
+        f"Separated {target.shown()}: it starts again with an empty account of its own ({zone_note}). "
+        "Tasks, reminders, memory and usage made until now stay with this account."
+    )

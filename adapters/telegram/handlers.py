@@ -33,6 +33,8 @@ from core import (
     Assistant,
     AssistantDelta,
     Command,
+    CommandArgs,
+    CommandName,
     Core,
     Delivery,
     Error,
@@ -191,13 +193,7 @@ class Handlers:
         if data != f"mem:wipe:{person.user_id}" or person.chat_id != person.user_id:  # their private chat
             await query.answer(NOT_YOUR_BUTTON.format(how=WIPE_HOW), show_alert=True)
             return
-        answer = await self.core.command(person, "memory", MEMORY_WIPE_CONFIRM, must_answer=True)
-        if not isinstance(answer, str):
-            await query.answer(answer.message if isinstance(answer, Error) else None, show_alert=True)
-            return
-        await query.answer()
-        if isinstance(query.message, Message):
-            await query.edit_message_text(markdown_to_html(answer), parse_mode=ParseMode.HTML)
+        await self._confirmed(query, person, "memory", MEMORY_WIPE_CONFIRM)
 
     async def model_button(self, query: CallbackQuery, data: str) -> None:
         """A model button pressed: only by the person it was offered to, in their private chat; the message then says
@@ -207,13 +203,7 @@ class Handlers:
         if owner != person.user_id or person.chat_id != person.user_id:  # their private chat
             await query.answer(MODEL_NOT_YOURS, show_alert=True)
             return
-        answer = await self.core.command(person, "model", {"choice": f"{index}:{check}"}, must_answer=True)
-        if not isinstance(answer, str):
-            await query.answer(answer.message if isinstance(answer, Error) else None, show_alert=True)
-            return
-        await query.answer()
-        if isinstance(query.message, Message):
-            await query.edit_message_text(markdown_to_html(answer), parse_mode=ParseMode.HTML)
+        await self._confirmed(query, person, "model", {"choice": f"{index}:{check}"})
 
     @staticmethod
     def _forget_button(inc: Incoming) -> dict[str, Any]:
@@ -229,7 +219,12 @@ class Handlers:
         if data != f"forget:{person.user_id}" or person.chat_id != person.user_id:  # their private chat
             await query.answer(NOT_YOUR_FORGET.format(how=FORGET_HOW), show_alert=True)
             return
-        answer = await self.core.command(person, "forget_me", FORGET_ME_CONFIRM, must_answer=True)
+        await self._confirmed(query, person, "forget_me", FORGET_ME_CONFIRM)
+
+    async def _confirmed(self, query: CallbackQuery, person: Incoming, name: CommandName, args: CommandArgs) -> None:
+        """Run the command a button of its owner stands for, and edit the message under it to its answer (a refusal
+        or an answer that is not text is shown as an alert)."""
+        answer = await self.core.command(person, name, args, must_answer=True)
         if not isinstance(answer, str):
             await query.answer(answer.message if isinstance(answer, Error) else None, show_alert=True)
             return

@@ -59,6 +59,11 @@ RETIRED = " That code was shown here, so it no longer works: ask for a new one w
 UNLINK_USAGE = "Use /unlink platform:id with an identity that /link lists, e.g. /unlink discord:123456."
 NOT_LINKED = "`{key}` is not linked to your account; /link lists the identities that are."
 ONLY_ONE = "`{key}` is the only identity of your account: there is nothing to separate it from."
+REHOMED = " The reminders of {tasks} made in {whose} chats {where} from now on."
+UNLINK_BUSY = (
+    "An answer for `{key}` is still being written ({where}): its tools act for this account until it is done. "
+    "Send /unlink {key} again then."
+)
 
 # Rows of the account that is merged away ($2) that move to the code's account ($1) as they are. Tasks keep their
 # chat and their maker (tasks.created_by), so reminders still arrive where they were made. A later per-account table
@@ -117,9 +122,46 @@ SELECT c.platform FROM turns t JOIN users u ON u.id = t.user_id JOIN chats c ON 
 WHERE u.account_id = $1 AND t.status = 'running' AND t.started_at > now() - $2::interval
 LIMIT 1
 """
+_RUNNING_ONE_SQL = """
+SELECT c.platform FROM turns t JOIN chats c ON c.id = t.chat_id
+WHERE t.user_id = $1 AND t.status = 'running' AND t.started_at > now() - $2::interval
+LIMIT 1
+"""
 _LOCK_MERGED = "SELECT timezone FROM accounts WHERE id = $1 FOR UPDATE"  # deleted at the end
 _LOCK_KEPT = "SELECT timezone FROM accounts WHERE id = $1 FOR NO KEY UPDATE"  # others' key checks may go on
 _IDENTITY_SQL = "SELECT id, platform, platform_user_id, display_name FROM users WHERE id = $1"
+# /unlink: the account's open tasks that remind in a private chat of the identity separated ($2: where it spoke, whose
+# chat id is its own, as Telegram's are, or $4, where it sent /unlink itself), or in a chat of a platform the account
+# has no identity on any more, remind in its private chat $3 from now on: never the separated identity's (someone
+# else's, maybe), never as an identity of another platform. Run once $2 has left account $1.
+_REHOME_SQL = """
+UPDATE tasks t SET chat_id = $3, updated_at = now()
+FROM chats c
+WHERE t.user_id = $1 AND c.id = t.chat_id AND c.id <> $3 AND t.status IN ('pending', 'in_progress')
+  AND (c.id = $4
+       OR (c.kind = 'private' AND (EXISTS (SELECT 1 FROM turns x WHERE x.chat_id = c.id AND x.user_id = $2)
+                                   OR EXISTS (SELECT 1 FROM users s WHERE s.id = $2 AND s.platform = c.platform
+                                              AND s.platform_user_id = c.platform_chat_id)))
+       OR NOT EXISTS (SELECT 1 FROM users u WHERE u.account_id = $1 AND u.platform = c.platform))
+"""
+# /unlink: the new account starts with a copy of the usage of this month (and a day more: any zone's month) of the
+# account it leaves, so a person cannot spend a budget again by unlinking (and linking again, and unlinking again).
+_COPY_USAGE_SQL = """
+INSERT INTO token_usage (account_id, day, model, prompt_tokens, completion_tokens, cached_tokens, calls)
+SELECT $2, day, model, prompt_tokens, completion_tokens, cached_tokens, calls FROM token_usage
+WHERE account_id = $1 AND day >= ($3::timestamptz AT TIME ZONE 'UTC')::date - 32
+"""
+# The private chat an account (once the identity separating itself has left it) used last, as the reminder fallback
+# picks one (core/reminders/queries.py); one it never spoke in when its chat id is an identity's own (Telegram's).
+_HOME_SQL = """
+SELECT chat FROM (
+    SELECT x.chat_id AS chat, max(x.started_at) AS at FROM users u JOIN turns x ON x.user_id = u.id
+    JOIN chats c ON c.id = x.chat_id WHERE u.account_id = $1 AND c.kind = 'private' GROUP BY x.chat_id
+    UNION ALL
+    SELECT c.id, NULL FROM users u JOIN chats c ON c.platform = u.platform AND c.platform_chat_id = u.platform_user_id
+    WHERE u.account_id = $1 AND c.kind = 'private'
+) h ORDER BY at DESC NULLS LAST, chat LIMIT 1
+"""
 
 
 class _Moved(Exception):
@@ -298,7 +340,8 @@ def code_text(code: Code, linked: Sequence[Identity], user: UserRef) -> str:
     """The answer to /link: the code, how to use it, and the identities linked now."""
     lines = [
         f"Your link code: **{code.text}** — it works once, until {_at(code.expires_at, user.timezone)}.",
-        f"Send `/link {code.text}` to me from your other account (on another platform, or the terminal) to make the "
+        f"Send `/link {code.text}` (on Discord: `/link code:{code.text}`) to me from your other account (on another "
+        "platform, or the terminal) to make the "
         "two one account: its tasks, memory and notes join this one, and this one's time zone stays. "
         "Whoever sends this code joins your account: never give it to anyone else.",
         "",
@@ -485,9 +528,12 @@ async def tell(outboxes: Mapping[str, Outbox], where: Where | None, owner: Ident
     return True
 
 
-async def unlink(pool: Pool, user: UserRef, raw: str) -> str:
-    """`/unlink platform:id`: that identity of the speaker's account gets a new empty account of its own (with the
-    time zone, and an admin's budget); everything made so far stays with this account."""
+async def unlink(pool: Pool, user: UserRef, raw: str, *, here: int, now: datetime, busy_within: timedelta) -> str:
+    """`/unlink platform:id` sent in the private chat `here`: that identity of the speaker's account gets a new empty
+    account of its own (with the time zone, an admin's budget and a copy of this month's usage, so separating never
+    lifts a budget); everything made so far stays with this account, and so do the reminders of its tasks (those made
+    in the separated identity's chats remind in one of its own). Not while an answer for that identity is still being
+    written (`busy_within`: how long one may run): its tools act for this account until it ends."""
     key = raw.strip().strip("`").strip()
     platform, _, pid = key.partition(":")
     if not platform or not pid:
@@ -508,20 +554,34 @@ async def unlink(pool: Pool, user: UserRef, raw: str) -> str:
             return NOT_LINKED.format(key=key[:80])
         if len(ids) == 1:
             return ONLY_ONE.format(key=target.key)
+        running = await conn.fetchval(_RUNNING_ONE_SQL, target.id, busy_within)
+        if running is not None:
+            return UNLINK_BUSY.format(key=target.key, where=running)
         tz = kept["timezone"]  # and an admin's budget for the person, so separating never lifts it
         new = await conn.fetchval(
             "INSERT INTO accounts (timezone, daily_tokens) VALUES ($1, $2) RETURNING id", tz, kept["daily_tokens"]
         )
         await conn.execute("UPDATE users SET account_id = $2 WHERE id = $1", target.id, new)
+        await conn.execute(_COPY_USAGE_SQL, account, new, now)
         await conn.execute("DELETE FROM link_codes WHERE issued_by = $1 AND used_at IS NULL", target.id)
+        home = here if target.id != user.id else await conn.fetchval(_HOME_SQL, account)
+        moved = 0 if home is None else affected(await conn.execute(_REHOME_SQL, account, target.id, home, here))
     zone_note = f"time zone {tz}" if tz else "no time zone set yet"
     rest = ", ".join(i.shown() for i in ids if i.id != target.id)
     if target.id == user.id:
         return (
             f"Separated {target.shown()} — this one: from now on it has an empty account of its own ({zone_note}). "
             f"Tasks, reminders, memory and usage made until now stay with the account of {rest}."
+            + (
+                REHOMED.format(
+                    tasks=plural(moved, "task"), whose="this identity's", where="go to a private chat of theirs"
+                )
+                if moved
+                else ""
+            )
         )
     return (
         f"Separated {target.shown()}: it starts again with an empty account of its own ({zone_note}). "
         "Tasks, reminders, memory and usage made until now stay with this account."
+        + (REHOMED.format(tasks=plural(moved, "task"), whose="its", where="come here") if moved else "")
     )

@@ -411,8 +411,11 @@ class Commands:
             return accounts.ONLY_IN_PRIVATE.format(command="/unlink")
         if not identity.strip():
             return accounts.UNLINK_USAGE
-        user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
-        return await accounts.unlink(self.core.pool, user, identity)
+        user, chat = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        busy = timedelta(seconds=self.core.settings.AGENT_TOTAL_TIMEOUT) + ABANDONED_MARGIN  # a turn still running
+        return await accounts.unlink(
+            self.core.pool, user, identity, here=chat.id, now=self.core.clock(), busy_within=busy
+        )
 
     async def timezone(self, inc: Incoming, arg: str) -> str:
         """Show the user's time zone, or set it when `arg` names one."""

@@ -137,6 +137,10 @@ WHERE split_part(i.platform, ':', 1) = who.platform
        OR jsonb_path_exists(i.payload, '$.**.user_id ? (@ == $s || @ == $n)', who.vars))
 """
 
+_LOCK_TRIES_SQL = """
+SELECT 1 FROM link_tries WHERE user_id IN (SELECT id FROM users WHERE account_id = $1) ORDER BY user_id FOR UPDATE
+"""
+
 
 @dataclass(frozen=True)
 class FileAnswer:
@@ -208,13 +212,17 @@ async def forget_account(
 
 
 async def _lock_account(conn: Conn, platform: str, platform_user_id: str) -> int | None:
-    """The identity's account, locked for this transaction (a link moving the identity meanwhile is waited for)."""
+    """The identity's account, locked for this transaction (a link moving the identity meanwhile is waited for): in
+    the order linking takes them (core/accounts.py), the identities' wrong-code rows, the identities, then the account,
+    so a link and a forget of the same person wait for each other and never deadlock."""
     for _ in range(3):
         account_id: int | None = await conn.fetchval(
             "SELECT account_id FROM users WHERE platform = $1 AND platform_user_id = $2", platform, platform_user_id
         )
         if account_id is None:
             return None
+        await conn.execute(_LOCK_TRIES_SQL, account_id)
+        await conn.execute("SELECT 1 FROM users WHERE account_id = $1 ORDER BY id FOR UPDATE", account_id)
         await conn.execute("SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE", account_id)
         again = await conn.fetchval(
             "SELECT account_id FROM users WHERE platform = $1 AND platform_user_id = $2", platform, platform_user_id

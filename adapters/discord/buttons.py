@@ -25,6 +25,8 @@ from core import (
     REMINDER_BUTTON_LABELS,
     SHOW_STEPS,
     WIPE_LABEL,
+    CommandArgs,
+    CommandName,
     Core,
     Error,
     summary_line,
@@ -208,38 +210,32 @@ async def press_reminder(core: Core, interaction: discord.Interaction, action: s
 
 async def press_wipe(core: Core, interaction: discord.Interaction, owner_id: int) -> None:
     """A press of the wipe confirmation: only by the person it was offered to; the message shows what went."""
-    if interaction.user.id != owner_id:
-        await note(interaction, NOT_YOUR_BUTTON.format(how=WIPE_HOW))
-        return
-    inc = interaction_incoming(interaction, "")
-    answer = await core.command(inc, "memory", MEMORY_WIPE_CONFIRM, must_answer=True)
-    if not isinstance(answer, str):
-        await note(interaction, core.refusal_text(inc))
-        return
-    await interaction.response.edit_message(content=answer, view=None, allowed_mentions=NO_MENTIONS)
+    await _confirmed(core, interaction, owner_id, NOT_YOUR_BUTTON.format(how=WIPE_HOW), "memory", MEMORY_WIPE_CONFIRM)
 
 
 async def press_forget(core: Core, interaction: discord.Interaction, owner_id: int) -> None:
     """A press of the /forget_me confirmation: only by the person it was offered to; the message says it is done."""
-    if interaction.user.id != owner_id:
-        await note(interaction, NOT_YOUR_FORGET.format(how=FORGET_HOW))
-        return
-    inc = interaction_incoming(interaction, "")
-    answer = await core.command(inc, "forget_me", FORGET_ME_CONFIRM, must_answer=True)
-    if not isinstance(answer, str):
-        await note(interaction, core.refusal_text(inc))
-        return
-    await interaction.response.edit_message(content=answer, view=None, allowed_mentions=NO_MENTIONS)
+    await _confirmed(
+        core, interaction, owner_id, NOT_YOUR_FORGET.format(how=FORGET_HOW), "forget_me", FORGET_ME_CONFIRM
+    )
 
 
 async def press_model(core: Core, interaction: discord.Interaction, choice: str, owner_id: int) -> None:
     """A press of a model button: only by the person it was offered to; the message then says which model answers."""
+    await _confirmed(core, interaction, owner_id, MODEL_NOT_YOURS, "model", {"choice": choice})
+
+
+async def _confirmed(
+    core: Core, interaction: discord.Interaction, owner_id: int, not_yours: str, name: CommandName, args: CommandArgs
+) -> None:
+    """Run the command a button stands for when its owner pressed it, and show its answer in place of the message
+    (anyone else, or an answer that is not text, gets a note only they see)."""
     if interaction.user.id != owner_id:
-        await note(interaction, MODEL_NOT_YOURS)
+        await note(interaction, not_yours)
         return
     inc = interaction_incoming(interaction, "")
-    answer = await core.command(inc, "model", {"choice": choice}, must_answer=True)
-    if isinstance(answer, Error) or answer is None:
+    answer = await core.command(inc, name, args, must_answer=True)
+    if not isinstance(answer, str):
         await note(interaction, core.refusal_text(inc))
         return
     await interaction.response.edit_message(content=answer, view=None, allowed_mentions=NO_MENTIONS)

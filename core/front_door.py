@@ -103,8 +103,10 @@ class Core:
         self.llm = llm
         self.models = model_choices(settings)  # what /model offers, the default first (config_problem checked it)
         self.registry = registry or default_registry()
+        self.spending = Spending(pool, settings, clock)  # token usage and budgets (core/usage.py)
+        metered = embedder.metered(self.spending.embedded) if embedder is not None else None  # embeddings' usage too
         for tool in memory_tools(
-            settings.MEMORY_BLOCK_WORDS, embedder, archival_max_entries=settings.ARCHIVAL_MAX_ENTRIES
+            settings.MEMORY_BLOCK_WORDS, metered, archival_max_entries=settings.ARCHIVAL_MAX_ENTRIES
         ):
             self.registry.add(tool)
         self.clock = clock
@@ -131,7 +133,6 @@ class Core:
         self.status_board = StatusBoard()  # adapters report into it; /status shows it
         self.metrics = metrics if metrics is not None else Metrics()  # bot/ passes the process's (also the LLM's)
         self._commands = Commands(self)
-        self.spending = Spending(pool, settings, clock)  # token usage and budgets (core/usage.py)
         self.process_id = fleet.new_process_id()  # in /status and in the inbox leases it holds
         self.inbox = Inbox(pool, self.process_id, self.metrics)  # platform updates, stored before acknowledged
 

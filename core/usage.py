@@ -164,6 +164,10 @@ class Spending:
         args = (user.id, reservation, self.clock(), self.settings.DEFAULT_TIMEZONE, model)
         return self._later(self._write(_RECORD_SQL, *args, usage.prompt, usage.completion, usage.cached))
 
+    def embedded(self, user: UserRef, model: str, prompt_tokens: int) -> asyncio.Task[None]:
+        """Write one embedding call's usage in the background (metered only: no budget is checked before one)."""
+        return self.record(user, None, model, Usage(prompt_tokens, 0))
+
     def release(self, reservation: int) -> asyncio.Task[None]:
         """Free a reservation whose call reported no usage (or never ran), in the background."""
         return self._later(self._write(_RELEASE_SQL, reservation))

@@ -4,33 +4,67 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import asyncpg
 import openai
 
 from core.constants import MEMORY_EMBED_TIMEOUT_S
 from core.storage.db import Pool
+from core.types import UserRef
 
 log = logging.getLogger(__name__)
+
+EmbeddingUsage = Callable[[UserRef, str, int], object]
+"""Told of each embedding call's tokens: the person it was made for, the model and its prompt tokens."""
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """One text's vector and the prompt tokens its call used (None when the server did not say)."""
+
+    vector: list[float]
+    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True)
 class Embedder:
-    """An embedding model: its name (stored with each vector) and the call that embeds one text."""
+    """An embedding model: its name (stored with each vector), the call that embeds one text, and (set by the Core,
+    bound per person by the memory tools) where each call's token usage is recorded."""
 
     model: str
-    embed: Callable[[str], Awaitable[list[float]]]
+    call: Callable[[str], Awaitable[Embedded]]
+    on_usage: EmbeddingUsage | None = None
+    user: UserRef | None = None
+
+    def metered(self, on_usage: EmbeddingUsage) -> Embedder:
+        """This embedder, telling `on_usage` of each call's tokens."""
+        return replace(self, on_usage=on_usage)
+
+    def for_user(self, user: UserRef) -> Embedder:
+        """This embedder, its calls made for `user` (whose account their usage counts for)."""
+        return replace(self, user=user)
+
+    async def embed(self, text: str) -> list[float]:
+        """The text's vector; its usage is recorded (a failed record is logged, the vector still returned)."""
+        done = await self.call(text)
+        if self.on_usage is not None and self.user is not None and done.prompt_tokens is not None:
+            try:
+                self.on_usage(self.user, self.model, done.prompt_tokens)
+            except Exception as e:
+                log.warning("embedding token usage not recorded: %s: %s", type(e).__name__, e)
+        return done.vector
 
 
 def openai_embedder(client: openai.AsyncOpenAI, model: str, timeout: float = MEMORY_EMBED_TIMEOUT_S) -> Embedder:
     """Embeddings through the same client as the chat model (its base URL, key and retries)."""
 
-    async def embed(text: str) -> list[float]:
+    async def call(text: str) -> Embedded:
         resp = await client.embeddings.create(model=model, input=text, encoding_format="float", timeout=timeout)
-        return list(resp.data[0].embedding)
+        tokens = resp.usage.prompt_tokens if resp.usage is not None else None
+        return Embedded(list(resp.data[0].embedding), tokens)
 
-    return Embedder(model, embed)
+    return Embedder(model, call)
 
 
 def vector_literal(values: Sequence[float]) -> str:

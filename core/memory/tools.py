@@ -121,6 +121,10 @@ def memory_tools(
     person's archival entries (ARCHIVAL_MAX_ENTRIES)."""
     limit = block_words
 
+    def _for(ctx: ToolContext) -> Embedder | None:
+        """The embedder, its calls' token usage counted for the speaking person's account."""
+        return embedder.for_user(ctx.user) if embedder is not None else None
+
     async def read(p: dict[str, Any], ctx: ToolContext) -> str:
         block = pick(await load_blocks(ctx.pool, ctx.user.account_id), p["block"])
         head = f"[{block.name}] Core Memory ({plural(len(block.lines), 'line')}, {block.words}/{limit} words):"
@@ -187,7 +191,7 @@ def memory_tools(
 
         async def once() -> Inserted:
             return await insert_archival(
-                ctx.pool, ctx.user.account_id, content, now, embedder, max_entries=archival_max_entries, call=call
+                ctx.pool, ctx.user.account_id, content, now, _for(ctx), max_entries=archival_max_entries, call=call
             )
 
         entry = await retry_dropped(once, "archival_memory_insert", pool=ctx.pool)
@@ -197,7 +201,7 @@ def memory_tools(
 
     async def archival_search(p: dict[str, Any], ctx: ToolContext) -> str:
         query, page = _text(p, "query", MEMORY_QUERY_CHARS), _page(p)
-        return await search_archival(ctx.pool, ctx.user.account_id, query, page, ctx.tz, embedder)
+        return await search_archival(ctx.pool, ctx.user.account_id, query, page, ctx.tz, _for(ctx))
 
     async def conversation(p: dict[str, Any], ctx: ToolContext) -> str:
         query, page = _text(p, "query", MEMORY_QUERY_CHARS), _page(p)

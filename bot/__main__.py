@@ -1,5 +1,5 @@
 """`python -m bot` / `bot`: run the assistant, or `bot ask "…"` (`bot ask -`: the message from standard input) to
-answer once and exit.
+answer once and exit, or `bot token [name]` to make an API token for the terminal user (printed once).
 
 Exit codes: 0 done, 1 an answer failed or an unexpected error, 2 a configuration problem (the variable is named),
 3 a service (database, Telegram, Discord) could not be reached, 42 a full restart was asked for (bot/loop.sh).
@@ -12,10 +12,11 @@ import asyncio
 import logging
 import sys
 import traceback
+from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 
 from adapters.telegram import config_problem as telegram_problem
-from core import Settings, SettingsError, StartupError, config_problem, load_settings, redact
+from core import Error, Settings, SettingsError, StartupError, config_problem, load_settings, open_core, redact
 
 # the libraries' own INFO lines (connected, started, requests) stay out of a normal start; --debug shows them
 LIBRARY_LOGGERS = ("telegram", "httpx", "httpcore", "discord", "apscheduler", "aiohttp", "openai", "asyncio")
@@ -32,6 +33,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ask = sub.add_parser("ask", help="answer one message in the terminal (a fresh conversation) and exit")
     ask.add_argument("--continue", "-c", dest="cont", action="store_true", help="continue the previous ask")
     ask.add_argument("text", nargs="+", help="the message; - reads it from standard input")
+    token = sub.add_parser("token", help="make an API token for the terminal user and print it (once)")
+    token.add_argument("name", nargs="?", help="the token's name (default: terminal-<date>-<time>)")
     return parser.parse_args(argv)
 
 
@@ -48,6 +51,21 @@ def ask_text(args: argparse.Namespace) -> str | None:
     if args.command != "ask":
         return None
     return sys.stdin.read().strip() if args.text == ["-"] else " ".join(args.text)
+
+
+async def make_token(settings: Settings, name: str | None) -> int:
+    """`bot token [name]`: a new API token of the terminal user (the console identity), printed with its note once;
+    1 when it was not made (the reason is printed)."""
+    from adapters import console  # like the adapters, only after the checks
+
+    name = name or f"terminal-{datetime.now():%Y%m%d-%H%M%S}"
+    async with open_core(settings) as core:
+        made = await core.new_api_token(console.console_incoming(f"/token new {name}"), name)
+    if isinstance(made, Error):
+        print(made.message, file=sys.stderr)
+        return 1
+    print(f"API token **{name}** (shown only this once; keep it secret, revoke it with /token revoke {name}):\n{made}")
+    return 0
 
 
 def log_level(settings: Settings, debug: bool) -> int:
@@ -106,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     debug = args.debug or settings.LOG_LEVEL == "DEBUG"
     configure_logging(log_level(settings, args.debug))
     try:
+        if args.command == "token":
+            return asyncio.run(make_token(settings, args.name))
         from bot.app import run_bot  # the adapters (PTB, discord.py) only after the checks
 
         return asyncio.run(run_bot(settings, ask_text=text, ask_continue=text is not None and args.cont))

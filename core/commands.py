@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Literal, Protocol
 from zoneinfo import ZoneInfo
 
-from core import accounts
+from core import accounts, api_tokens
 from core.agent.llm import LLM
 from core.agent.providers import ModelChoice
 from core.constants import ABANDONED_MARGIN, FLEET_SEEN_S
@@ -49,6 +49,7 @@ CommandName = Literal[
     "unlink",
     "usage",
     "budget",
+    "token",
 ]
 CommandArgs = Mapping[str, str]
 
@@ -82,6 +83,8 @@ class Command:
         if self.name == "budget":  # `/budget <platform:id> <tokens|off>` (core/usage.py)
             words = text.split()
             return {"identity": words[0], "tokens": words[1]} if len(words) == 2 else {}
+        if self.name == "token":  # `/token`, `/token new <name>`, `/token revoke <name>` (core/api_tokens.py)
+            return api_tokens.parse(text)
         if self.name == "forget_me":  # `/forget_me confirm` deletes at once, like `/memory wipe confirm`
             return {"confirm": "true"} if text.strip().lower() == "confirm" else {}
         text = text.strip()
@@ -159,6 +162,17 @@ COMMANDS: tuple[Command, ...] = (
         "separate one identity (platform:id, as /link lists it) from your account again",
         (Option("identity", "platform:id as /link lists it, e.g. discord:123456"),),
         syntax="platform:id",
+    ),
+    Command(
+        "token",
+        "your API tokens: list, make or revoke one",
+        "in a private chat: your API tokens; /token new <name> makes one (shown once), /token revoke <name> "
+        "revokes one",
+        (
+            Option("action", "list (default), new (shows the token once) or revoke", choices=("list", "new", "revoke")),
+            Option("name", "new, revoke: the token's name, e.g. laptop"),
+        ),
+        syntax="[new|revoke name]",
     ),
     Command(
         "usage",
@@ -404,6 +418,14 @@ class Commands:
                 listener()
         await accounts.tell(core.outboxes, linked.told_in, linked.issuer, linked.notice(words), now)
         return linked.answer(words)
+
+    async def token(self, inc: Incoming, options: CommandArgs) -> str:
+        """/token: the speaker's account's API tokens, a new one (its secret shown once) or a revocation; only in a
+        private chat, so a secret is never shown in a group."""
+        if inc.chat_kind != "private":
+            return accounts.ONLY_IN_PRIVATE.format(command="/token")
+        user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        return await api_tokens.answer(self.core.pool, user, dict(options), self.core.clock())
 
     async def unlink(self, inc: Incoming, identity: str) -> str:
         """/unlink platform:id: that identity leaves the speaker's account for an empty one of its own."""

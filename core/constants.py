@@ -132,3 +132,10 @@ LINK_LOCK = timedelta(hours=1)  # … for this long
 LINK_KEEP = timedelta(days=1)  # expired codes are deleted after this (when the next code is made)
 LINK_RETRIES = 3  # a link whose accounts changed while it waited for them starts over at most this often
 LINK_NOTICE_TIMEOUT_S = 10.0  # telling the code's issuer gives up after this (the link stands)
+
+# Per-account bearer tokens (core/api_tokens.py, sql/025): `/token new NAME`, `bot token`.
+API_TOKEN_PREFIX = "abt_"  # every secret starts with it (a scanner can spot a leaked one)
+API_TOKEN_BYTES = 24  # random bytes of a secret: 32 url-safe characters after the prefix
+API_TOKEN_MAX_LIVE = 20  # live (not revoked) tokens one account may hold
+API_TOKEN_NAME_CHARS = 40  # a token's name at most (letters, digits, `.`, `_`, `-`)
+API_TOKEN_TOUCH_EVERY = timedelta(minutes=1)  # last_used_at is written at most this often per token

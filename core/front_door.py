@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from core import journal
+from core import api_tokens, journal
 from core.agent.llm import LLM
 from core.agent.loop import Limits, run_agent
 from core.agent.prompt import system_prompt
@@ -174,10 +174,22 @@ class Core:
             return await self._commands.link(inc, options.get("code", ""))
         if name == "unlink":
             return await self._commands.unlink(inc, options.get("identity", ""))
+        if name == "token":  # core/api_tokens.py
+            return await self._commands.token(inc, options)
         if name == "reset":
             await self.reset(inc)
             return RESET_DONE
         return HELP
+
+    async def new_api_token(self, inc: Incoming, name: str) -> str | Error:
+        """A new API token of `inc`'s identity (`bot token`): its secret, shown once, or the line saying why not."""
+        if not self.is_allowed(inc):
+            return Error("not_allowed", self.refusal_text(inc))
+        user, _ = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
+        try:
+            return await api_tokens.create(self.pool, user, name, self.clock())
+        except api_tokens.TokenRefused as e:
+            return Error("token_refused", str(e))
 
     def model_menu(self) -> tuple[tuple[str, str], ...]:
         """The buttons under /model: (the model's name, what its button carries for `command(inc, "model",

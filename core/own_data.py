@@ -59,7 +59,11 @@ SELECT json_build_object(
     'account', (SELECT to_json(a) FROM accounts a WHERE a.id = $1),
     'identities', (SELECT coalesce(json_agg(json_build_object(
             'id', u.id, 'platform', u.platform, 'platform_user_id', u.platform_user_id,
-            'display_name', u.display_name, 'created_at', u.created_at) ORDER BY u.id), '[]')
+            'display_name', u.display_name, 'created_at', u.created_at,
+            'api_tokens', (SELECT coalesce(json_agg(json_build_object(  -- their names and times, never a hash
+                    'name', k.name, 'created_at', k.created_at, 'last_used_at', k.last_used_at,
+                    'revoked_at', k.revoked_at) ORDER BY k.id), '[]')
+                FROM api_tokens k WHERE k.identity_id = u.id)) ORDER BY u.id), '[]')
         FROM users u WHERE u.account_id = $1),
     'tasks', (SELECT coalesce(json_agg(json_build_object(
             'id', t.id, 'title', t.title, 'details', t.details, 'kind', t.kind, 'agent_prompt', t.agent_prompt,

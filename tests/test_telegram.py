@@ -86,6 +86,7 @@ async def test_commands_registered_at_start(bot: Bot) -> None:
         "budget",
         "link",
         "unlink",
+        "token",
         "export",
         "forget_me",
         "reset",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Awaitable
 from contextlib import aclosing
 from typing import Any
 
@@ -149,15 +150,7 @@ class Handlers:
         if msg.chat.type == ChatType.PRIVATE:
             await self.send.reply(msg, parts, **kwargs)
             return
-        try:
-            await self.send.deliver(int(inc.user_id), parts, **kwargs)
-            note = SENT_PRIVATELY
-        except (Forbidden, BadRequest) as e:
-            if refusal(e) is None:
-                raise
-            log.info("cannot message user %s privately: %s", inc.user_id, e)  # they never started the bot
-            note = NOT_STARTED.format(bot=self.bot.username, command=command)
-        await self.send.reply(msg, [esc(note)])
+        await self._from_group(inc, msg, command, self.send.deliver(int(inc.user_id), parts, **kwargs))
 
     async def _file(self, inc: Incoming, msg: Message, answer: FileAnswer, command: str) -> None:
         """A file answer (an export) goes to the person's private chat only: a group sees a short note. One larger
@@ -168,8 +161,13 @@ class Handlers:
         if msg.chat.type == ChatType.PRIVATE:
             await self.send.document(msg.chat.id, answer)
             return
+        await self._from_group(inc, msg, command, self.send.document(int(inc.user_id), answer))
+
+    async def _from_group(self, inc: Incoming, msg: Message, command: str, sending: Awaitable[object]) -> None:
+        """Send an answer asked for in a group to the person's private chat, and tell the group it went there (or
+        how to start the bot privately first, when Telegram does not let it write to them)."""
         try:
-            await self.send.document(int(inc.user_id), answer)
+            await sending
             note = SENT_PRIVATELY
         except (Forbidden, BadRequest) as e:
             if refusal(e) is None:

@@ -34,10 +34,8 @@ WITH u AS (
 _UPSERT_CTES = _UPSERT_TEMPLATE.format(counted="(coalesce($8, '') NOT LIKE $20)")  # a turn's start: jobs aside
 _IDENTIFY_SQL = (
     _UPSERT_TEMPLATE.format(counted="false")
-    + "\nSELECT u.id AS user_id, u.account_id,"
-    + " (SELECT a.timezone FROM accounts a WHERE a.id = u.account_id) AS timezone,"
-    + " (SELECT a.model FROM accounts a WHERE a.id = u.account_id) AS model,"
-    + " c.id AS chat_id, c.history_floor FROM u, c"
+    + "\nSELECT u.id AS user_id, u.account_id, acc.timezone, acc.model, c.id AS chat_id, c.history_floor"
+    + " FROM u LEFT JOIN accounts acc ON acc.id = u.account_id, c"
 )
 _BEGIN_SQL = (
     _UPSERT_CTES
@@ -65,10 +63,11 @@ _BEGIN_SQL = (
     ORDER BY q.n NULLS LAST
     RETURNING turn_id
 )
-SELECT u.id AS user_id, u.account_id, (SELECT a.timezone FROM accounts a WHERE a.id = u.account_id) AS timezone,
-       (SELECT a.model FROM accounts a WHERE a.id = u.account_id) AS model,  -- the account's /model choice (sql/023)
+-- the account's time zone and /model choice (sql/020, 023); a new identity's account row is made at the statement's
+-- end (a trigger), so it is not there yet: the defaults
+SELECT u.id AS user_id, u.account_id, acc.timezone, acc.model,
        c.id AS chat_id, c.history_floor, (SELECT id FROM t) AS turn_id
-FROM u, c
+FROM u LEFT JOIN accounts acc ON acc.id = u.account_id, c
 """
 )
 
@@ -77,7 +76,7 @@ FROM u, c
 # a retried start that took back its own turn leaves that turn's message out for the same reason. With $16
 # (a personal turn: not in a group) it also loads the speaker's core memory blocks.
 _BEGIN_WITH_CONTEXT_SQL = (
-    _BEGIN_SQL.rstrip().removesuffix("FROM u, c").rstrip()
+    _BEGIN_SQL.rstrip().removesuffix("FROM u LEFT JOIN accounts acc ON acc.id = u.account_id, c").rstrip()
     + """,
     (SELECT coalesce(json_agg(h ORDER BY h.id), '[]') FROM (
         SELECT m.id, m.role, m.content, m.author_name, m.tool_calls, m.tool_call_id, m.quoted_kind, m.quoted_origin,
@@ -104,7 +103,7 @@ _BEGIN_WITH_CONTEXT_SQL = (
     CASE WHEN $21::timestamptz IS NOT NULL AND (SELECT id FROM t) IS NOT NULL
          THEN usage_admit(u.account_id, $21, $22::text, $23::bigint, $24::bigint, $25::bigint, $26::bigint,
                           $27::interval) END AS budget
-FROM u, c
+FROM u LEFT JOIN accounts acc ON acc.id = u.account_id, c
 """
 )
 

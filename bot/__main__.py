@@ -1,8 +1,10 @@
 """`python -m bot` / `bot`: run the assistant, or `bot ask "…"` (`bot ask -`: the message from standard input) to
-answer once and exit, or `bot token [name]` to make an API token for the terminal user (printed once).
+answer once and exit, or `bot token [name]` to make an API token for the terminal user (printed once), or `bot serve`
+to run the HTTP API alone; `bot ask --server URL "…"` asks a running bot over its API instead (bot/remote.py).
 
 Exit codes: 0 done, 1 an answer failed or an unexpected error, 2 a configuration problem (the variable is named),
-3 a service (database, Telegram, Discord) could not be reached, 42 a full restart was asked for (bot/loop.sh).
+3 a service (database, Telegram, Discord, the server of `bot ask --server`) could not be reached, 42 a full restart
+was asked for (bot/loop.sh).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 
 from adapters.telegram import config_problem as telegram_problem
+from bot import remote
+from bot.remote import TOKEN_ENV
 from core import Error, Settings, SettingsError, StartupError, config_problem, load_settings, open_core, redact
 
 # the libraries' own INFO lines (connected, started, requests) stay out of a normal start; --debug shows them
@@ -32,7 +36,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sub.add_parser("run", help="run the bot (default)")
     ask = sub.add_parser("ask", help="answer one message in the terminal (a fresh conversation) and exit")
     ask.add_argument("--continue", "-c", dest="cont", action="store_true", help="continue the previous ask")
+    ask.add_argument("--server", metavar="URL", help="ask a running bot over its HTTP API (e.g. http://127.0.0.1:8080)")
+    ask.add_argument("--token", help=f"the API token for --server (default: the {TOKEN_ENV} environment variable)")
+    ask.add_argument("--session", metavar="ID", help="with --server: continue this session (default: a fresh one)")
     ask.add_argument("text", nargs="+", help="the message; - reads it from standard input")
+    sub.add_parser("serve", help="run the HTTP API and reminders only, no Telegram/Discord (PORT, else a free port)")
     token = sub.add_parser("token", help="make an API token for the terminal user and print it (once)")
     token.add_argument("name", nargs="?", help="the token's name (default: terminal-<date>-<time>)")
     return parser.parse_args(argv)
@@ -112,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     if text == "":
         print("bot ask: nothing to ask (the message is empty)", file=sys.stderr)
         return 2
+    if text is not None and (args.server is not None or args.token or args.session):
+        return remote.main(args.server, args.token, args.session, text, cont=args.cont, debug=args.debug)
     try:
         settings = load_settings()
     except SettingsError as e:
@@ -128,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(make_token(settings, args.name))
         from bot.app import run_bot  # the adapters (PTB, discord.py) only after the checks
 
-        return asyncio.run(run_bot(settings, ask_text=text, ask_continue=text is not None and args.cont))
+        serve = args.command == "serve"
+        return asyncio.run(run_bot(settings, ask_text=text, ask_continue=text is not None and args.cont, serve=serve))
     except KeyboardInterrupt:
         return 0
     except StartupError as e:

@@ -7,21 +7,32 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from adapters import console
 from adapters.discord import DiscordAdapter
+from adapters.http import HttpApi
+from adapters.http import serve_api as serve_on
 from adapters.telegram import TelegramAdapter
-from bot.web import WebServer
-from core import Core, Outbox, Settings, open_core
+from bot.web import ALL_INTERFACES, WebServer
+from core import API_PLATFORM, Core, Outbox, Settings, open_core
 
 log = logging.getLogger(__name__)
 
 
-async def run_bot(settings: Settings, *, ask_text: str | None = None, ask_continue: bool = False) -> int:
-    """Run until stopped; with `ask_text`, answer it in the terminal (continuing the previous ask) and return."""
+SERVING = "Serving the HTTP API on {url} (Ctrl-C stops)"  # the one line `bot serve` prints once it listens
+
+
+async def run_bot(
+    settings: Settings, *, ask_text: str | None = None, ask_continue: bool = False, serve: bool = False
+) -> int:
+    """Run until stopped; with `ask_text`, answer it in the terminal (continuing the previous ask) and return; with
+    `serve`, run the HTTP API alone (`bot serve`)."""
     async with open_core(settings) as core:
+        if serve:
+            return await run_serve(settings, core)
         if ask_text is not None:
             answer, answered = await console.ask_once(core, ask_text, fresh=not ask_continue)
             print(answer)
@@ -89,11 +100,43 @@ async def run_platforms(settings: Settings, core: Core) -> int:
         adapters.append(DiscordAdapter(core, settings))
     if not adapters:
         return 2
+    started: list[TelegramAdapter | DiscordAdapter] = []
+    # health and metrics while polling only when PORT is set; webhook mode always serves it (Telegram posts there)
+    webhook = settings.TELEGRAM_WEBHOOK_URL is not None
+    web = WebServer(core, [a.platform for a in adapters], settings.PORT) if settings.serve_http or webhook else None
+    http = serve_api(web) if web is not None else None
+    for adapter in adapters:
+        if web is not None and isinstance(adapter, TelegramAdapter) and adapter.webhook_path is not None:
+            web.add_webhook(adapter.webhook_path, adapter.on_webhook)
+    try:
+        with stop_signals(core) as stop:
+            if web is not None:  # first, so /healthz answers during a slow start (/readyz waits for the adapters)
+                await web.start()
+            for adapter in adapters:
+                await adapter.start()
+                started.append(adapter)
+                log.info("%s adapter started", adapter.platform)
+            freeze_startup_objects()
+            outboxes: dict[str, Outbox] = {a.platform: a for a in started}
+            if http is not None:  # reminders set in an API session are delivered into it
+                outboxes[API_PLATFORM] = http.api
+            await serve_until_stopped(settings, core, outboxes, stop)
+    finally:
+        for adapter in reversed(started):
+            await adapter.stop()
+        if web is not None:
+            await web.stop()
+    return core.exit_code or 0
+
+
+@contextmanager
+def stop_signals(core: Core) -> Iterator[asyncio.Event]:
+    """An event set by the first SIGINT/SIGTERM (stop after draining running answers; a second one cuts them now)
+    or by a full restart; the signals are the process's own again when the block ends."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
     def on_signal() -> None:
-        """The first SIGINT/SIGTERM stops after draining running answers; a second one cuts them now."""
         if stop.is_set():
             core.hurry()
         stop.set()
@@ -101,34 +144,51 @@ async def run_platforms(settings: Settings, core: Core) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
     core.on_exit(stop.set)  # restart(mode="full"), after its answer was sent
-    started: list[TelegramAdapter | DiscordAdapter] = []
-    # health and metrics while polling only when PORT is set; webhook mode always serves it (Telegram posts there)
-    webhook = settings.TELEGRAM_WEBHOOK_URL is not None
-    web = WebServer(core, [a.platform for a in adapters], settings.PORT) if settings.serve_http or webhook else None
-    for adapter in adapters:
-        if web is not None and isinstance(adapter, TelegramAdapter) and adapter.webhook_path is not None:
-            web.app.router.add_post(adapter.webhook_path, adapter.on_webhook)
     try:
-        if web is not None:  # first, so /healthz answers during a slow start (/readyz waits for the adapters)
-            await web.start()
-        for adapter in adapters:
-            await adapter.start()
-            started.append(adapter)
-            log.info("%s adapter started", adapter.platform)
-        freeze_startup_objects()
-        outboxes: dict[str, Outbox] = {a.platform: a for a in started}
-        # in the fleet until drained: the answers still going out count in the processes sharing Telegram's rate
-        async with core.in_fleet():
-            async with core.running(outboxes):
-                await stop.wait()
-            # SIGTERM/SIGINT or a full restart: take no new updates; running answers finish within the grace, the
-            # rest are cut and handed back to other processes; then the process leaves the fleet, the adapters stop
-            await core.drain(settings.SHUTDOWN_GRACE_SECONDS)
+        yield stop
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        for adapter in reversed(started):
-            await adapter.stop()
-        if web is not None:
-            await web.stop()
+
+
+async def serve_until_stopped(
+    settings: Settings, core: Core, outboxes: Mapping[str, Outbox], stop: asyncio.Event
+) -> None:
+    """Run the reminders through `outboxes` until `stop`, then drain, in the fleet the whole time."""
+    # in the fleet until drained: the answers still going out count in the processes sharing Telegram's rate
+    async with core.in_fleet():
+        async with core.running(outboxes):
+            await stop.wait()
+        # SIGTERM/SIGINT or a full restart: take no new updates; running answers finish within the grace, the
+        # rest are cut and handed back to other processes; then the process leaves the fleet, the front ends stop
+        await core.drain(settings.SHUTDOWN_GRACE_SECONDS)
+
+
+def serve_api(web: WebServer) -> HttpApi:
+    """The sessions API on `web` (its /v1 routes, every error in the API's shape)."""
+    return serve_on(web.app, web.core)
+
+
+def reachable_url(host: str, port: int) -> str:
+    """The URL to print for a server listening on host:port (all interfaces: this machine's loopback)."""
+    if host in (ALL_INTERFACES, ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def run_serve(settings: Settings, core: Core) -> int:
+    """`bot serve`: the HTTP API and the reminders (delivered into API sessions), no platform adapter, on PORT or,
+    when PORT is unset, a free port; prints its URL once listening and runs until SIGINT/SIGTERM, then drains."""
+    web = WebServer(core, (), settings.PORT if settings.serve_http else 0)
+    http = serve_api(web)
+    try:
+        with stop_signals(core) as stop:
+            await web.start()
+            print(SERVING.format(url=reachable_url(web.host, web.port)), flush=True)
+            freeze_startup_objects()
+            await serve_until_stopped(settings, core, {API_PLATFORM: http.api}, stop)
+    finally:
+        await web.stop()
     return core.exit_code or 0

@@ -7,8 +7,10 @@ any other import of a core module from them), listed in docs/architecture.md ("T
 - the command catalogue (`COMMANDS`, `Command`, `Option`) and the texts every front end shows the same way.
 """
 
-from core.activity import activity_lines, summary_line
+from core.activity import activity_lines, outcome_of, summary_line
 from core.agent.providers import HOW_TO_CONFIGURE, config_problem, fix_hint
+from core.api import Api
+from core.api_tokens import Bearer
 from core.commands import (
     COMMANDS,
     FORGET_ME_CONFIRM,
@@ -18,7 +20,9 @@ from core.commands import (
     CommandArgs,
     CommandName,
     Option,
+    app_version,
 )
+from core.constants import HTTP_CLOSE_GRACE_S, HTTP_KEEP_ALIVE_S
 from core.front_door import Core
 from core.inbox import Delivery
 from core.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -26,6 +30,11 @@ from core.own_data import FileAnswer, file_too_large
 from core.reminders.buttons import BUTTONS
 from core.reminders.engine import DeliveryRefused, Outbox
 from core.reminders.messages import ReminderMessage
+from core.sessions import API as API_PLATFORM
+from core.sessions import REPLY, ErrorPart, Feed, Part, Progress, TextPart, ToolCallPart, ToolResultPart, progress
+from core.sessions import Message as ApiMessage
+from core.sessions import Page as ApiPage
+from core.sessions import Session as ApiSession
 from core.settings import EXIT_UNREACHABLE, Settings, SettingsError, StartupError, load_settings, redact
 from core.startup import open_core
 from core.texts import (
@@ -43,9 +52,11 @@ from core.texts import (
     TEXT_ONLY,
     WIPE_LABEL,
 )
-from core.types import Assistant, AssistantDelta, Error, Event, Incoming, Quoted, Step, TurnSteps
+from core.types import Assistant, AssistantDelta, Error, Event, Incoming, Quoted, Step, ToolCall, ToolResult, TurnSteps
+from core.web_signin import SIGNIN_PATH
 
 __all__ = [
+    "API_PLATFORM",
     "BUTTONS",
     "COMMANDS",
     "CUT_SHORT",
@@ -56,19 +67,28 @@ __all__ = [
     "FORGET_ME_CONFIRM",
     "HIDE_STEPS",
     "HOW_TO_CONFIGURE",
+    "HTTP_CLOSE_GRACE_S",
+    "HTTP_KEEP_ALIVE_S",
     "MEMORY_WIPE_CONFIRM",
     "METRICS_CONTENT_TYPE",
     "MODEL_NOT_YOURS",
     "NOT_YOUR_BUTTON",
     "NOT_YOUR_FORGET",
     "REMINDER_BUTTON_LABELS",
+    "REPLY",
     "RESTARTING",
     "SENT_PRIVATELY",
     "SHOW_STEPS",
+    "SIGNIN_PATH",
     "TEXT_ONLY",
     "WIPE_LABEL",
+    "Api",
+    "ApiMessage",
+    "ApiPage",
+    "ApiSession",
     "Assistant",
     "AssistantDelta",
+    "Bearer",
     "Command",
     "CommandArgs",
     "CommandName",
@@ -76,24 +96,36 @@ __all__ = [
     "Delivery",
     "DeliveryRefused",
     "Error",
+    "ErrorPart",
     "Event",
+    "Feed",
     "FileAnswer",
     "Incoming",
     "Option",
     "Outbox",
+    "Part",
+    "Progress",
     "Quoted",
     "ReminderMessage",
     "Settings",
     "SettingsError",
     "StartupError",
     "Step",
+    "TextPart",
+    "ToolCall",
+    "ToolCallPart",
+    "ToolResult",
+    "ToolResultPart",
     "TurnSteps",
     "activity_lines",
+    "app_version",
     "config_problem",
     "file_too_large",
     "fix_hint",
     "load_settings",
     "open_core",
+    "outcome_of",
+    "progress",
     "redact",
     "summary_line",
 ]

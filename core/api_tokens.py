@@ -20,6 +20,7 @@ from core.constants import (
 )
 from core.storage.db import Pool
 from core.timeutil import fmt_local, zone
+from core.types import Bearer as Bearer  # re-exported: it lived here first
 from core.types import UserRef
 
 SECRET_CHARS = len(API_TOKEN_PREFIX) + len(secrets.token_urlsafe(API_TOKEN_BYTES))  # every secret is this long
@@ -68,24 +69,6 @@ class Token:
     name: str
     created_at: datetime
     last_used_at: datetime | None
-
-
-@dataclass(frozen=True)
-class Bearer:
-    """Whom a token acts as: its identity (admin rights are the identity's) and that identity's account."""
-
-    token_id: int
-    name: str
-    identity_id: int
-    account_id: int
-    platform: str
-    platform_user_id: str
-    display_name: str
-
-    @property
-    def user_key(self) -> str:
-        """`platform:id`, the form used by ADMINS and ALLOWED_USERS."""
-        return f"{self.platform}:{self.platform_user_id}"
 
 
 class TokenRefused(Exception):

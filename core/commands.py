@@ -12,10 +12,10 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Literal, Protocol
 from zoneinfo import ZoneInfo
 
-from core import accounts, api_tokens
+from core import accounts, api_tokens, web_signin
 from core.agent.llm import LLM
 from core.agent.providers import ModelChoice
-from core.constants import ABANDONED_MARGIN, FLEET_SEEN_S
+from core.constants import ABANDONED_MARGIN, FLEET_SEEN_S, WEB_LINK_TTL
 from core.memory.blocks import normalise_name
 from core.memory.show_and_erase import delete_memory_line, memory_overview, wipe_memory
 from core.own_data import FileAnswer, Summary, export_account, forget_account, summary
@@ -50,6 +50,7 @@ CommandName = Literal[
     "usage",
     "budget",
     "token",
+    "web",
 ]
 CommandArgs = Mapping[str, str]
 
@@ -173,6 +174,12 @@ COMMANDS: tuple[Command, ...] = (
             Option("name", "new, revoke: the token's name, e.g. laptop"),
         ),
         syntax="[new|revoke name]",
+    ),
+    Command(
+        "web",
+        "a sign-in link for the web chat",
+        "in a private chat: a one-time link that signs you in to the web chat (expires in "
+        f"{WEB_LINK_TTL.seconds // 60} minutes, works once)",
     ),
     Command(
         "usage",
@@ -426,6 +433,14 @@ class Commands:
             return accounts.ONLY_IN_PRIVATE.format(command="/token")
         user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
         return await api_tokens.answer(self.core.pool, user, dict(options), self.core.clock())
+
+    async def web(self, inc: Incoming) -> str:
+        """/web: a one-time link signing the speaker in to the web chat (core/web_signin.py); only in a private chat,
+        so the link is never shown in a group."""
+        if inc.chat_kind != "private":
+            return accounts.ONLY_IN_PRIVATE.format(command="/web")
+        user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        return await web_signin.answer(self.core.pool, user, self.core.settings.public_base_url, self.core.clock())
 
     async def unlink(self, inc: Incoming, identity: str) -> str:
         """/unlink platform:id: that identity leaves the speaker's account for an empty one of its own."""

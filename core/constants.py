@@ -73,6 +73,8 @@ LISTEN_CHECK_S = 30.0  # a quiet listener checks its connection (SELECT 1) this 
 
 # Health and metrics (the HTTP server on PORT).
 READY_DB_TIMEOUT_S = 2.0  # /readyz: the database must answer SELECT 1 within this many seconds
+HTTP_CLOSE_GRACE_S = 1.0  # on stop, requests under way get this long, then open connections (streams) are closed
+HTTP_KEEP_ALIVE_S = 75  # an idle kept-alive connection stays open this long (longer than proxies keep theirs)
 TURN_SECONDS_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0)  # bot_turn_seconds
 LLM_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0)  # bot_llm_request_seconds
 REMINDER_LATENESS_BUCKETS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0)
@@ -139,3 +141,18 @@ API_TOKEN_BYTES = 24  # random bytes of a secret: 32 url-safe characters after t
 API_TOKEN_MAX_LIVE = 20  # live (not revoked) tokens one account may hold
 API_TOKEN_NAME_CHARS = 40  # a token's name at most (letters, digits, `.`, `_`, `-`)
 API_TOKEN_TOUCH_EVERY = timedelta(minutes=1)  # last_used_at is written at most this often per token
+API_SESSION_ID_BYTES = 16  # random bytes of a session id (22 url-safe characters after `ses_`)
+API_MESSAGE_ID_BYTES = 12  # bytes of an API turn's message id (hex)
+API_SESSION_TITLE_CHARS = 120  # a session's title at most
+API_RESULT_SHOWN = 2000  # characters of a tool result a message part shows; the whole is an artifact
+API_FEED_KEEP_S = 300.0  # a finished answer's live events stay this long in its process, for a client to resume
+API_FEEDS_KEPT = 1000  # finished answers' feeds kept at most (the oldest go first)
+
+# Signing in to the web chat page (core/web_signin.py, sql/027): `/web` makes a one-time link.
+WEB_LINK_TTL = timedelta(minutes=10)  # a link works this long after /web made it, once
+WEB_LINK_BYTES = 24  # random bytes of a link's code: 32 url-safe characters
+WEB_LINK_LIVE = 5  # unused links one identity may hold at a time (older ones stop working)
+WEB_LOGIN_TTL = timedelta(days=30)  # a web sign-in (its cookie) lasts this long, then /web again
+WEB_LOGIN_BYTES = 32  # random bytes of a sign-in's cookie secret and of its CSRF token: 43 url-safe characters
+WEB_LOGIN_MAX_LIVE = 20  # live sign-ins one identity may hold (a new one ends the oldest past it)
+WEB_KEEP = timedelta(days=1)  # used, expired and signed-out rows are deleted after this (when a link is made or used)

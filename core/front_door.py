@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -176,6 +176,8 @@ class Core:
             return await self._commands.unlink(inc, options.get("identity", ""))
         if name == "token":  # core/api_tokens.py
             return await self._commands.token(inc, options)
+        if name == "web":  # core/web_signin.py
+            return await self._commands.web(inc)
         if name == "reset":
             await self.reset(inc)
             return RESET_DONE
@@ -275,8 +277,9 @@ class Core:
         return self.clock()
 
     def is_admin(self, inc: Incoming) -> bool:
-        """Admins come from ADMINS; the local terminal user is always one."""
-        return inc.platform == "console" or inc.user_key in self._admins
+        """Admins come from ADMINS; the local terminal user is always one (over the HTTP API only when ADMINS names it:
+        a leaked token must not carry the operator's powers by default)."""
+        return (inc.platform == "console" and not inc.via) or inc.user_key in self._admins
 
     def admins_only(self, platform: str, rows: Sequence[Mapping[str, Any]]) -> bool:
         """Whether every replayed message of a group comes from an admin's turn (else admin tools stay off:
@@ -601,11 +604,14 @@ class Core:
             *build_replay(rows, group=chat.kind == "group"),
         ]
         try:
-            llm = self.llm.using(chosen_model(self.models, user.model))  # the account's model, if still on offer
+            # the message's model (the API checked it is on offer), else the account's if still on offer
+            llm = self.llm.using(chosen_model(self.models, inc.model or user.model))
             async for event in run_agent(
                 llm, self.registry, tools, ctx, turn_id, messages, self.limits, stream=stream, meter=meter
             ):
                 await writes.record(event)
+                if isinstance(event, Assistant):  # with the tokens its model calls used (all reported by now)
+                    event = replace(event, tokens=meter.used)
                 if not isinstance(event, ModelToolCalls):  # the journal's business only
                     yield event
         except BaseException as e:  # cancelled at shutdown, closed by the adapter, or a failure: not `running`

@@ -28,7 +28,8 @@ own_chats AS (
     WHERE c.kind = 'private'
       AND c.id IN (SELECT chat_id FROM spoke
                    UNION SELECT x.id FROM chats x JOIN ident i
-                         ON x.platform = i.platform AND x.platform_chat_id = i.platform_user_id)
+                         ON x.platform = i.platform AND x.platform_chat_id = i.platform_user_id
+                   UNION SELECT x.id FROM chats x WHERE x.owner_id IN (SELECT id FROM ident))  -- API sessions
       AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.chat_id = c.id AND t.user_id NOT IN (SELECT id FROM ident))
 ),
 own_turns AS (SELECT id FROM spoke WHERE chat_id NOT IN (SELECT id FROM own_chats)),
@@ -63,7 +64,14 @@ SELECT json_build_object(
             'api_tokens', (SELECT coalesce(json_agg(json_build_object(  -- their names and times, never a hash
                     'name', k.name, 'created_at', k.created_at, 'last_used_at', k.last_used_at,
                     'revoked_at', k.revoked_at) ORDER BY k.id), '[]')
-                FROM api_tokens k WHERE k.identity_id = u.id)) ORDER BY u.id), '[]')
+                FROM api_tokens k WHERE k.identity_id = u.id),
+            'web_sign_ins', (SELECT coalesce(json_agg(json_build_object(  -- their times, never a hash or token
+                    'created_at', w.created_at, 'expires_at', w.expires_at, 'signed_out_at', w.signed_out_at)
+                    ORDER BY w.id), '[]')
+                FROM web_signins w WHERE w.identity_id = u.id),
+            'web_links', (SELECT coalesce(json_agg(json_build_object(
+                    'created_at', l.created_at, 'expires_at', l.expires_at, 'used_at', l.used_at) ORDER BY l.id), '[]')
+                FROM web_links l WHERE l.identity_id = u.id)) ORDER BY u.id), '[]')
         FROM users u WHERE u.account_id = $1),
     'tasks', (SELECT coalesce(json_agg(json_build_object(
             'id', t.id, 'title', t.title, 'details', t.details, 'kind', t.kind, 'agent_prompt', t.agent_prompt,

@@ -131,8 +131,10 @@ class Settings(BaseSettings):
     SHUTDOWN_GRACE_SECONDS: float = Field(default=25.0, ge=0)  # drain time for running answers on stop/restart
     PORT: int = Field(default=8080, ge=0, le=65535)  # HTTP port (health, metrics); polling serves it only if set
     METRICS_TOKEN: SecretStr | None = None  # bearer token /metrics requires (webhook mode: required to serve it)
+    PUBLIC_BASE_URL: str | None = None  # the bot's public http(s) address (/web links); unset: the webhook's origin
     # Limits of a bot open to everyone (ALLOWED_USERS=*): per account unless said otherwise.
     MAX_MESSAGE_CHARS: int = Field(default=16000, ge=100)  # a longer incoming message is refused, not stored
+    API_REQUESTS_PER_MINUTE: int = Field(default=120, ge=1)  # HTTP API requests per token (or web sign-in) a minute
     USER_MESSAGES_PER_MINUTE: int = Field(default=20, ge=1)  # past this, one polite note; the model is not called
     CHAT_MESSAGES_PER_MINUTE: int = Field(default=40, ge=1)  # the same for one chat (a group) as a whole
     MAX_OPEN_TASKS: int = Field(default=200, ge=1)  # open tasks and reminders per account
@@ -217,6 +219,18 @@ class Settings(BaseSettings):
             "must be the public https:// URL Telegram posts updates to (e.g. https://bot.example.com/telegram)"
         )
 
+    @field_validator("PUBLIC_BASE_URL")
+    @classmethod
+    def _check_public_base_url(cls, v: str | None) -> str | None:
+        """An http(s) address without query or fragment (a path is kept, for a proxy's prefix); no trailing slash."""
+        if v is None:
+            return v
+        parts = urlsplit(v.strip())
+        ok = parts.scheme in ("http", "https") and parts.hostname and parts.username is None
+        if ok and not parts.query and not parts.fragment:
+            return v.strip().rstrip("/")
+        raise ValueError("must be an http(s) address such as https://bot.example.com (no ?query, #fragment or user@)")
+
     @field_validator("USER_DAILY_TOKENS", "USER_MONTHLY_TOKENS", "BOT_DAILY_TOKENS", mode="before")
     @classmethod
     def _check_tokens(cls, v: object) -> object:
@@ -250,6 +264,17 @@ class Settings(BaseSettings):
         assert self.TELEGRAM_BOT_TOKEN is not None
         token = self.TELEGRAM_BOT_TOKEN.get_secret_value().encode()
         return hmac.new(token, b"telegram webhook secret_token", hashlib.sha256).hexdigest()
+
+    @property
+    def public_base_url(self) -> str | None:
+        """Where people reach the bot over HTTP (the web page, /web links): PUBLIC_BASE_URL, else the origin of
+        TELEGRAM_WEBHOOK_URL; None when neither is set."""
+        if self.PUBLIC_BASE_URL is not None:
+            return self.PUBLIC_BASE_URL
+        if self.TELEGRAM_WEBHOOK_URL is None:
+            return None
+        parts = urlsplit(self.TELEGRAM_WEBHOOK_URL)
+        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
 
     @property
     def admins(self) -> frozenset[str]:

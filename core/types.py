@@ -40,6 +40,8 @@ class Incoming:
     reply_to: str | None = None
     attachments: tuple[str, ...] = ()
     quoted: tuple[Quoted, ...] = ()  # others' text that came with it (forwards, quotes): never the speaker's words
+    via: str = ""  # the front end that carried it when not the speaker's own platform ("api"): the chat is its
+    model: str | None = None  # a model of LLM_MODELS asked for this message only (the HTTP API), else the account's
 
     @property
     def user_key(self) -> str:
@@ -49,7 +51,12 @@ class Incoming:
     @property
     def chat_key(self) -> str:
         """A key unique per conversation (chat and thread)."""
-        return f"{self.platform}:{self.chat_id}:{self.thread_id}"
+        return f"{self.chat_platform}:{self.chat_id}:{self.thread_id}"
+
+    @property
+    def chat_platform(self) -> str:
+        """The platform of the chat: the speaker's, or the front end that carried the message."""
+        return self.via or self.platform
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,25 @@ class UserRef:
     display_name: str
     timezone: str
     model: str | None = None  # the account's /model choice as stored (None: the default; checked against LLM_MODELS)
+
+
+@dataclass(frozen=True)
+class Bearer:
+    """Whom an API token or a web sign-in acts as: its identity (admin rights are the identity's) and that identity's
+    account now (core/api_tokens.py, core/web_signin.py)."""
+
+    token_id: int  # the API token's id (0: a web sign-in)
+    name: str  # the token's name ("web": a web sign-in)
+    identity_id: int
+    account_id: int
+    platform: str
+    platform_user_id: str
+    display_name: str
+
+    @property
+    def user_key(self) -> str:
+        """`platform:id`, the form used by ADMINS and ALLOWED_USERS."""
+        return f"{self.platform}:{self.platform_user_id}"
 
 
 @dataclass(frozen=True)
@@ -129,6 +155,15 @@ class ToolResult:
 
 
 @dataclass(frozen=True)
+class Tokens:
+    """The tokens of a turn's model calls, summed as their servers reported them (`cached`: of the prompt's)."""
+
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+
+
+@dataclass(frozen=True)
 class Assistant:
     """The final answer of a turn, with its activity."""
 
@@ -138,6 +173,7 @@ class Assistant:
     elapsed_s: float = 0.0
     cut_short: str | None = None
     sent_parts: int = 0  # a stored answer sent again: how many of its parts the platform already has
+    tokens: Tokens | None = None  # what the turn's model calls used (None: not counted, e.g. an answer sent again)
     type: Literal["assistant"] = "assistant"
 
 

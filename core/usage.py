@@ -20,7 +20,7 @@ from core.constants import USAGE_BUSY_POLL_S, USAGE_CALL_RESERVE, USAGE_LEASE_MA
 from core.settings import PLATFORMS, Settings
 from core.storage.db import Pool
 from core.timeutil import Clock, zone
-from core.types import UserRef
+from core.types import Tokens, UserRef
 
 log = logging.getLogger(__name__)
 
@@ -313,6 +313,7 @@ class TurnMeter:
         self._capped = verdict is not None  # no budget applied at the start: none is checked for the rest of the turn
         self._reservation: int | None = None
         self._pending: asyncio.Task[None] | None = None
+        self.used = Tokens()  # the turn's calls so far, as reported (the HTTP API's OpenAI endpoint shows them)
 
     async def admit(self) -> str | None:
         """None to go ahead with a model call, or the line saying which budget is used up."""
@@ -361,6 +362,8 @@ class TurnMeter:
         reservation, self._reservation = self._reservation, None
         try:
             if reply is not None and reply.usage is not None:
+                u, used = reply.usage, self.used
+                self.used = Tokens(used.prompt + u.prompt, used.completion + u.completion, used.cached + u.cached)
                 self._pending = self.spending.record(self.user, reservation, reply.model, reply.usage)
             elif reservation is not None:
                 self._pending = self.spending.release(reservation)

@@ -9,9 +9,11 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import pytest
 
 from adapters.telegram import TelegramAdapter
+from adapters.telegram.receive import SECRET_HEADER
 from bot.web import WebServer
 from core.constants import INBOX_CONCURRENCY
 from core.front_door import Core
@@ -62,7 +64,7 @@ async def start_proc(tg: FakeTelegram, make_core: MakeCore) -> AsyncIterator[Sta
             adapter = TelegramAdapter(core, core.settings, poll_timeout=1)
             web = WebServer(core, ["telegram"], port, host="127.0.0.1")
             assert adapter.webhook_path == "/telegram"
-            web.app.router.add_post(adapter.webhook_path, adapter.on_webhook)
+            web.add_webhook(adapter.webhook_path, adapter.on_webhook)
             await web.start()
             stack.push_async_callback(web.stop)
             await adapter.start()
@@ -139,6 +141,26 @@ async def test_webhook_is_set_with_a_secret_and_a_wrong_secret_gets_403(
     [sent] = await tg.wait_sent(1)
     assert sent["text"] == "re: hello"
     assert not any(m["content"] == "sneaky" for r in fake_llm.requests for m in r["messages"])
+
+
+async def test_a_webhook_post_that_is_no_update_gets_400_and_one_that_cannot_be_stored_503(
+    start_proc: StartProc, tg: FakeTelegram, pool: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = await start_proc()
+    headers = {SECRET_HEADER: p.core.settings.webhook_secret}
+
+    async def database_away(*args: Any) -> None:
+        raise ConnectionRefusedError("the database is away")
+
+    async with aiohttp.ClientSession() as http:
+        for body in (b"", b"{not json", b"[1, 2]", "\u00e9".encode("latin-1")):
+            async with http.post(p.url, data=body, headers=headers) as resp:
+                assert (resp.status, await resp.text()) == (400, "not a Telegram update"), body
+        monkeypatch.setattr(p.core, "receive", database_away)
+        update = tg.message_update("hello") | {"update_id": 1}
+        async with http.post(p.url, json=update, headers=headers) as resp:
+            assert (resp.status, await resp.text()) == (503, "try again later")  # Telegram delivers it again later
+    assert await pool.fetchval("SELECT count(*) FROM inbox") == 0
 
 
 async def test_a_redelivered_update_is_stored_once_and_answered_once(

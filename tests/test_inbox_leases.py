@@ -64,7 +64,7 @@ async def start(
             adapter = TelegramAdapter(core, core.settings, poll_timeout=1)
             web = WebServer(core, ["telegram"], port, host="127.0.0.1")
             assert adapter.webhook_path is not None
-            web.app.router.add_post(adapter.webhook_path, adapter.on_webhook)
+            web.add_webhook(adapter.webhook_path, adapter.on_webhook)
             await web.start()
             stack.push_async_callback(web.stop)
             await adapter.start()

@@ -87,6 +87,7 @@ async def test_commands_registered_at_start(bot: Bot) -> None:
         "link",
         "unlink",
         "token",
+        "web",
         "export",
         "forget_me",
         "reset",

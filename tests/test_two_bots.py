@@ -82,7 +82,7 @@ async def start(make_core: MakeCore, fake_llm: FakeOpenAI) -> AsyncIterator[Star
             adapter = TelegramAdapter(core, core.settings, poll_timeout=1)
             if url is not None:
                 web = WebServer(core, ["telegram"], port, host="127.0.0.1")
-                web.app.router.add_post("/telegram", adapter.on_webhook)
+                web.add_webhook("/telegram", adapter.on_webhook)
                 await web.start()
                 stack.push_async_callback(web.stop)
             await adapter.start()

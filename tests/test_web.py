@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Any
@@ -18,9 +18,11 @@ import asyncpg
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 from bot.app import run_platforms
-from bot.web import WebServer
+from bot.web import Handler, WebServer
 from core.agent.llm import LLM
 from core.front_door import Core
 from core.metrics import Metrics
@@ -293,6 +295,103 @@ async def test_a_port_in_use_stops_the_start_with_one_line_naming_port(make_serv
     with pytest.raises(StartupError) as raised:
         await second.start()
     assert str(raised.value) == f"PORT: cannot listen on 127.0.0.1:{server.port} (Address already in use)"
+
+
+StartWith = Callable[[dict[str, Handler]], Awaitable[WebServer]]
+
+
+@pytest.fixture
+async def start_with(make_server: Any, pool: Pool) -> AsyncIterator[StartWith]:
+    """Start a WebServer with extra routes (path → handler, added before start); stopped at the end."""
+    servers: list[WebServer] = []
+
+    async def start(routes: dict[str, Handler]) -> WebServer:
+        server = WebServer((await make_server(pool)).core, (), 0, host="127.0.0.1")
+        for path, handler in routes.items():
+            server.app.add_route(path, handler)
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        await server.stop()
+
+
+async def test_health_answers_head_too_and_every_answer_is_dated(
+    make_server: Any, pool: Pool, http: aiohttp.ClientSession
+) -> None:
+    server = await make_server(pool)
+    async with http.head(f"http://127.0.0.1:{server.port}/healthz") as resp:
+        assert resp.status == 200  # as the aiohttp server did: probes that send HEAD
+    async with http.get(f"http://127.0.0.1:{server.port}/healthz") as resp:
+        assert resp.status == 200 and resp.headers["Date"].endswith(" GMT")
+
+
+async def test_stop_lets_a_request_under_way_finish_and_takes_no_new_ones(
+    start_with: StartWith, http: aiohttp.ClientSession
+) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: Request) -> Response:
+        entered.set()
+        await release.wait()
+        return PlainTextResponse("finished")
+
+    server = await start_with({"/slow": slow})
+    server.close_grace_s = 30.0
+    port = server.port
+    asked = asyncio.create_task(http.get(f"http://127.0.0.1:{port}/slow"))
+    await asyncio.wait_for(entered.wait(), 5)
+    stopping = asyncio.create_task(server.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=0.1)  # room for a stop that does not wait
+    assert not done
+    with pytest.raises(aiohttp.ClientConnectionError):
+        async with http.get(f"http://127.0.0.1:{port}/healthz"):
+            pass
+    release.set()
+    resp = await asked
+    assert (resp.status, await resp.text()) == (200, "finished")
+    await stopping
+
+
+async def test_stop_ends_an_open_stream_after_the_grace_without_an_error(
+    start_with: StartWith, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def events() -> AsyncIterator[bytes]:
+        yield b"data: hello\n\n"
+        await asyncio.Event().wait()  # an event stream that never ends by itself
+
+    async def stream(request: Request) -> Response:
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    server = await start_with({"/stream": stream})
+    server.close_grace_s = 0.05
+    async with http.get(f"http://127.0.0.1:{server.port}/stream") as resp:
+        assert await resp.content.readline() == b"data: hello\n"
+        await asyncio.wait_for(server.stop(), 5)  # the stream is closed, not waited for (nor cancelled: no ERROR)
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await resp.content.read()
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]  # cancelled: "Exception in ASGI"
+
+
+async def test_the_server_leaves_signals_and_logging_to_the_bot(
+    start_with: StartWith, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture, allowed_errors: list[str]
+) -> None:
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    root = list(logging.getLogger().handlers)
+
+    async def broken(request: Request) -> Response:
+        raise RuntimeError("Zanzibar-broken-route")
+
+    server = await start_with({"/broken": broken})
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers  # SIGINT/SIGTERM stay the bot's
+    assert logging.getLogger().handlers == root and not logging.getLogger("uvicorn").handlers
+    allowed_errors.append("Exception in ASGI application")
+    async with http.get(f"http://127.0.0.1:{server.port}/broken") as resp:
+        assert resp.status == 500
+    [failed] = [r for r in caplog.records if r.exc_info and "Zanzibar-broken-route" in str(r.exc_info[1])]
+    assert failed.name == "uvicorn.error"  # reached the root logger (caplog): the bot's handlers and format
 
 
 async def test_a_turn_closed_before_its_answer_counts_as_interrupted(

@@ -9,7 +9,8 @@ import contextlib
 import logging
 from urllib.parse import urlsplit
 
-from aiohttp import web
+from starlette.requests import Request
+from starlette.responses import Response
 from telegram import BotCommand
 from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
 
@@ -145,7 +146,7 @@ class TelegramAdapter:
         await self.bot.shutdown()
         self.core.report_state("telegram", None)
 
-    async def on_webhook(self, request: web.Request) -> web.Response:
+    async def on_webhook(self, request: Request) -> Response:
         """Telegram's POST of one update (served on webhook_path)."""
         return await self.receiver.on_webhook(request)
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 from typing import Any
 
-from aiohttp import web
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 from telegram import Update
 
 from adapters.telegram.limits import TELEGRAM_POLL_RETRY_MAX_S
@@ -51,23 +53,23 @@ class Receiver:
                 await asyncio.sleep(pause)
                 pause = min(max(pause * 2, 1.0), TELEGRAM_POLL_RETRY_MAX_S)
 
-    async def on_webhook(self, request: web.Request) -> web.Response:
+    async def on_webhook(self, request: Request) -> Response:
         """Telegram's POST of one update: 403 without the right secret; 200 only once it is stored in the inbox
         (503 while the database is away: Telegram delivers it again later)."""
         given = request.headers.get(SECRET_HEADER, "").encode()
         if not hmac.compare_digest(given, self._secret):
-            return web.Response(status=403, text="wrong or missing secret token")
+            return PlainTextResponse("wrong or missing secret token", 403)
         try:
-            payload = await request.json()
+            payload = json.loads(await request.body())
             update = self.parse(payload)
         except Exception:
-            return web.Response(status=400, text="not a Telegram update")
+            return PlainTextResponse("not a Telegram update", 400)
         try:
             await self._store(payload, update)
         except Exception as e:
             log.warning("could not store a Telegram update (%s); Telegram will deliver it again", one_line(e))
-            return web.Response(status=503, text="try again later")
-        return web.Response(text="ok")
+            return PlainTextResponse("try again later", 503)
+        return PlainTextResponse("ok")
 
     async def _store(self, payload: dict[str, Any], update: Update) -> None:
         """Put an update in the inbox under its chat (a chat's updates are handled one at a time, in order); the

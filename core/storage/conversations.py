@@ -27,13 +27,16 @@ WITH u AS (
                                  THEN users.rate_window_start ELSE now() END
     RETURNING id, account_id, rate_count
 ), c AS (
-    INSERT INTO chats (platform, platform_chat_id, thread_id, kind, title) VALUES ($1, $4, $5, $6, $7)
-    ON CONFLICT (platform, platform_chat_id, thread_id) DO UPDATE SET title = EXCLUDED.title
+    INSERT INTO chats (platform, platform_chat_id, thread_id, kind, title) VALUES ({chat_platform}, $4, $5, $6, $7)
+    ON CONFLICT (platform, platform_chat_id, thread_id) DO UPDATE  -- an API session keeps its own title (sql/026)
+    SET title = CASE WHEN chats.owner_id IS NULL THEN EXCLUDED.title ELSE chats.title END
     RETURNING id, history_floor
 )"""
-_UPSERT_CTES = _UPSERT_TEMPLATE.format(counted="(coalesce($8, '') NOT LIKE $20)")  # a turn's start: jobs aside
+_UPSERT_CTES = _UPSERT_TEMPLATE.format(
+    counted="(coalesce($8, '') NOT LIKE $20)", chat_platform="$28"
+)  # a turn's start: jobs aside
 _IDENTIFY_SQL = (
-    _UPSERT_TEMPLATE.format(counted="false")
+    _UPSERT_TEMPLATE.format(counted="false", chat_platform="$8")
     + "\nSELECT u.id AS user_id, u.account_id, acc.timezone, acc.model, c.id AS chat_id, c.history_floor"
     + " FROM u LEFT JOIN accounts acc ON acc.id = u.account_id, c"
 )
@@ -87,6 +90,7 @@ _BEGIN_WITH_CONTEXT_SQL = (
                ) END AS author_id
         FROM messages m
         WHERE m.chat_id = c.id AND m.id > c.history_floor AND m.turn_id IS DISTINCT FROM (SELECT id FROM t)
+          AND m.role <> 'reminder'  -- a reminder shown in an API session (sql/026) is not the conversation
         ORDER BY m.id DESC LIMIT $12) h) AS history,
     (SELECT coalesce(json_agg(d ORDER BY d.due_at), '[]') FROM (
         SELECT id, title, due_at, own_words FROM tasks
@@ -146,7 +150,7 @@ def _refs(row: Record, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef
         row["timezone"] or default_tz,
         row["model"],
     )
-    chat = ChatRef(row["chat_id"], inc.platform, inc.chat_id, inc.thread_id, inc.chat_kind, row["history_floor"])
+    chat = ChatRef(row["chat_id"], inc.chat_platform, inc.chat_id, inc.thread_id, inc.chat_kind, row["history_floor"])
     return user, chat
 
 
@@ -218,6 +222,7 @@ async def begin_turn(
             texts,
             f"{JOB_MESSAGE_PREFIX}%",
             *(budget or _NO_BUDGET),
+            inc.chat_platform,
         )
 
     row = await retry_dropped(lambda: attempt(False), "storing a message", pool=pool, again=lambda: attempt(True))
@@ -260,7 +265,16 @@ def _new_row(
 
 async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:
     """Upsert the speaking user and the chat and return their references (no turn is opened)."""
-    args = (inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id, inc.chat_kind, inc.chat_title)
+    args = (
+        inc.platform,
+        inc.user_id,
+        inc.user_name,
+        inc.chat_id,
+        inc.thread_id,
+        inc.chat_kind,
+        inc.chat_title,
+        inc.chat_platform,
+    )
     row = await retry_dropped(
         lambda: pool.fetchrow(_IDENTIFY_SQL, *args),
         "identifying a user",

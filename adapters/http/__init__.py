@@ -1,0 +1,24 @@
+"""The HTTP front end: the sessions API under /v1 (with Server-Sent Events), the OpenAI-compatible endpoint and the
+web page, served on the process's one HTTP server (bot/web.py)."""
+
+from fastapi import FastAPI
+
+from adapters.http.routes import HttpApi, install_errors
+from adapters.http.web_page import add_web_page
+from core import Core, app_version
+
+API_TITLE = "Assistant bot"
+
+
+def serve_api(app: FastAPI, core: Core) -> HttpApi:
+    """Everything the HTTP front end serves, on `app`: the /v1 API (its errors in the API's one shape), the web page
+    and its sign-in; /openapi.json describes the API with the bot's version."""
+    http = HttpApi(core)
+    app.title, app.version = API_TITLE, app_version()
+    install_errors(app)
+    app.include_router(http.router())
+    add_web_page(app, http)
+    return http
+
+
+__all__ = ["HttpApi", "install_errors", "serve_api"]

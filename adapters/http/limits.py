@@ -1,0 +1,11 @@
+"""The HTTP API's fixed numbers."""
+
+MAX_BODY_BYTES = 1 << 20  # a request body at most (413 past it): a message is at most MAX_MESSAGE_CHARS anyway
+KEEPALIVE_S = 15.0  # an SSE comment after this long without an event (proxies close idle streams)
+SESSIONS_LISTED = 200  # GET /v1/sessions lists at most this many, the most recently used first
+PAGE_TURNS = 20  # turns per page of GET /v1/sessions/{id}/messages by default
+PAGE_TURNS_MAX = 100  # and at most
+RATE_WINDOW_S = 60.0  # API_REQUESTS_PER_MINUTE counts requests in this window, per token (or web sign-in)
+ONE_SHOT_TITLE_CHARS = 60  # a one-shot session's title: the prompt's start
+POLL_OTHER_PROCESS_S = 1.0  # a stream of an answer running in another process reads its progress this often
+SIGNIN_FORM_BYTES = 4096  # the web page's sign-in form (one code) is read up to this many bytes

@@ -1,0 +1,184 @@
+"""The HTTP API's shapes: pydantic models that validate requests and, through FastAPI, generate /openapi.json."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core import ApiMessage, ApiSession, ErrorPart, Part, TextPart, ToolCallPart, ToolResultPart
+
+
+class Strict(BaseModel):
+    """A request body: unknown fields are refused (a typo must not pass silently)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class NewSession(Strict):
+    """POST /v1/sessions."""
+
+    title: str | None = Field(default=None, max_length=1000, description="Cut to one line of 120 characters.")
+
+
+class NewMessage(Strict):
+    """POST /v1/sessions/{id}/messages."""
+
+    content: str = Field(min_length=1, description="What the person says (at most MAX_MESSAGE_CHARS).")
+    model: str | None = Field(default=None, description="One of GET /v1/models; default: the account's /model.")
+
+
+class OneShot(Strict):
+    """POST /v1/one-shot: a fresh session, one answer."""
+
+    prompt: str = Field(min_length=1)
+    model: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """`{"error": {"type", "message"}}`, the shape of every error."""
+
+    class Detail(BaseModel):
+        """What went wrong, in one line."""
+
+        type: str
+        message: str
+
+    error: Detail
+
+
+class SessionOut(BaseModel):
+    """A session (a conversation)."""
+
+    id: str
+    title: str
+    created_at: datetime
+    last_active_at: datetime | None
+
+    @classmethod
+    def of(cls, s: ApiSession) -> SessionOut:
+        """From the core's session."""
+        return cls(id=s.id, title=s.title, created_at=s.created_at, last_active_at=s.last_active_at)
+
+
+class SessionList(BaseModel):
+    """GET /v1/sessions."""
+
+    sessions: list[SessionOut]
+
+
+class TextPartOut(BaseModel):
+    """Text."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolCallPartOut(BaseModel):
+    """A tool the model called."""
+
+    type: Literal["tool_call"] = "tool_call"
+    call_id: str
+    name: str
+    args: dict[str, Any]
+    started_at: datetime
+
+
+class ToolResultPartOut(BaseModel):
+    """A tool call's outcome; `result` is cut when `artifact` is set (GET /v1/artifacts/{artifact} has it whole)."""
+
+    type: Literal["tool_result"] = "tool_result"
+    call_id: str
+    name: str
+    ok: bool
+    result: str
+    finished_at: datetime
+    artifact: str | None = None
+
+
+class ErrorPartOut(BaseModel):
+    """Why the answer stopped."""
+
+    type: Literal["error"] = "error"
+    code: str
+    message: str
+
+
+PartOut = Annotated[TextPartOut | ToolCallPartOut | ToolResultPartOut | ErrorPartOut, Field(discriminator="type")]
+
+
+def part_out(p: Part) -> TextPartOut | ToolCallPartOut | ToolResultPartOut | ErrorPartOut:
+    """A core part in the API's shape."""
+    if isinstance(p, TextPart):
+        return TextPartOut(text=p.text)
+    if isinstance(p, ToolCallPart):
+        return ToolCallPartOut(call_id=p.call_id, name=p.name, args=p.args, started_at=p.started_at)
+    if isinstance(p, ToolResultPart):
+        return ToolResultPartOut(
+            call_id=p.call_id, name=p.name, ok=p.ok, result=p.result, finished_at=p.finished_at, artifact=p.artifact
+        )
+    assert isinstance(p, ErrorPart)
+    return ErrorPartOut(code=p.code, message=p.message)
+
+
+class MessageOut(BaseModel):
+    """A message with its parts: the person's, an answer (with its status), or a reminder."""
+
+    id: str
+    session_id: str
+    role: Literal["user", "assistant", "reminder"]
+    status: Literal["running", "done", "cut_short", "failed"]
+    created_at: datetime
+    parts: list[PartOut]
+
+    @classmethod
+    def of(cls, m: ApiMessage, session_id: str) -> MessageOut:
+        """From the core's message."""
+        parts = [part_out(p) for p in m.parts]
+        return cls(id=m.id, session_id=session_id, role=m.role, status=m.status, created_at=m.created_at, parts=parts)
+
+
+class MessagePage(BaseModel):
+    """GET /v1/sessions/{id}/messages: oldest first; `before` fetches the page before this one (null: none)."""
+
+    messages: list[MessageOut]
+    before: str | None
+
+
+class Artifact(BaseModel):
+    """A whole tool result."""
+
+    id: str
+    name: str
+    content: str
+
+
+class TextAnswer(BaseModel):
+    """GET /v1/tasks, GET /v1/memory, the reset and wipe actions: the chats' own answer, as Markdown."""
+
+    text: str
+
+
+class Me(BaseModel):
+    """GET /v1/me: whom the request acts as; `csrf` only for the web page's sign-in (send it as X-CSRF-Token)."""
+
+    identity: str = Field(description="platform:id, the form of ADMINS and ALLOWED_USERS")
+    display_name: str
+    csrf: str | None = None
+
+
+class Model(BaseModel):
+    """A model the bot offers (OpenAI's shape)."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "assistant-bot"
+
+
+class ModelList(BaseModel):
+    """GET /v1/models."""
+
+    object: Literal["list"] = "list"
+    data: list[Model]

@@ -1,0 +1,313 @@
+"""POST /v1/chat/completions: the bot as an OpenAI model, for Open WebUI, LibreChat, the `openai` SDK and curl. The
+last user message is the turn (the bot keeps each session's history itself, so earlier messages are not read); the
+`X-Session-Id` header names the caller's session to continue (none: a fresh session, like `bot ask`), and the answer
+carries the one it used. The content is the answer's text as it streams, with each run of tool steps as a collapsible
+`<details>` block, sent whole when the run ends (Open WebUI renders only a closed block, and the count is known
+then); a turn's error is its text, like the chats show it. Errors of the request keep the API's one shape."""
+
+import html
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from adapters.http import sse
+from adapters.http.limits import KEEPALIVE_S, ONE_SHOT_TITLE_CHARS
+from adapters.http.routes import ApiError, HttpApi
+from core import (
+    EMPTY_ANSWER,
+    Assistant,
+    AssistantDelta,
+    Bearer,
+    Error,
+    Event,
+    Feed,
+    Step,
+    ToolCall,
+    ToolResult,
+    activity_lines,
+    summary_line,
+)
+
+NO_USER_MESSAGE = "messages: there is no user message; the last one is what the bot answers."
+NO_TEXT = "The last user message has no text: the bot reads text only."
+SESSION_HEADER = "X-Session-Id"
+DONE = b"data: [DONE]\n\n"
+NO_CACHE = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class Lenient(BaseModel):
+    """A part of a client's request: fields the bot does not use (temperature, tools, user…) are ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ContentPart(Lenient):
+    """A part of a message's content; only `text` parts are read."""
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(Lenient):
+    """A message of the conversation as the client has it."""
+
+    role: str
+    content: str | list[ContentPart] | None = None
+
+
+class StreamOptions(Lenient):
+    """What a stream adds."""
+
+    include_usage: bool = False
+
+
+class ChatRequest(Lenient):
+    """POST /v1/chat/completions (OpenAI's shape; only the last user message is read)."""
+
+    model: str = Field(description="One of GET /v1/models (LLM_MODELS).")
+    messages: list[ChatMessage] = Field(min_length=1, description="The last user message is the turn.")
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+
+class CompletionUsage(BaseModel):
+    """The tokens the turn's model calls used (every step of it, not one call)."""
+
+    class PromptDetails(BaseModel):
+        """Of the prompt's tokens."""
+
+        cached_tokens: int = 0
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptDetails
+
+
+class AnswerMessage(BaseModel):
+    """The answer: its text, with the tool steps as <details> blocks."""
+
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class Choice(BaseModel):
+    """The one choice."""
+
+    index: int = 0
+    message: AnswerMessage
+    finish_reason: Literal["stop"] = "stop"
+
+
+class ChatCompletion(BaseModel):
+    """The whole answer (without `stream`)."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: CompletionUsage
+
+
+STREAMED: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The answer; with `stream: true` as Server-Sent Events of `chat.completion.chunk` objects "
+        "(`data:` lines) ending with `data: [DONE]`. The X-Session-Id header names the session used.",
+        "content": {sse.EVENT_STREAM: {"schema": {"type": "string"}}},
+    }
+}
+
+
+def turn_text(messages: list[ChatMessage]) -> str:
+    """The text of the last user message (400 when there is none)."""
+    said = next((m for m in reversed(messages) if m.role == "user"), None)
+    if said is None:
+        raise ApiError(400, "invalid_request", NO_USER_MESSAGE)
+    content = said.content
+    text = content if isinstance(content, str) else "\n".join(p.text for p in content or [] if p.text)
+    if not text.strip():
+        raise ApiError(400, "invalid_request", NO_TEXT)
+    return text
+
+
+def steps_block(steps: list[Step]) -> str:
+    """A run of tool steps as a collapsible block: `🔧 N steps · t s`, then one line per step (HTML-escaped: a step's
+    outcome may hold any text)."""
+    lines = "\n".join(f"- {html.escape(line, quote=False)}" for line in activity_lines(steps))
+    summary = html.escape(summary_line(steps, sum(s.duration_s for s in steps)), quote=False)
+    return f"<details>\n<summary>{summary}</summary>\n\n{lines}\n</details>\n\n"
+
+
+class Composer:
+    """The content of a completion from a turn's events, piece by piece: the text as it comes, a run of tool steps as
+    one block once the run ends (at the next text, or the end), the final text's part that never streamed (a note
+    after a cut answer, a wrap-up, the text of a model that does not stream), a turn's error as its text."""
+
+    def __init__(self) -> None:
+        """Nothing sent yet."""
+        self.sent = ""
+        self._steps: list[Step] = []
+        self._segment = ""  # the text streamed since the last tool call
+
+    def add(self, event: Event) -> str:
+        """What the event adds to the content (maybe nothing)."""
+        if isinstance(event, AssistantDelta):
+            piece = self._run_ended() + event.text
+            self._segment += event.text
+        elif isinstance(event, ToolCall):
+            piece, self._segment = "", ""
+        elif isinstance(event, ToolResult):
+            piece = ""
+            self._steps.append(event.step)
+        elif isinstance(event, Assistant):
+            piece = self._run_ended()
+            piece += self._unstreamed(event.text, self.sent + piece)
+        elif isinstance(event, Error):
+            piece = self._run_ended()
+            piece += _gap(self.sent + piece) + event.message
+        else:
+            piece = ""
+        self.sent += piece
+        return piece
+
+    def end(self) -> str:
+        """What is left once the turn ended (something is always said)."""
+        piece = self._run_ended()
+        if not (self.sent + piece).strip():
+            piece += EMPTY_ANSWER
+        self.sent += piece
+        return piece
+
+    def _run_ended(self) -> str:
+        """The block of the steps not shown yet ("" when none)."""
+        if not self._steps:
+            return ""
+        block, self._steps, self._segment = _gap(self.sent) + steps_block(self._steps), [], ""
+        return block
+
+    def _unstreamed(self, final: str, sent: str) -> str:
+        """The final answer's text that its streamed text lacks."""
+        streamed = self._segment.strip()
+        if streamed and final.startswith(streamed):
+            return final[len(streamed) :]
+        return _gap(sent) + final if final.strip() else ""
+
+
+def _gap(sent: str) -> str:
+    """The line break that starts a new paragraph after `sent`."""
+    if not sent or sent.endswith("\n\n"):
+        return ""
+    return "\n" if sent.endswith("\n") else "\n\n"
+
+
+def usage_of(feed: Feed) -> CompletionUsage:
+    """The tokens of the feed's turn (0 when not counted: no model call, or a failure)."""
+    answer = feed.answer
+    tokens = answer.tokens if isinstance(answer, Assistant) else None
+    prompt, completion, cached = (tokens.prompt, tokens.completion, tokens.cached) if tokens else (0, 0, 0)
+    details = CompletionUsage.PromptDetails(cached_tokens=cached)
+    return CompletionUsage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        prompt_tokens_details=details,
+    )
+
+
+def _data(payload: dict[str, Any]) -> bytes:
+    """One `data:` event."""
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
+
+
+async def chunks(feed: Feed, model: str, include_usage: bool) -> AsyncIterator[bytes]:
+    """The answer as `chat.completion.chunk` events, with keep-alive comments while nothing comes."""
+    base: dict[str, Any] = {
+        "id": completion_id(feed),
+        "object": "chat.completion.chunk",
+        "created": int(feed.started_at.timestamp()),
+        "model": model,
+    }
+    if include_usage:
+        base["usage"] = None
+
+    def chunk(delta: dict[str, str], finish: str | None = None) -> bytes:
+        return _data({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    yield chunk({"role": "assistant", "content": ""})
+    composer = Composer()
+    async for item in feed.follow(0, KEEPALIVE_S):
+        if item is None:
+            yield sse.KEEPALIVE
+            continue
+        piece = composer.add(item[1])
+        if piece:
+            yield chunk({"content": piece})
+    piece = composer.end()
+    if piece:
+        yield chunk({"content": piece})
+    yield chunk({}, "stop")
+    if include_usage:
+        yield _data({**base, "choices": [], "usage": usage_of(feed).model_dump()})
+    yield DONE
+
+
+def completion_id(feed: Feed) -> str:
+    """The completion's id: the turn's message id (GET /v1/sessions/{id}/messages shows the same)."""
+    return f"chatcmpl-{feed.message_id}"
+
+
+async def whole(feed: Feed, model: str) -> ChatCompletion:
+    """The answer once the turn ended."""
+    composer = Composer()
+    async for item in feed.follow(0, KEEPALIVE_S):
+        if item is not None:
+            composer.add(item[1])
+    composer.end()
+    return ChatCompletion(
+        id=completion_id(feed),
+        created=int(feed.started_at.timestamp()),
+        model=model,
+        choices=[Choice(message=AnswerMessage(content=composer.sent))],
+        usage=usage_of(feed),
+    )
+
+
+def add_chat_completions(router: APIRouter, http: HttpApi) -> None:
+    """POST /chat/completions on the /v1 router."""
+    Who = Annotated[Bearer, Depends(http.caller)]
+
+    @router.post("/chat/completions", response_model=ChatCompletion, responses=STREAMED, tags=["openai"])
+    async def chat_completions(
+        who: Who,
+        body: ChatRequest,
+        response: Response,
+        x_session_id: Annotated[str | None, Header(max_length=200)] = None,
+        x_openwebui_chat_id: Annotated[str | None, Header(max_length=200)] = None,
+    ) -> Any:
+        """Answer the last user message as the bot, in the session named by X-Session-Id (none: a fresh one); the
+        answer streams with `stream: true`."""
+        problem = http.api.model_problem(body.model)
+        if problem is not None:
+            raise ApiError(400, "invalid_request", problem)
+        text = turn_text(body.messages)
+        if x_session_id is not None:
+            session = await http.session(who, x_session_id)
+        elif x_openwebui_chat_id:  # Open WebUI with ENABLE_FORWARD_USER_INFO_HEADERS: its chat is one session
+            session = await http.api.client_session(
+                who, f"openwebui:{x_openwebui_chat_id}", text[:ONE_SHOT_TITLE_CHARS]
+            )
+        else:
+            session = await http.api.new_session(who, text[:ONE_SHOT_TITLE_CHARS])
+        feed = await http.api.send(who, session, text, model=body.model)
+        assert isinstance(feed, Feed)  # only an Idempotency-Key (not sent here) answers with stored messages
+        if body.stream:
+            usage = body.stream_options is not None and body.stream_options.include_usage
+            headers = {**NO_CACHE, SESSION_HEADER: session.id}
+            return StreamingResponse(chunks(feed, body.model, usage), media_type=sse.EVENT_STREAM, headers=headers)
+        response.headers[SESSION_HEADER] = session.id
+        return await whole(feed, body.model)

@@ -1,0 +1,395 @@
+"""The sessions API under /v1 (FastAPI): every request acts as one person (a bearer token, or the web page's sign-in
+cookie), sees only that person's sessions (another's id answers 404, like one that never existed), and gets errors in
+one shape, `{"error": {"type", "message"}}`, with the texts the chats show."""
+
+import asyncio
+import hashlib
+import json
+import time
+from collections import deque
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from adapters.http import sse
+from adapters.http.limits import (
+    MAX_BODY_BYTES,
+    ONE_SHOT_TITLE_CHARS,
+    PAGE_TURNS,
+    PAGE_TURNS_MAX,
+    POLL_OTHER_PROCESS_S,
+    RATE_WINDOW_S,
+    SESSIONS_LISTED,
+)
+from adapters.http.models import (
+    Artifact,
+    ErrorBody,
+    Me,
+    MessageOut,
+    MessagePage,
+    Model,
+    ModelList,
+    NewMessage,
+    NewSession,
+    OneShot,
+    SessionList,
+    SessionOut,
+    TextAnswer,
+)
+from adapters.http.signin_cookie import CSRF_HEADER, UNSAFE_METHODS, signin_secret
+from core import REPLY, Api, ApiMessage, ApiSession, Bearer, Core, ErrorPart, Feed
+
+UNAUTHORIZED = "Send Authorization: Bearer <token>; /token new <name> in a private chat with the bot makes one."
+SIGNED_OUT = "Signed out: send /web to the bot in a private chat for a new sign-in link."
+NO_CSRF = f"A change by the web page must carry its sign-in's {CSRF_HEADER} header (GET /v1/me gives it)."
+NO_SESSION = "No such session."
+NO_MESSAGE = "No such message in this session."
+NO_ARTIFACT = "No such artifact."
+RATE = "Too many requests: at most {n} a minute per token. Try again in {s} s."
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 429)}
+STREAMED: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The answer: its JSON once finished, or with `Accept: text/event-stream` Server-Sent Events "
+        "(message.created, message.part.delta, tool.call, tool.result, error, message.completed; each with an id for "
+        "Last-Event-ID).",
+        "content": {sse.EVENT_STREAM: {"schema": {"type": "string"}}},
+    },
+    **ERRORS,
+}
+
+
+class ApiError(Exception):
+    """An error answer: its HTTP status, type and one-line message."""
+
+    def __init__(self, status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> None:
+        """Remember what to answer."""
+        super().__init__(message)
+        self.status, self.kind, self.message, self.headers = status, kind, message, headers
+
+
+def error_response(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The one error shape."""
+    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status, headers=headers)
+
+
+_KINDS = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
+_KINDS |= {413: "too_large", 429: "rate_limited"}
+
+
+def install_errors(app: FastAPI) -> None:
+    """Every error of the app in the one shape (also FastAPI's own: validation, unknown routes, too large bodies)."""
+
+    async def api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return error_response(exc.status, exc.kind, exc.message, exc.headers)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        message = exc.detail if isinstance(exc.detail, str) else "Request refused."
+        if exc.status_code == 413:
+            message = f"The request body is larger than {MAX_BODY_BYTES:,} bytes."
+        kind = _KINDS.get(exc.status_code, "error")
+        return error_response(exc.status_code, kind, message, dict(exc.headers or {}) or None)
+
+    async def invalid(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
+        return error_response(400, "invalid_request", f"{where}: {first.get('msg', 'invalid')}".strip(": "))
+
+    app.add_middleware(TooLargeInShape)
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid)
+
+
+class TooLargeInShape:
+    """Starlette's body limit answers 413 in plain text from inside its middleware (it also counts chunked bodies,
+    which a Content-Length check alone would miss): the answer is rewritten into the one error shape."""
+
+    BODY = json.dumps(
+        {"error": {"type": "too_large", "message": f"The request body is larger than {MAX_BODY_BYTES:,} bytes."}}
+    ).encode()
+
+    def __init__(self, app: ASGIApp) -> None:
+        """Wrap `app`."""
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass everything through but a plain-text 413."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rewriting = False
+
+        async def rewrite(message: Message) -> None:
+            nonlocal rewriting
+            if message["type"] == "http.response.start" and message["status"] == 413:
+                headers = [(b"content-type", b"application/json"), (b"content-length", str(len(self.BODY)).encode())]
+                rewriting = True
+                await send({**message, "headers": headers})
+            elif rewriting and message["type"] == "http.response.body":
+                if not message.get("more_body", False):
+                    await send({"type": "http.response.body", "body": self.BODY})
+            else:
+                await send(message)
+
+        await self.app(scope, receive, rewrite)
+
+
+class RateLimit:
+    """At most `per_minute` requests per caller in any RATE_WINDOW_S (this process's count)."""
+
+    def __init__(self, per_minute: int) -> None:
+        """No requests seen yet."""
+        self.per_minute = per_minute
+        self._seen: dict[str, deque[float]] = {}
+
+    def retry_after(self, key: str) -> int | None:
+        """Count a request of `key`: None when it may go on, else the seconds until it may."""
+        now = time.monotonic()
+        seen = self._seen.setdefault(key, deque())
+        while seen and now - seen[0] >= RATE_WINDOW_S:
+            seen.popleft()
+        if len(seen) >= self.per_minute:
+            return max(1, int(RATE_WINDOW_S - (now - seen[0])) + 1)
+        seen.append(now)
+        if len(self._seen) > 10_000:  # forget idle callers
+            self._seen = {k: v for k, v in self._seen.items() if v and now - v[-1] < RATE_WINDOW_S}
+        return None
+
+
+def wants_events(request: Request) -> bool:
+    """Whether the client asked for Server-Sent Events."""
+    return sse.EVENT_STREAM in request.headers.get("accept", "")
+
+
+class HttpApi:
+    """The routes of /v1 for one process, on `core`."""
+
+    def __init__(self, core: Core) -> None:
+        """Serve `core`'s people over HTTP."""
+        self.core = core
+        self.api = Api(core)
+        self.limit = RateLimit(core.settings.API_REQUESTS_PER_MINUTE)
+
+    async def caller(self, request: Request) -> Bearer:
+        """Whom the request acts as: its bearer token or, without an Authorization header, the web page's sign-in
+        cookie (401 without a valid one; 403 no longer allowed, or a cookie's change without the CSRF token; 429 past
+        the rate, counted per token or sign-in)."""
+        header = request.headers.get("authorization")
+        cookie = signin_secret(request, self.core.settings.public_base_url) if header is None else None
+        if cookie is not None:
+            who = await self.web_caller(request, cookie)
+            key = "web:" + hashlib.sha256(cookie.encode()).hexdigest()[:32]
+            if who is None:
+                raise ApiError(401, "unauthorized", SIGNED_OUT, {"WWW-Authenticate": 'Bearer realm="api"'})
+        else:
+            scheme, _, secret = (header or "").strip().partition(" ")
+            who = await self.api.caller(secret.strip()) if scheme.lower() == "bearer" else None
+            if who is None:
+                raise ApiError(401, "unauthorized", UNAUTHORIZED, {"WWW-Authenticate": 'Bearer realm="api"'})
+            key = f"token:{who.token_id}"
+        refusal = self.api.refusal(who)
+        if refusal is not None:
+            raise ApiError(403, "forbidden", refusal)
+        wait = self.limit.retry_after(key)
+        if wait is not None:
+            n = self.limit.per_minute
+            raise ApiError(429, "rate_limited", RATE.format(n=n, s=wait), {"Retry-After": str(wait)})
+        return who
+
+    async def web_caller(self, request: Request, secret: str) -> Bearer | None:
+        """Whom a sign-in cookie acts as (None: ended); a change without the sign-in's CSRF token is refused (403).
+        The token is kept in `request.state.csrf` for GET /v1/me."""
+        found = await self.api.web_caller(secret)
+        if found is None:
+            return None
+        who, csrf = found
+        if request.method in UNSAFE_METHODS and not self.api.csrf_matches(csrf, request.headers.get(CSRF_HEADER)):
+            raise ApiError(403, "forbidden", NO_CSRF)
+        request.state.csrf = csrf
+        return who
+
+    async def session(self, who: Bearer, session_id: str) -> ApiSession:
+        """The caller's session, or 404."""
+        found = await self.api.session(who, session_id)
+        if found is None:
+            raise ApiError(404, "not_found", NO_SESSION)
+        return found
+
+    async def final(self, who: Bearer, feed: Feed) -> MessageOut:
+        """An answer once its feed ended, as stored (or, when nothing was stored, its error)."""
+        stored = await self.api.stored_turn(who, feed.session_id, feed.message_id) or ()
+        reply = next((m for m in stored if m.role == "assistant"), None)
+        if reply is None:
+            answer = feed.answer
+            parts = (ErrorPart(answer.code, answer.message),) if answer is not None and answer.type == "error" else ()
+            reply = ApiMessage(feed.message_id + REPLY, "assistant", feed.started_at, parts, "failed")
+        return MessageOut.of(reply, feed.session_id)
+
+    async def answer(self, request: Request, who: Bearer, session: ApiSession, content: str, model: str | None) -> Any:
+        """Start an answer and give it back as events or, once finished, as JSON (the turn runs on either way)."""
+        problem = self.api.model_problem(model)
+        if problem is not None:
+            raise ApiError(400, "invalid_request", problem)
+        key = request.headers.get("idempotency-key")
+        started = await self.api.send(who, session, content, model=model, key=key)
+        if isinstance(started, tuple):  # an Idempotency-Key seen before: that answer, as stored
+            reply = next((m for m in started if m.role == "assistant"), None)
+            if reply is None:
+                raise ApiError(404, "not_found", NO_MESSAGE)
+            return MessageOut.of(reply, session.id)
+        final = lambda feed: self.final(who, feed)  # noqa: E731
+        if wants_events(request):
+            return StreamingResponse(sse.events(started, -1, final), media_type=sse.EVENT_STREAM, headers=_NO_CACHE)
+        async for _ in started.follow(0, 3600.0):
+            pass
+        return await self.final(who, started)
+
+    async def resume(self, who: Bearer, session: ApiSession, last_event_id: str | None) -> Response:
+        """The events of the answer named by Last-Event-ID (else the session's latest) from where the client was."""
+        named = sse.parse_event_id(last_event_id)
+        feed = self.api.feed(session.id, named[0]) if named else self.api.latest_feed(session.id)
+        final = lambda f: self.final(who, f)  # noqa: E731
+        if feed is not None:
+            after = named[1] if named and named[0] == feed.message_id else -1
+            return StreamingResponse(sse.events(feed, after, final), media_type=sse.EVENT_STREAM, headers=_NO_CACHE)
+        if named is None:
+            raise ApiError(404, "not_found", NO_MESSAGE)
+        return StreamingResponse(self._elsewhere(who, session, named[0]), media_type=sse.EVENT_STREAM)
+
+    async def _elsewhere(self, who: Bearer, session: ApiSession, message_id: str) -> Any:
+        """An answer this process does not hold (another process runs it, or it finished long ago): its stored
+        message once it is no longer running, with keep-alives meanwhile."""
+        while True:
+            stored = await self.api.stored_turn(who, session.id, message_id) or ()
+            reply = next((m for m in stored if m.role == "assistant"), None)
+            if reply is None or reply.status != "running":
+                break
+            yield sse.KEEPALIVE
+            await asyncio.sleep(POLL_OTHER_PROCESS_S)
+        if reply is None:
+            yield sse.frame("error", {"error": {"type": "not_found", "message": NO_MESSAGE}}, None)
+            return
+        body = MessageOut.of(reply, session.id).model_dump(mode="json")
+        yield sse.frame("message.completed", {"message": body}, f"{message_id}:{2**31}")
+
+    def router(self) -> APIRouter:
+        """The /v1 routes."""
+        r = APIRouter(prefix="/v1", max_body_size=MAX_BODY_BYTES, responses=ERRORS)
+        Who = Annotated[Bearer, Depends(self.caller)]
+
+        @r.get("/sessions", response_model=SessionList, tags=["sessions"])
+        async def list_sessions(who: Who) -> SessionList:
+            """The person's sessions, most recently used first."""
+            found = await self.api.sessions(who, SESSIONS_LISTED)
+            return SessionList(sessions=[SessionOut.of(s) for s in found])
+
+        @r.post("/sessions", response_model=SessionOut, status_code=201, tags=["sessions"])
+        async def new_session(who: Who, body: NewSession | None = None) -> SessionOut:
+            """A new session."""
+            return SessionOut.of(await self.api.new_session(who, body.title if body else None))
+
+        @r.get("/sessions/{session_id}", response_model=SessionOut, tags=["sessions"])
+        async def get_session(who: Who, session_id: str) -> SessionOut:
+            """One session."""
+            return SessionOut.of(await self.session(who, session_id))
+
+        @r.delete("/sessions/{session_id}", status_code=204, tags=["sessions"])
+        async def delete_session(who: Who, session_id: str) -> Response:
+            """Delete a session with its messages."""
+            if not await self.api.delete_session(who, session_id):
+                raise ApiError(404, "not_found", NO_SESSION)
+            return Response(status_code=204)
+
+        @r.get("/sessions/{session_id}/messages", response_model=MessagePage, tags=["sessions"])
+        async def messages(
+            who: Who,
+            session_id: str,
+            before: str | None = None,
+            limit: Annotated[int, Query(ge=1, le=PAGE_TURNS_MAX)] = PAGE_TURNS,
+        ) -> MessagePage:
+            """The session's messages with their parts, oldest first: `limit` exchanges before the cursor `before`."""
+            page = await self.api.messages(who, session_id, before, limit)
+            if page is None:
+                raise ApiError(404, "not_found", NO_SESSION)
+            return MessagePage(messages=[MessageOut.of(m, session_id) for m in page.messages], before=page.before)
+
+        @r.post("/sessions/{session_id}/messages", response_model=MessageOut, responses=STREAMED, tags=["sessions"])
+        async def post_message(
+            who: Who,
+            session_id: str,
+            body: NewMessage,
+            request: Request,
+            idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+        ) -> Any:
+            """Say something in the session; the answer streams with `Accept: text/event-stream`. A retry with the
+            same Idempotency-Key gets the same answer instead of a second one."""
+            session = await self.session(who, session_id)
+            return await self.answer(request, who, session, body.content, body.model)
+
+        @r.get("/sessions/{session_id}/stream", responses=STREAMED, tags=["sessions"])
+        async def stream(
+            who: Who, session_id: str, last_event_id: Annotated[str | None, Header(max_length=200)] = None
+        ) -> Response:
+            """The live events of the session's answer named by Last-Event-ID (else its latest), from there on."""
+            return await self.resume(who, await self.session(who, session_id), last_event_id)
+
+        @r.post("/sessions/{session_id}/reset", response_model=TextAnswer, tags=["sessions"])
+        async def reset(who: Who, session_id: str) -> TextAnswer:
+            """Start the session's conversation afresh (like /reset; its messages stay)."""
+            session = await self.session(who, session_id)
+            return TextAnswer(text=await self.api.command(who, "reset", session=session))
+
+        @r.post("/one-shot", response_model=MessageOut, responses=STREAMED, tags=["sessions"])
+        async def one_shot(who: Who, body: OneShot, request: Request) -> Any:
+            """A fresh session and one answer in it."""
+            session = await self.api.new_session(who, body.prompt[:ONE_SHOT_TITLE_CHARS])
+            return await self.answer(request, who, session, body.prompt, body.model)
+
+        @r.get("/artifacts/{artifact_id}", response_model=Artifact, tags=["sessions"])
+        async def artifact(who: Who, artifact_id: str) -> Artifact:
+            """A tool result whole (a message part shows it cut)."""
+            found = await self.api.artifact(who, artifact_id)
+            if found is None:
+                raise ApiError(404, "not_found", NO_ARTIFACT)
+            return Artifact(id=artifact_id, name=found[0], content=found[1])
+
+        @r.get("/tasks", response_model=TextAnswer, tags=["person"])
+        async def tasks(who: Who) -> TextAnswer:
+            """The person's open tasks, as /tasks shows them."""
+            return TextAnswer(text=await self.api.command(who, "tasks"))
+
+        @r.get("/memory", response_model=TextAnswer, tags=["person"])
+        async def memory(who: Who) -> TextAnswer:
+            """What the bot remembers about the person, as /memory shows it."""
+            return TextAnswer(text=await self.api.command(who, "memory"))
+
+        @r.post("/memory/wipe", response_model=TextAnswer, tags=["person"])
+        async def wipe_memory(who: Who) -> TextAnswer:
+            """Forget everything in the person's memory (like /memory wipe, confirmed)."""
+            return TextAnswer(text=await self.api.command(who, "memory", {"action": "wipe", "confirm": "true"}))
+
+        @r.get("/me", response_model=Me, tags=["person"])
+        async def me(who: Who, request: Request) -> Me:
+            """Whom the request acts as; for the web page's sign-in also its CSRF token, for X-CSRF-Token."""
+            csrf = getattr(request.state, "csrf", None)
+            return Me(identity=who.user_key, display_name=who.display_name, csrf=csrf)
+
+        @r.get("/models", response_model=ModelList, tags=["openai"])
+        async def models(who: Who) -> ModelList:
+            """The models a message may ask for (LLM_MODELS), in OpenAI's shape."""
+            return ModelList(data=[Model(id=name) for name in self.api.models()])
+
+        from adapters.http.openai_compat import add_chat_completions  # here: it imports this module
+
+        add_chat_completions(r, self)
+        return r
+
+
+_NO_CACHE = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

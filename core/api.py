@@ -1,0 +1,211 @@
+"""What the HTTP front end calls (adapters/http): whom a request acts as, the account's sessions, an answer run as a
+live feed that outlives its request, the account's tasks and memory by the chats' own commands, and the outbox that
+delivers reminders into a session. A caller acts exactly as its identity in a private chat: `Incoming.via` = "api"
+makes the session the chat while the identity (its rights, account, memory, budget, model) stays its own."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import aclosing
+from typing import TYPE_CHECKING
+
+from core import api_tokens, sessions, web_signin
+from core.api_tokens import Bearer
+from core.commands import COMMAND, CommandName
+from core.own_data import FileAnswer
+from core.reminders.engine import DeliveryRefused
+from core.reminders.messages import ReminderMessage
+from core.sessions import API, Feed, Feeds, Message, Page, Session
+from core.texts import FAILED
+from core.types import Error, Incoming
+from core.web_signin import WebLogin
+
+if TYPE_CHECKING:
+    from core.front_door import Core
+
+log = logging.getLogger(__name__)
+
+HOME = "home:"  # the chat id of an identity's API commands made outside any session (/v1/tasks, /v1/memory)
+UNKNOWN_MODEL = "Unknown model `{name}`: pick one of {names}."
+SESSION_GONE = "the session was deleted"
+
+
+class Api:
+    """The sessions API of one process: its live feeds, and the core it runs turns on."""
+
+    def __init__(self, core: Core) -> None:
+        """Serve `core`'s turns to HTTP clients."""
+        self.core = core
+        self.feeds = Feeds()
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def caller(self, secret: str) -> Bearer | None:
+        """Whom a bearer token acts as (None: wrong or revoked)."""
+        return await api_tokens.authenticate(self.core.pool, secret, self.core.clock())
+
+    # ---- the web page's sign-in (core/web_signin.py) ----------------------------------------------------------------
+
+    async def web_caller(self, secret: str) -> tuple[Bearer, str] | None:
+        """Whom a web sign-in's cookie secret acts as, with its CSRF token (None: unknown, expired or signed out)."""
+        return await web_signin.authenticate(self.core.pool, secret, self.core.clock())
+
+    async def redeem_link(self, code: str) -> WebLogin | None:
+        """The web sign-in a /web link's code makes, once (None: a wrong, used or expired code)."""
+        return await web_signin.redeem(self.core.pool, code, self.core.clock())
+
+    async def sign_out(self, secret: str) -> None:
+        """End the web sign-in of this cookie's secret."""
+        await web_signin.sign_out(self.core.pool, secret, self.core.clock())
+
+    @staticmethod
+    def csrf_matches(expected: str, presented: str | None) -> bool:
+        """Whether a request carries the sign-in's CSRF token (constant time)."""
+        return web_signin.csrf_matches(expected, presented)
+
+    def refusal(self, who: Bearer) -> str | None:
+        """Why this identity may not use the bot (no longer in ALLOWED_USERS), or None."""
+        inc = self._incoming(who, HOME, "")
+        return None if self.core.is_allowed(inc) else self.core.refusal_text(inc)
+
+    def models(self) -> tuple[str, ...]:
+        """The models a message may ask for (LLM_MODELS; the default first)."""
+        return tuple(c.name for c in self.core.models)
+
+    def model_problem(self, name: str | None) -> str | None:
+        """Why a message's `model` cannot be used (None: it can, or none was asked for)."""
+        names = self.models()
+        if name is None or name in names:
+            return None
+        return UNKNOWN_MODEL.format(name=name, names=", ".join(f"`{n}`" for n in names))
+
+    @staticmethod
+    def _incoming(
+        who: Bearer, chat: str, text: str, *, message_id: str | None = None, model: str | None = None, title: str = ""
+    ) -> Incoming:
+        """A message of `who` carried by the API into the chat `chat` (a session, or the identity's home)."""
+        return Incoming(
+            platform=who.platform,
+            user_id=who.platform_user_id,
+            chat_id=chat,
+            text=text,
+            user_name=who.display_name,
+            chat_title=title,
+            message_id=message_id,
+            via=API,
+            model=model,
+        )
+
+    # ---- sessions ---------------------------------------------------------------------------------------------------
+
+    async def sessions(self, who: Bearer, limit: int) -> list[Session]:
+        """The account's sessions, most recently used first."""
+        return await sessions.listed(self.core.pool, who.account_id, limit)
+
+    async def new_session(self, who: Bearer, title: str | None) -> Session:
+        """A new session of the caller's identity."""
+        made = await sessions.create(self.core.pool, who.identity_id, title)
+        assert made is not None  # a fresh random id
+        return made
+
+    async def client_session(self, who: Bearer, client_key: str, title: str | None) -> Session:
+        """The session that stands for a client's own conversation (Open WebUI's chat id), made on first use."""
+        session_id = sessions.client_session_id(who.identity_id, client_key)
+        found = await self.session(who, session_id)
+        if found is None:
+            found = await sessions.create(self.core.pool, who.identity_id, title, session_id)
+        return found or await self.session(who, session_id) or await self.new_session(who, title)
+
+    async def session(self, who: Bearer, session_id: str) -> Session | None:
+        """The account's session (None: none such, or another account's)."""
+        found = await sessions.find(self.core.pool, who.account_id, session_id)
+        return None if found is None else found[1]
+
+    async def delete_session(self, who: Bearer, session_id: str) -> bool:
+        """Delete the account's session (False: none such)."""
+        return await sessions.delete(self.core.pool, who.account_id, session_id)
+
+    async def messages(self, who: Bearer, session_id: str, before: str | None, limit: int) -> Page | None:
+        """A page of the session's messages (None: not the account's session)."""
+        found = await sessions.find(self.core.pool, who.account_id, session_id)
+        if found is None:
+            return None
+        cursor = int(before) if before is not None and before.isdecimal() and len(before) < 19 else None
+        return await sessions.page(self.core.pool, found[0], session_id, cursor, limit)
+
+    async def stored_turn(self, who: Bearer, session_id: str, message_id: str) -> tuple[Message, ...] | None:
+        """The stored messages of one turn of the account's session (None: no such turn)."""
+        return await sessions.turn_of(self.core.pool, who.account_id, session_id, message_id)
+
+    async def artifact(self, who: Bearer, artifact_id: str) -> tuple[str, str] | None:
+        """A whole tool result of the account's sessions: (tool name, result JSON)."""
+        return await sessions.artifact(self.core.pool, who.account_id, artifact_id)
+
+    # ---- answers ----------------------------------------------------------------------------------------------------
+
+    async def send(
+        self, who: Bearer, session: Session, content: str, *, model: str | None = None, key: str | None = None
+    ) -> Feed | tuple[Message, ...]:
+        """Start answering `content` in the session (the turn runs on when the client goes away): its live feed; with
+        an Idempotency-Key seen before, that turn's feed or, when it is no longer live here, its stored messages."""
+        message_id = sessions.message_key(key)
+        live = self.feeds.get(session.id, message_id)
+        if live is not None:
+            return live
+        if key:
+            stored = await self.stored_turn(who, session.id, message_id)
+            if stored:
+                return stored
+        feed = Feed(session.id, message_id, content, self.core.clock, self.core.clock())
+        self.feeds.add(feed)
+        inc = self._incoming(who, session.id, content, message_id=message_id, model=model, title=session.title)
+        task = asyncio.create_task(self._run(inc, feed))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return feed
+
+    async def _run(self, inc: Incoming, feed: Feed) -> None:
+        """Run one turn into its feed (a failure of the core becomes the chats' error text)."""
+        try:
+            async with aclosing(self.core.handle(inc, stream=True)) as events:
+                async for event in events:
+                    feed.push(event)
+        except Exception:
+            log.exception("an API turn failed")
+            if feed.answer is None:
+                feed.push(Error("failed", FAILED))
+        finally:
+            feed.finish()
+
+    def feed(self, session_id: str, message_id: str) -> Feed | None:
+        """A turn's feed in this process, live or finished within API_FEED_KEEP_S."""
+        return self.feeds.get(session_id, message_id)
+
+    def latest_feed(self, session_id: str) -> Feed | None:
+        """The session's newest feed in this process."""
+        return self.feeds.latest(session_id)
+
+    # ---- the chats' commands ----------------------------------------------------------------------------------------
+
+    async def command(
+        self, who: Bearer, name: CommandName, args: dict[str, str] | None = None, session: Session | None = None
+    ) -> str:
+        """A command of the catalogue as the caller's private chat answers it (in the session, or outside any)."""
+        chat = session.id if session is not None else f"{HOME}{who.identity_id}"
+        inc = self._incoming(who, chat, f"/{name}", title=session.title if session is not None else "")
+        answer = await self.core.command(inc, name, args or {}, must_answer=True)
+        if isinstance(answer, Error):
+            return answer.message
+        if isinstance(answer, FileAnswer) or answer is None:
+            return COMMAND[name].summary
+        return answer
+
+    # ---- reminders into sessions (the Outbox of platform "api") -----------------------------------------------------
+
+    async def send_reminder(self, msg: ReminderMessage) -> str | None:
+        """Store a reminder in its session, where GET …/messages shows it (DeliveryRefused when the session is gone)."""
+        key = f"{msg.task_id}:{msg.scheduled_at.isoformat()}"
+        if not await sessions.store_reminder(self.core.pool, msg.chat_id, key, msg.text):
+            raise DeliveryRefused(SESSION_GONE)
+        await msg.mark_sent(1)
+        return sessions.REMINDER_PREFIX + key

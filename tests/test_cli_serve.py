@@ -1,0 +1,220 @@
+"""The command line over HTTP (issue 22): `bot serve` runs the API and the reminders alone (a real process: its URL
+printed, /healthz and /v1 answered, a reminder of an API session delivered into it, SIGTERM stops it with 0), the
+platforms' process delivers API sessions' reminders too, and `bot ask --server URL` asks a running bot over the API
+(the answer printed as it streams, then its steps; a refused token, an unknown session, a server that is down and a
+missing token are one line each, never a traceback)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bot.__main__ import main
+from bot.app import run_platforms
+from core import Api, Core
+from core.storage.db import Pool
+from tests.conftest import MakeCore
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.fake_telegram import FakeTelegram
+from tests.test_console import ROOT, bot_cli
+from tests.test_http_api import ANN, Serve, serve, token_of
+from tests.test_startup import closed_port
+from tests.test_web import free_port
+
+__all__ = ["serve"]  # the fixture, imported for pytest
+
+TIMEOUT_S = 20.0  # the process starts, answers, delivers, stops within this (each takes ~1 s)
+POLL_S = 0.05
+SERVING = re.compile(r"Serving the HTTP API on (http://127\.0\.0\.1:(\d+)) \(Ctrl-C stops\)\n")
+
+
+async def session_with_a_due_reminder(core: Core, pool: Pool) -> tuple[str, str]:
+    """Ann's API token and a session of hers holding a one-off reminder due a minute ago (a start catches it up)."""
+    secret = await token_of(core, ANN)
+    api = Api(core)
+    who = await api.caller(secret)
+    assert who is not None
+    session = await api.new_session(who, "Reminders")
+    await pool.execute(
+        "INSERT INTO tasks (user_id, chat_id, title, due_at) SELECT $1, c.id, 'Stretch', now() - interval '1 minute'"
+        " FROM chats c WHERE c.platform = 'api' AND c.platform_chat_id = $2",
+        who.identity_id,
+        session.id,
+    )
+    return secret, session.id
+
+
+async def reminder_in(client: httpx.AsyncClient, pool: Pool, session_id: str) -> str:
+    """The text of the reminder the session shows once it was delivered (failing after TIMEOUT_S)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while not await pool.fetchval("SELECT count(*) FROM occurrences WHERE status = 'delivered'"):
+        assert time.monotonic() < deadline, "no reminder delivered"
+        await asyncio.sleep(POLL_S)
+    r = await client.get(f"/v1/sessions/{session_id}/messages")
+    assert r.status_code == 200, r.text
+    shown = [m for m in r.json()["messages"] if m["role"] == "reminder"]
+    assert len(shown) == 1, r.json()
+    return str(shown[0]["parts"][0]["text"])
+
+
+async def test_bot_serve_runs_the_api_and_reminders_alone_and_stops_on_sigterm(
+    make_core: MakeCore, db_dsn: str, fake_llm: FakeOpenAI, tg: FakeTelegram, pool: Pool, tmp_path: Path
+) -> None:
+    secret, sid = await session_with_a_due_reminder(make_core(), pool)
+    env = {  # from scratch, without PORT (a free port is picked); a Telegram token that `serve` must leave alone
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "PYTHONPATH": str(ROOT),
+        "DATABASE_URL": db_dsn,
+        "DATA_DIR": str(tmp_path / "data"),
+        "LLM_BASE_URL": fake_llm.base_url,
+        "LLM_API_KEY": "test",
+        "LLM_MODEL": "fake-model",
+        "ALLOWED_USERS": "*",
+        "TELEGRAM_BOT_TOKEN": tg.token,
+        "TELEGRAM_API_BASE_URL": tg.base_url,
+    }
+    log = tmp_path / "serve.log"
+    with log.open("wb") as errors:
+        proc = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "bot", "serve"),
+            cwd=tmp_path,  # no developer's .env
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=errors,
+        )
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT_S)).decode()
+        found = SERVING.fullmatch(line)
+        assert found, f"{line!r}; {log.read_text()}"
+        headers = {"Authorization": f"Bearer {secret}"}
+        async with httpx.AsyncClient(base_url=found[1], headers=headers, timeout=TIMEOUT_S) as client:
+            assert (await client.get("/healthz")).json() == {"status": "alive"}
+            assert (await client.get("/readyz")).status_code == 200  # no adapter to wait for
+            listed = await client.get("/v1/sessions")
+            assert listed.status_code == 200 and [s["id"] for s in listed.json()["sessions"]] == [sid]
+            assert "Stretch" in await reminder_in(client, pool, sid)  # the "api" outbox delivered it
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), TIMEOUT_S) == 0, log.read_text()
+        assert "Traceback" not in log.read_text()
+        assert tg.calls == [], "serve started no platform"
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_the_platforms_process_serves_the_api_and_delivers_its_sessions_reminders(
+    tg: FakeTelegram, make_core: MakeCore, pool: Pool
+) -> None:
+    port = free_port()
+    core = make_core(TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url, PORT=str(port))
+    secret, sid = await session_with_a_due_reminder(core, pool)
+    running = asyncio.create_task(run_platforms(core.settings, core))
+    try:
+        headers = {"Authorization": f"Bearer {secret}"}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=10) as client:
+            deadline = time.monotonic() + TIMEOUT_S
+            while core.status_board.adapters.get("telegram") is None:
+                assert time.monotonic() < deadline and not running.done()
+                await asyncio.sleep(POLL_S)
+            assert "Stretch" in await reminder_in(client, pool, sid)
+    finally:
+        gc.unfreeze()
+        os.kill(os.getpid(), signal.SIGTERM)  # run_platforms stops after draining
+        assert await asyncio.wait_for(running, TIMEOUT_S) == 0
+
+
+async def test_ask_server_prints_the_answer_as_it_streams_then_its_steps(
+    serve: Serve, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    s = await serve()
+    secret = await token_of(s.core, ANN)
+    release = asyncio.Event()
+
+    async def later(body: object) -> Reply:
+        await release.wait()
+        return Reply(text="Added **Buy milk**.")
+
+    fake_llm.script(
+        Reply(text="Let me add it.", tool_calls=[("manage_tasks", {"action": "create", "title": "Buy milk"})]), later
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOT_API_TOKEN": secret}  # the token from the environment
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "bot", "ask", "--server", s.url, "add", "buy", "milk"),
+        cwd=tmp_path,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    seen = b""
+    while b"Let me add it." not in seen:  # printed while the model still thinks about the rest
+        chunk = await asyncio.wait_for(proc.stdout.read(100), TIMEOUT_S)
+        assert chunk, f"ended early: {seen!r}"
+        seen += chunk
+    release.set()
+    rest, err = await asyncio.wait_for(proc.communicate(), TIMEOUT_S)
+    assert proc.returncode == 0, err.decode()
+    lines = (seen + rest).decode().splitlines()
+    assert lines[:2] == ["Let me add it.", "Added **Buy milk**."]
+    assert re.fullmatch(r"   🔧 1 step · \d+\.\d s", lines[2]), lines
+    assert lines[3].startswith("   ✅ manage_tasks create → ") and "Buy milk" in lines[3], lines
+    assert len(lines) == 4
+    found = re.fullmatch(r"\(session (ses_\S+): --session \1 continues it\)\n", err.decode())
+    assert found, err
+    # --session continues that session (main in-process, in a thread: the server runs on this loop)
+    fake_llm.script(Reply(text="Eggs too, then."))
+    args = ["ask", "--server", s.url + "/", "--token", secret, "--session", found[1], "and eggs"]
+    assert await asyncio.to_thread(main, args) == 0
+    async with s.client(secret) as c:
+        messages = (await c.get(f"/v1/sessions/{found[1]}/messages")).json()["messages"]
+    assert [m["parts"][0]["text"] for m in messages if m["role"] == "user"] == ["add buy milk", "and eggs"]
+
+
+async def test_ask_server_failures_are_one_line(
+    serve: Serve,
+    fake_llm: FakeOpenAI,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = await serve()
+    secret = await token_of(s.core, ANN)
+    code, out, err = await bot_cli("ask", "--server", s.url, "--token", "wrong-secret", "hi", env={}, cwd=tmp_path)
+    assert (code, out) == (2, "")
+    assert err == f"bot ask: {s.url} refused the API token (HTTP 401): check --token or BOT_API_TOKEN\n"
+
+    async def ask(*args: str) -> tuple[int, str, str]:
+        code = await asyncio.to_thread(main, ["ask", *args, "hi"])
+        out, err = capsys.readouterr()
+        assert "Traceback" not in err and err.count("\n") == 1, err
+        return code, out, err
+
+    monkeypatch.delenv("BOT_API_TOKEN", raising=False)
+    code, out, err = await ask("--server", s.url, "--token", secret, "--session", "ses_nope")
+    assert (code, out, err) == (2, "", f"bot ask: No such session. (HTTP 404 from {s.url})\n")
+    down = f"http://127.0.0.1:{closed_port()}"
+    code, out, err = await ask("--server", down, "--token", secret)
+    assert (code, out) == (3, "") and err.startswith(f"bot ask: cannot reach {down} (")
+    code, out, err = await ask("--server", s.url)
+    assert code == 2 and "no API token: pass --token or set BOT_API_TOKEN" in err
+    code, out, err = await ask("--server", "localhost:8080", "--token", secret)
+    assert code == 2 and "--server needs an http:// or https:// URL" in err
+    code, out, err = await ask("--server", s.url, "--token", secret, "--continue")
+    assert code == 2 and "with --server, continue a session with --session ID" in err
+    code, out, err = await ask("--token", secret)
+    assert code == 2 and "--token and --session need --server URL" in err
+    assert secret not in capsys.readouterr().err

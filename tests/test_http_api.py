@@ -1,0 +1,368 @@
+"""The sessions API over real HTTP (issue 22): a WebServer with the /v1 routes on 127.0.0.1, httpx as the client, the
+fake model, the real PostgreSQL. Sessions, messages with parts, SSE in order and resumed by Last-Event-ID, the same
+parts in GET …/messages and in the journal, one-shot, the 401/404 rules, artifacts, rate and size limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from adapters.http import HttpApi, serve_api
+from bot.web import WebServer
+from core import Core
+from core.storage.db import Pool
+from tests.conftest import MakeCore
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.helpers import incoming
+
+ANN, BOB = "8100", "8200"
+
+
+@dataclass
+class Served:
+    """A running server with its core, and a client per person."""
+
+    core: Core
+    server: WebServer
+    http: HttpApi
+    url: str
+
+    def client(self, secret: str | None) -> httpx.AsyncClient:
+        """A client that sends `secret` as its bearer token."""
+        headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=10)
+
+
+Serve = Callable[..., Awaitable[Served]]
+
+
+@pytest.fixture
+async def serve(make_core: MakeCore) -> AsyncIterator[Serve]:
+    """Start the HTTP server with the API for a Core (settings overrides by name)."""
+    started: list[WebServer] = []
+
+    async def start(**overrides: Any) -> Served:
+        core = make_core(**overrides)
+        server = WebServer(core, (), 0, host="127.0.0.1")
+        http = serve_api(server.app, core)  # as bot/ serves it: the API, its errors, the web page
+        await server.start()
+        started.append(server)
+        return Served(core, server, http, f"http://127.0.0.1:{server.port}")
+
+    yield start
+    for server in started:
+        await server.stop()
+
+
+async def token_of(core: Core, user: str, name: str = "laptop") -> str:
+    """A new API token of a Telegram user (as /token new makes it)."""
+    secret = await core.new_api_token(incoming("/token", user=user, name=f"user{user}"), name)
+    assert isinstance(secret, str), secret
+    return secret
+
+
+async def sse_events(response: httpx.Response) -> list[tuple[str | None, str, dict[str, Any]]]:
+    """(id, event, data) of every event of a stream, until it ends."""
+    out: list[tuple[str | None, str, dict[str, Any]]] = []
+    eid, event, data = None, "", ""
+    async for line in response.aiter_lines():
+        if line.startswith("id: "):
+            eid = line[4:]
+        elif line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            data = line[6:]
+        elif line == "" and event:
+            out.append((eid, event, json.loads(data)))
+            eid, event, data = None, "", ""
+    return out
+
+
+async def test_session_message_streams_in_order_and_is_stored_with_the_same_parts(
+    serve: Serve, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    s = await serve()
+    fake_llm.script(
+        Reply(text="Let me note that.", tool_calls=[("manage_tasks", {"action": "create", "title": "Buy milk"})]),
+        Reply(text="Noted: **Buy milk** is on your list."),
+    )
+    async with s.client(await token_of(s.core, ANN)) as c:
+        made = await c.post("/v1/sessions", json={"title": "Groceries\nand more"})
+        assert made.status_code == 201, made.text
+        session = made.json()
+        assert session["title"] == "Groceries and more" and session["id"].startswith("ses_")
+        sid = session["id"]
+        async with c.stream(
+            "POST",
+            f"/v1/sessions/{sid}/messages",
+            json={"content": "add buy milk"},
+            headers={"Accept": "text/event-stream"},
+        ) as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            events = await sse_events(r)
+        kinds = [e[1] for e in events]
+        assert kinds[:2] == ["message.created", "message.created"]
+        assert kinds[-1] == "message.completed"
+        assert kinds.index("tool.call") < kinds.index("tool.result") < len(kinds) - 1
+        assert all(e[0] for e in events), "every event has an id"
+        numbers = [int(e[0].rpartition(":")[2]) for e in events if e[0]]
+        assert numbers == sorted(numbers)
+        streamed_text = "".join(e[2]["delta"] for e in events if e[1] == "message.part.delta")
+        assert streamed_text == "Let me note that.Noted: **Buy milk** is on your list."
+        completed = events[-1][2]["message"]
+        assert completed["role"] == "assistant" and completed["status"] == "done"
+        assert [p["type"] for p in completed["parts"]] == ["text", "tool_call", "tool_result", "text"]
+        call = next(e[2] for e in events if e[1] == "tool.call")
+        assert call["name"] == "manage_tasks" and call["args"]["title"] == "Buy milk" and call["part"] == 1
+        # the same message, the same parts, in GET …/messages
+        listed = (await c.get(f"/v1/sessions/{sid}/messages")).json()
+        assert [m["role"] for m in listed["messages"]] == ["user", "assistant"]
+        assert listed["messages"][0]["parts"] == [{"type": "text", "text": "add buy milk"}]
+        assert listed["messages"][1] == completed
+        assert listed["before"] is None
+    # and in PostgreSQL: the turn, its tool row, its answer, in the api chat owned by Ann's identity
+    rows = await pool.fetch(
+        "SELECT m.role, m.content FROM messages m JOIN chats c ON c.id = m.chat_id"
+        " WHERE c.platform = 'api' AND c.platform_chat_id = $1 ORDER BY m.id",
+        sid,
+    )
+    assert [r["role"] for r in rows] == ["user", "assistant", "tool", "assistant"]
+    assert rows[-1]["content"] == "Noted: **Buy milk** is on your list."
+    assert await pool.fetchval("SELECT title FROM tasks WHERE title = 'Buy milk'") == "Buy milk"
+
+
+async def test_json_answer_without_event_stream_and_one_shot(serve: Serve, fake_llm: FakeOpenAI) -> None:
+    s = await serve()
+    fake_llm.default = Reply(text="Hello there.")
+    async with s.client(await token_of(s.core, ANN)) as c:
+        sid = (await c.post("/v1/sessions", json={})).json()["id"]
+        r = await c.post(f"/v1/sessions/{sid}/messages", json={"content": "hi"})
+        assert r.status_code == 200
+        body = r.json()
+        assert body["role"] == "assistant" and body["session_id"] == sid
+        assert body["parts"] == [{"type": "text", "text": "Hello there."}]
+        one = await c.post("/v1/one-shot", json={"prompt": "what's up?"})
+        assert one.status_code == 200
+        shot = one.json()
+        assert shot["session_id"] != sid and shot["parts"] == [{"type": "text", "text": "Hello there."}]
+        listed = (await c.get("/v1/sessions")).json()["sessions"]
+        assert [x["id"] for x in listed] == [shot["session_id"], sid]
+        assert listed[0]["title"] == "what's up?"
+
+
+async def test_a_client_that_goes_away_loses_nothing_and_resumes_by_last_event_id(
+    serve: Serve, fake_llm: FakeOpenAI
+) -> None:
+    s = await serve()
+    release = asyncio.Event()
+
+    async def slow(body: dict[str, Any]) -> Reply:
+        await release.wait()
+        return Reply(text="The long answer, finally.")
+
+    fake_llm.script(Reply(tool_calls=[("manage_tasks", {"action": "list"})]), slow)
+    async with s.client(await token_of(s.core, ANN)) as c:
+        sid = (await c.post("/v1/sessions", json={})).json()["id"]
+        seen: list[tuple[str | None, str, dict[str, Any]]] = []
+        async with c.stream(
+            "POST",
+            f"/v1/sessions/{sid}/messages",
+            json={"content": "list and think"},
+            headers={"Accept": "text/event-stream"},
+        ) as r:
+            eid, event = None, ""
+            async for line in r.aiter_lines():  # read until the tool's result, then hang up
+                if line.startswith("id: "):
+                    eid = line[4:]
+                elif line.startswith("event: "):
+                    event = line[7:]
+                elif line == "" and event:
+                    seen.append((eid, event, {}))
+                    if event == "tool.result":
+                        break
+        last = seen[-1][0]
+        assert last is not None
+        release.set()
+        async with c.stream("GET", f"/v1/sessions/{sid}/stream", headers={"Last-Event-ID": last}) as r:
+            rest = await sse_events(r)
+        assert rest[0][1] != "message.created", "a resumed stream goes on from where it was"
+        assert "tool.result" not in [e[1] for e in rest]
+        assert rest[-1][1] == "message.completed"
+        assert rest[-1][2]["message"]["parts"][-1] == {"type": "text", "text": "The long answer, finally."}
+        stored = (await c.get(f"/v1/sessions/{sid}/messages")).json()["messages"]
+        assert stored[-1] == rest[-1][2]["message"]
+
+
+async def test_401_404_and_no_existence_leak(serve: Serve, fake_llm: FakeOpenAI) -> None:
+    s = await serve()
+    ann_secret, bob_secret = await token_of(s.core, ANN), await token_of(s.core, BOB)
+    async with s.client(None) as nobody, s.client("abt_" + "x" * 32) as wrong:
+        for c in (nobody, wrong):
+            r = await c.get("/v1/sessions")
+            assert r.status_code == 401
+            assert r.json()["error"]["type"] == "unauthorized" and "/token new" in r.json()["error"]["message"]
+    async with s.client(ann_secret) as ann, s.client(bob_secret) as bob:
+        sid = (await ann.post("/v1/sessions", json={"title": "Ann's"})).json()["id"]
+        for method, path, body in (
+            ("GET", f"/v1/sessions/{sid}", None),
+            ("GET", f"/v1/sessions/{sid}/messages", None),
+            ("POST", f"/v1/sessions/{sid}/messages", {"content": "what did Ann say?"}),
+            ("DELETE", f"/v1/sessions/{sid}", None),
+            ("GET", f"/v1/sessions/{sid}/stream", None),
+        ):
+            theirs = await bob.request(method, path, json=body)
+            never = await bob.request(method, path.replace(sid, "ses_doesnotexist0000000000"), json=body)
+            assert theirs.status_code == never.status_code == 404, (method, path)
+            assert theirs.json() == never.json() == {"error": {"type": "not_found", "message": "No such session."}}
+        assert (await bob.get("/v1/sessions")).json() == {"sessions": []}
+        assert (await ann.get(f"/v1/sessions/{sid}")).status_code == 200
+        # revoked: 401 at once
+        assert await s.core.command(incoming("/token", user=ANN), "token", "revoke laptop") is not None
+        assert (await ann.get("/v1/sessions")).status_code == 401
+
+
+async def test_bad_requests_get_one_clear_line(serve: Serve, fake_llm: FakeOpenAI) -> None:
+    s = await serve(LLM_MODELS="fake-model,other-model", API_REQUESTS_PER_MINUTE=8)
+    async with s.client(await token_of(s.core, ANN)) as c:
+        sid = (await c.post("/v1/sessions", json={})).json()["id"]
+        r = await c.post(f"/v1/sessions/{sid}/messages", json={"content": "hi", "model": "gpt-secret"})
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith("Unknown model `gpt-secret`")
+        r = await c.post(f"/v1/sessions/{sid}/messages", json={"text": "hi"})
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request"
+        assert "\n" not in r.json()["error"]["message"]
+        r = await c.post(f"/v1/sessions/{sid}/messages", content=b"{" + b" " * (2 << 20) + b"}")
+        assert r.status_code == 413 and r.json()["error"]["type"] == "too_large"
+        models = (await c.get("/v1/models")).json()
+        assert [m["id"] for m in models["data"]] == ["fake-model", "other-model"]
+        statuses = [(await c.get("/v1/sessions")).status_code for _ in range(6)]
+        assert statuses[-1] == 429
+        limited = await c.get("/v1/sessions")
+        assert limited.json()["error"]["type"] == "rate_limited" and int(limited.headers["Retry-After"]) >= 1
+
+
+async def test_long_tool_result_is_cut_with_the_whole_as_an_artifact(serve: Serve, fake_llm: FakeOpenAI) -> None:
+    s = await serve()
+    long_title = "Milk " + "x" * 480
+    fake_llm.script(
+        *[Reply(tool_calls=[("manage_tasks", {"action": "create", "title": f"{i} {long_title}"})]) for i in range(5)],
+        Reply(tool_calls=[("manage_tasks", {"action": "list"})]),
+        Reply(text="Done."),
+    )
+    async with s.client(await token_of(s.core, ANN)) as c, s.client(await token_of(s.core, BOB)) as bob:
+        sid = (await c.post("/v1/sessions", json={})).json()["id"]
+        answer = (await c.post(f"/v1/sessions/{sid}/messages", json={"content": "make five and list"})).json()
+        results = [p for p in answer["parts"] if p["type"] == "tool_result"]
+        listing = results[-1]
+        assert listing["artifact"] is not None and len(listing["result"]) <= 2001
+        whole = await c.get(f"/v1/artifacts/{listing['artifact']}")
+        assert whole.status_code == 200
+        assert whole.json()["name"] == "manage_tasks" and len(whole.json()["content"]) > 2001
+        assert whole.json()["content"].startswith(listing["result"].rstrip("…"))
+        assert (await bob.get(f"/v1/artifacts/{listing['artifact']}")).status_code == 404
+
+
+async def test_tokens_act_as_their_person_not_as_an_admin(serve: Serve, fake_llm: FakeOpenAI, pool: Pool) -> None:
+    s = await serve(ADMINS=f"telegram:{ANN}")
+    fake_llm.default = Reply(text="ok")
+    async with s.client(await token_of(s.core, ANN)) as ann:
+        sid = (await ann.post("/v1/sessions", json={})).json()["id"]
+        await ann.post(f"/v1/sessions/{sid}/messages", json={"content": "hi"})
+    offered = {t["function"]["name"] for t in fake_llm.requests[-1].get("tools", [])}
+    assert "execute_sql" in offered, "Ann is an admin: her token has her admin tools"
+    console = await s.core.new_api_token(incoming("/token", platform="console", user="local"), "cli")
+    assert isinstance(console, str)
+    async with s.client(console) as cli:
+        sid = (await cli.post("/v1/sessions", json={})).json()["id"]
+        await cli.post(f"/v1/sessions/{sid}/messages", json={"content": "hi"})
+    offered = {t["function"]["name"] for t in fake_llm.requests[-1].get("tools", [])}
+    assert "execute_sql" not in offered, "the terminal's token is no admin over HTTP unless ADMINS names it"
+
+
+async def test_tasks_memory_and_reminders_in_a_session(serve: Serve, fake_llm: FakeOpenAI, pool: Pool) -> None:
+    s = await serve()
+    fake_llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Call mum"})]),
+        Reply(text="Added."),
+    )
+    async with s.client(await token_of(s.core, ANN)) as c:
+        sid = (await c.post("/v1/sessions", json={})).json()["id"]
+        await c.post(f"/v1/sessions/{sid}/messages", json={"content": "remind me to call mum"})
+        tasks = (await c.get("/v1/tasks")).json()["text"]
+        assert "Call mum" in tasks
+        # the same account over Telegram sees the same task
+        said = await s.core.command(incoming("/tasks", user=ANN), "tasks")
+        assert isinstance(said, str) and "Call mum" in said
+        assert "remember" in (await c.get("/v1/memory")).json()["text"].lower()
+        # a reminder delivered into the session is shown there and never replayed to the model
+        from core import ReminderMessage
+
+        task_id = await pool.fetchval("SELECT id FROM tasks WHERE title = 'Call mum'")
+        msg = ReminderMessage(task_id, s.core.now(), "api", sid, "", "private", ANN, "Ann", "⏰ Call mum")
+        assert await s.http.api.send_reminder(msg)
+        assert await s.http.api.send_reminder(msg), "delivered again (a retry): stored once"
+        listed = (await c.get(f"/v1/sessions/{sid}/messages")).json()["messages"]
+        assert [m["role"] for m in listed][-1] == "reminder"
+        assert sum(m["role"] == "reminder" for m in listed) == 1
+        fake_llm.script(Reply(text="fine"))
+        await c.post(f"/v1/sessions/{sid}/messages", json={"content": "next"})
+        sent = json.dumps(fake_llm.requests[-1]["messages"])
+        assert "⏰ Call mum" not in sent
+        assert (await c.delete(f"/v1/sessions/{sid}")).status_code == 204
+        from core import DeliveryRefused
+
+        with pytest.raises(DeliveryRefused):
+            await s.http.api.send_reminder(msg)
+
+
+async def test_idempotency_key_answers_once(serve: Serve, fake_llm: FakeOpenAI) -> None:
+    s = await serve()
+    fake_llm.default = Reply(text="Once.")
+    async with s.client(await token_of(s.core, ANN)) as c:
+        sid = (await c.post("/v1/sessions", json={})).json()["id"]
+        first = await c.post(f"/v1/sessions/{sid}/messages", json={"content": "hi"}, headers={"Idempotency-Key": "k1"})
+        again = await c.post(f"/v1/sessions/{sid}/messages", json={"content": "hi"}, headers={"Idempotency-Key": "k1"})
+        assert first.json() == again.json()
+        calls = len(fake_llm.requests)
+        s.http.api.feeds._by_message.clear()  # as after a restart: the stored answer comes back
+        third = await c.post(f"/v1/sessions/{sid}/messages", json={"content": "hi"}, headers={"Idempotency-Key": "k1"})
+        assert third.json() == first.json() and len(fake_llm.requests) == calls
+        listed = (await c.get(f"/v1/sessions/{sid}/messages")).json()["messages"]
+        assert len(listed) == 2
+
+
+async def test_sessions_follow_the_person_across_link_export_and_forget_me(
+    serve: Serve, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    from tests.test_accounts_attacks import link
+
+    s = await serve()
+    fake_llm.default = Reply(text="Sure.")
+    ann_tg = incoming("/link", user=ANN, name="Ann")
+    ann_dc = incoming("/link", platform="discord", user="99" + ANN, name="Ann")
+    tg_secret = await token_of(s.core, ANN)
+    dc_secret = await s.core.new_api_token(ann_dc, "desk")
+    assert isinstance(dc_secret, str)
+    async with s.client(tg_secret) as tg, s.client(dc_secret) as dc:
+        sid = (await tg.post("/v1/sessions", json={"title": "Ann's plans"})).json()["id"]
+        await tg.post(f"/v1/sessions/{sid}/messages", json={"content": "my secret plan is Marmalade"})
+        assert (await dc.get(f"/v1/sessions/{sid}")).status_code == 404, "another account until linked"
+        await link(s.core, ann_tg, ann_dc)
+        assert (await dc.get(f"/v1/sessions/{sid}")).status_code == 200, "one person: one set of sessions"
+        exported = await s.core.command(ann_tg, "export")
+        from core import FileAnswer
+
+        assert isinstance(exported, FileAnswer)
+        data = json.loads(exported.data)
+        api_chats = [c for c in data["chats"] if c["platform"] == "api"]
+        assert api_chats and "Marmalade" in json.dumps(api_chats)
+        said = await s.core.command(ann_tg, "forget_me", {"confirm": "true"}, must_answer=True)
+        assert isinstance(said, str)
+        assert (await tg.get("/v1/sessions")).status_code == 401, "forgotten: the tokens are gone"
+    assert await pool.fetchval("SELECT count(*) FROM chats WHERE platform = 'api'") == 0
+    assert await pool.fetchval("SELECT count(*) FROM messages WHERE content LIKE '%Marmalade%'") == 0

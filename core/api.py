@@ -40,9 +40,10 @@ class Api:
         self.feeds = Feeds()
         self._running: set[asyncio.Task[None]] = set()
 
-    async def caller(self, secret: str) -> Bearer | None:
-        """Whom a bearer token acts as (None: wrong or revoked)."""
-        return await api_tokens.authenticate(self.core.pool, secret, self.core.clock())
+    async def caller(self, secret: str, session_id: str | None = None) -> tuple[Bearer, Session | None] | None:
+        """Whom a bearer token acts as (None: wrong or revoked) and, in the same round trip, the account's session
+        `session_id` when one is named (None: not theirs, or none such)."""
+        return await api_tokens.authenticate_in(self.core.pool, secret, self.core.clock(), session_id)
 
     # ---- the web page's sign-in (core/web_signin.py) ----------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from core.constants import (
     API_TOKEN_BYTES,
@@ -18,6 +19,7 @@ from core.constants import (
     API_TOKEN_PREFIX,
     API_TOKEN_TOUCH_EVERY,
 )
+from core.sessions import SESSION_OF_CALLER, Session, session_of
 from core.storage.db import Pool
 from core.timeutil import fmt_local, zone
 from core.types import Bearer as Bearer  # re-exported: it lived here first
@@ -58,8 +60,8 @@ WITH found AS (
     UPDATE api_tokens t SET last_used_at = $2 FROM found f
     WHERE t.id = f.id AND (t.last_used_at IS NULL OR t.last_used_at <= $3)
 )
-SELECT * FROM found
-"""
+SELECT * FROM found f"""
+_AUTHENTICATE_IN_SQL = _AUTHENTICATE_SQL + SESSION_OF_CALLER
 
 
 @dataclass(frozen=True)
@@ -122,11 +124,24 @@ async def revoke(pool: Pool, account_id: int, name: str, now: datetime) -> bool:
 async def authenticate(pool: Pool, secret: str, now: datetime) -> Bearer | None:
     """Whom a presented secret acts as, or None for a wrong or revoked one (found by its hash: no secret is compared
     character by character); notes the use at most once per API_TOKEN_TOUCH_EVERY."""
+    found = await authenticate_in(pool, secret, now, None)
+    return None if found is None else found[0]
+
+
+async def authenticate_in(
+    pool: Pool, secret: str, now: datetime, session_id: str | None
+) -> tuple[Bearer, Session | None] | None:
+    """authenticate(), and in the same round trip the account's session `session_id` (None: not theirs, or none)."""
     if len(secret) != SECRET_CHARS or not secret.startswith(API_TOKEN_PREFIX):
         return None
-    row = await pool.fetchrow(_AUTHENTICATE_SQL, _hash(secret), now, now - API_TOKEN_TOUCH_EVERY)
+    row = await pool.fetchrow(_AUTHENTICATE_IN_SQL, _hash(secret), now, now - API_TOKEN_TOUCH_EVERY, session_id)
     if row is None:
         return None
+    return _bearer(row), session_of(row)
+
+
+def _bearer(row: Any) -> Bearer:
+    """Whom an authenticated row acts as."""
     return Bearer(
         row["id"],
         row["name"],

@@ -149,6 +149,19 @@ _SESSION_COLUMNS = (
 )
 
 
+# The session $4 of the account `f.account_id` as a lateral join (api_tokens authenticates and finds it at once).
+SESSION_OF_CALLER = f"""
+LEFT JOIN LATERAL (
+    SELECT {_SESSION_COLUMNS} FROM chats c
+    WHERE {_OWNED.replace("$1", "f.account_id")} AND c.platform_chat_id = $4
+) s ON $4::text IS NOT NULL"""
+
+
+def session_of(row: Any) -> Session | None:
+    """The session a row joined with SESSION_OF_CALLER found, if any."""
+    return None if row["chat_id"] is None else _session(row)
+
+
 def _session(row: Any) -> Session:
     """A Session from a row of _SESSION_COLUMNS."""
     return Session(row["platform_chat_id"], row["title"], row["created_at"], row["last_active_at"])
@@ -362,7 +375,8 @@ class Feed:
                 return
             changed = self._changed
             try:
-                await asyncio.wait_for(changed.wait(), idle_s)
+                async with asyncio.timeout(idle_s):  # not wait_for: that makes a task for every event
+                    await changed.wait()
             except TimeoutError:
                 yield None
 
@@ -378,7 +392,8 @@ class Feeds:
 
     def __init__(self) -> None:
         """No feeds yet."""
-        self._by_message: dict[str, Feed] = {}
+        self._by_message: dict[str, Feed] = {}  # in the order they began
+        self._pruned = 0.0  # time.monotonic() of the last pruning
 
     def add(self, feed: Feed) -> None:
         """Keep a new feed (and let old finished ones go)."""
@@ -395,8 +410,12 @@ class Feeds:
         return found[-1] if found else None
 
     def _prune(self) -> None:
-        """Forget feeds finished more than API_FEED_KEEP_S ago, and the oldest finished past API_FEEDS_KEPT."""
+        """Forget feeds finished more than API_FEED_KEEP_S ago, and the oldest finished past API_FEEDS_KEPT (looked
+        at once a second, or when past the cap: not on every answer)."""
         now = time.monotonic()
+        if now - self._pruned < 1.0 and len(self._by_message) <= API_FEEDS_KEPT:
+            return
+        self._pruned = now
         for key, feed in list(self._by_message.items()):
             if feed.ended_at is not None and (
                 now - feed.ended_at > API_FEED_KEEP_S or len(self._by_message) > API_FEEDS_KEPT

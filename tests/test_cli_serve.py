@@ -41,8 +41,9 @@ async def session_with_a_due_reminder(core: Core, pool: Pool) -> tuple[str, str]
     """Ann's API token and a session of hers holding a one-off reminder due a minute ago (a start catches it up)."""
     secret = await token_of(core, ANN)
     api = Api(core)
-    who = await api.caller(secret)
-    assert who is not None
+    found = await api.caller(secret)
+    assert found is not None
+    who = found[0]
     session = await api.new_session(who, "Reminders")
     await pool.execute(
         "INSERT INTO tasks (user_id, chat_id, title, due_at) SELECT $1, c.id, 'Stretch', now() - interval '1 minute'"

@@ -10,7 +10,13 @@ import pytest
 from core.quoting import truncate
 
 ROOT = Path(__file__).resolve().parent.parent
-HOMES = {"core/constants.py", "adapters/telegram/limits.py", "adapters/discord/limits.py", "adapters/http/limits.py", "adapters/console.py"}
+HOMES = {
+    "core/constants.py",
+    "adapters/telegram/limits.py",
+    "adapters/discord/limits.py",
+    "adapters/http/limits.py",
+    "adapters/console.py",
+}
 
 # Module-level numbers that are codes or identifiers, not limits.
 NOT_LIMITS = {

@@ -68,6 +68,17 @@ async def test_malformed_streamed_events_twice_end_with_a_clear_message(
     assert await pool.fetchval("SELECT status FROM turns") == "cut_short"
 
 
+async def test_streamed_json_that_is_no_chunk_is_malformed_too(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    """Streamed chunks are read as plain JSON (not the SDK's models): a number, a list or odd field types are a
+    malformed reply (corrected once), never a crash."""
+    core = make_core()
+    odd = '{"choices": [{"delta": {"content": 5, "tool_calls": [7, {"index": "x"}]}}, 3], "usage": []}'
+    fake_llm.script(Reply(text="a", bad_sse=["5"]), Reply(text="Fine after all.", bad_sse=[odd]))
+    a = answer(await run(core, incoming("hi"), stream=True))
+    assert "previous reply was empty or malformed" in fake_llm.requests[1]["messages"][-1]["content"]
+    assert a.text == "Fine after all." and a.steps == ()
+
+
 async def test_model_400_shows_the_servers_reason_without_a_key_hint(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
     core = make_core()
     reason = "the request (9000 tokens) exceeds the available context size (4096 tokens), try increasing it\nmore"

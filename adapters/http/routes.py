@@ -190,9 +190,11 @@ class HttpApi:
                 raise ApiError(401, "unauthorized", SIGNED_OUT, {"WWW-Authenticate": 'Bearer realm="api"'})
         else:
             scheme, _, secret = (header or "").strip().partition(" ")
-            who = await self.api.caller(secret.strip()) if scheme.lower() == "bearer" else None
-            if who is None:
+            session_id = request.path_params.get("session_id")
+            found = await self.api.caller(secret.strip(), session_id) if scheme.lower() == "bearer" else None
+            if found is None:
                 raise ApiError(401, "unauthorized", UNAUTHORIZED, {"WWW-Authenticate": 'Bearer realm="api"'})
+            who, request.state.session = found  # the route's session, looked up with the token (one round trip)
             key = f"token:{who.token_id}"
         refusal = self.api.refusal(who)
         if refusal is not None:
@@ -215,9 +217,14 @@ class HttpApi:
         request.state.csrf = csrf
         return who
 
-    async def session(self, who: Bearer, session_id: str) -> ApiSession:
-        """The caller's session, or 404."""
-        found = await self.api.session(who, session_id)
+    async def session(self, who: Bearer, session_id: str, request: Request | None = None) -> ApiSession:
+        """The caller's session, or 404 (the one `caller` found with the token, when it could)."""
+        state = request.state if request is not None else None
+        found: ApiSession | None
+        if state is not None and hasattr(state, "session"):
+            found = state.session
+        else:
+            found = await self.api.session(who, session_id)
         if found is None:
             raise ApiError(404, "not_found", NO_SESSION)
         return found
@@ -296,9 +303,9 @@ class HttpApi:
             return SessionOut.of(await self.api.new_session(who, body.title if body else None))
 
         @r.get("/sessions/{session_id}", response_model=SessionOut, tags=["sessions"])
-        async def get_session(who: Who, session_id: str) -> SessionOut:
+        async def get_session(who: Who, session_id: str, request: Request) -> SessionOut:
             """One session."""
-            return SessionOut.of(await self.session(who, session_id))
+            return SessionOut.of(await self.session(who, session_id, request))
 
         @r.delete("/sessions/{session_id}", status_code=204, tags=["sessions"])
         async def delete_session(who: Who, session_id: str) -> Response:
@@ -330,20 +337,23 @@ class HttpApi:
         ) -> Any:
             """Say something in the session; the answer streams with `Accept: text/event-stream`. A retry with the
             same Idempotency-Key gets the same answer instead of a second one."""
-            session = await self.session(who, session_id)
+            session = await self.session(who, session_id, request)
             return await self.answer(request, who, session, body.content, body.model)
 
         @r.get("/sessions/{session_id}/stream", responses=STREAMED, tags=["sessions"])
         async def stream(
-            who: Who, session_id: str, last_event_id: Annotated[str | None, Header(max_length=200)] = None
+            who: Who,
+            session_id: str,
+            request: Request,
+            last_event_id: Annotated[str | None, Header(max_length=200)] = None,
         ) -> Response:
             """The live events of the session's answer named by Last-Event-ID (else its latest), from there on."""
-            return await self.resume(who, await self.session(who, session_id), last_event_id)
+            return await self.resume(who, await self.session(who, session_id, request), last_event_id)
 
         @r.post("/sessions/{session_id}/reset", response_model=TextAnswer, tags=["sessions"])
-        async def reset(who: Who, session_id: str) -> TextAnswer:
+        async def reset(who: Who, session_id: str, request: Request) -> TextAnswer:
             """Start the session's conversation afresh (like /reset; its messages stay)."""
-            session = await self.session(who, session_id)
+            session = await self.session(who, session_id, request)
             return TextAnswer(text=await self.api.command(who, "reset", session=session))
 
         @r.post("/one-shot", response_model=MessageOut, responses=STREAMED, tags=["sessions"])

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import openai
 from openai import AsyncStream
-from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageFunctionToolCall
+from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
 from core.agent.providers import PROVIDERS, ModelChoice, ProviderInfo
 from core.constants import REASON_CHARS
@@ -70,13 +70,26 @@ class LLMReply:
     usage: Usage | None = None
 
 
+def _field(raw: Any, name: str) -> Any:
+    """A field of the SDK's object or of a raw JSON object (a streamed chunk is read unparsed)."""
+    return raw.get(name) if isinstance(raw, dict) else getattr(raw, name, None)
+
+
 def _usage(raw: Any) -> Usage | None:
     """The usage a completion or its last streamed chunk reports (None when absent or not numbers)."""
-    prompt, completion = getattr(raw, "prompt_tokens", None), getattr(raw, "completion_tokens", None)
+    prompt, completion = _field(raw, "prompt_tokens"), _field(raw, "completion_tokens")
     if not isinstance(prompt, int) or not isinstance(completion, int):
         return None
-    cached = getattr(getattr(raw, "prompt_tokens_details", None), "cached_tokens", None)
+    cached = _field(_field(raw, "prompt_tokens_details"), "cached_tokens")
     return Usage(max(0, prompt), max(0, completion), max(0, cached) if isinstance(cached, int) else 0)
+
+
+_NO_CALL = {"id": "", "name": "", "arguments": ""}  # a streamed tool call before its first piece
+
+
+def _objects(raw: Any) -> list[dict[str, Any]]:
+    """The JSON objects of a streamed list (none when it is no list)."""
+    return [x for x in raw if isinstance(x, dict)] if isinstance(raw, list) else []
 
 
 def _refused(e: BaseException) -> bool:
@@ -260,7 +273,7 @@ class LLM:
             self.metrics.llm_errors.labels(kind).inc()
             raise
 
-    async def _open_stream(self, kwargs: dict[str, Any], deadline: float) -> AsyncStream[ChatCompletionChunk]:
+    async def _open_stream(self, kwargs: dict[str, Any], deadline: float) -> AsyncStream[object]:
         """Start a streamed request that asks for its usage at the end; a server that refuses the option (a 400 or 422
         naming it: Groq and Mistral once did) is asked again without it, and from then on never with it."""
         if self.where not in self._usage_refused:
@@ -273,15 +286,16 @@ class LLM:
                 self._usage_refused.add(self.where)
         return await self._post_stream(kwargs, deadline)
 
-    async def _post_stream(self, body: dict[str, Any], deadline: float) -> AsyncStream[ChatCompletionChunk]:
-        """The streamed request itself, bounded by the step's deadline."""
+    async def _post_stream(self, body: dict[str, Any], deadline: float) -> AsyncStream[object]:
+        """The streamed request itself, bounded by the step's deadline. Its chunks come as plain JSON objects: building
+        the SDK's model of each chunk cost more CPU than the rest of a turn's work on it (one chunk per token)."""
         return await asyncio.wait_for(
             self.client.post(
                 "/chat/completions",
                 body={**body, "stream": True},
-                cast_to=ChatCompletion,
+                cast_to=object,
                 stream=True,
-                stream_cls=AsyncStream[ChatCompletionChunk],
+                stream_cls=AsyncStream[object],
             ),
             max(0.0, deadline - time.monotonic()),
         )
@@ -325,22 +339,31 @@ class LLM:
                         log.warning("the model at %s sent a malformed streamed event (%s)", self.where, e.msg)
                         yield LLMReply(content=None, finish_reason=MALFORMED)
                         return
-                    for ch in chunk.choices or []:
-                        delta = ch.delta
-                        if delta.content:
-                            parts.append(delta.content)
-                            yield delta.content
-                        for tc in delta.tool_calls or []:
-                            slot = partial.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                            if tc.id:
-                                slot["id"] = tc.id
-                            if tc.function and tc.function.name:
-                                slot["name"] += tc.function.name
-                            if tc.function and tc.function.arguments:
-                                slot["arguments"] += tc.function.arguments
-                        if ch.finish_reason:
-                            reply.finish_reason = ch.finish_reason
-                    reply.usage = _usage(chunk.usage) or reply.usage  # the last chunk's (asked by include_usage)
+                    if not isinstance(chunk, dict):  # JSON, but not a chunk: the reply is unusable
+                        log.warning("the model at %s sent a streamed event that is no object", self.where)
+                        yield LLMReply(content=None, finish_reason=MALFORMED)
+                        return
+                    for ch in _objects(chunk.get("choices")):
+                        delta = ch.get("delta") or {}
+                        content = delta.get("content") if isinstance(delta, dict) else None
+                        if isinstance(content, str) and content:
+                            parts.append(content)
+                            yield content
+                        for tc in _objects(delta.get("tool_calls") if isinstance(delta, dict) else None):
+                            index, fn = tc.get("index"), tc.get("function")
+                            if not isinstance(fn, dict) and not tc.get("id"):
+                                continue  # no piece of a call
+                            fn = fn if isinstance(fn, dict) else {}
+                            slot = partial.setdefault(index if isinstance(index, int) else 0, dict(_NO_CALL))
+                            if isinstance(tc.get("id"), str) and tc["id"]:
+                                slot["id"] = tc["id"]
+                            if isinstance(fn.get("name"), str):
+                                slot["name"] += fn["name"]
+                            if isinstance(fn.get("arguments"), str):
+                                slot["arguments"] += fn["arguments"]
+                        if isinstance(ch.get("finish_reason"), str):
+                            reply.finish_reason = ch["finish_reason"]
+                    reply.usage = _usage(chunk.get("usage")) or reply.usage  # the last chunk's (asked by include_usage)
             finally:
                 await chunks.close()
             reply.content = "".join(parts) or None

@@ -172,7 +172,10 @@ class Api:
                 async for event in events:
                     feed.push(event)
         except Exception:
-            log.exception("an API turn failed")
+            if await sessions.exists(self.core.pool, feed.session_id):
+                log.exception("an API turn failed")
+            else:  # deleted while it ran: its writes had nowhere to go
+                log.info("an API turn ended without its session (deleted while it ran)")
             if feed.answer is None:
                 feed.push(Error("failed", FAILED))
         finally:

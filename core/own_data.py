@@ -106,10 +106,12 @@ SELECT json_build_object(
                 FROM messages m WHERE m.chat_id = c.id AND m.id IN (SELECT id FROM own_messages)))
             ORDER BY c.id), '[]')
         FROM chats c WHERE c.id IN (SELECT m.chat_id FROM messages m WHERE m.id IN (SELECT id FROM own_messages))),
-    'usage', (SELECT coalesce(json_agg(json_build_object(
+    'usage', (SELECT coalesce(json_agg(json_build_object(  -- one row per day and model (a merge or a flush may split)
             'day', u.day, 'model', u.model, 'prompt_tokens', u.prompt_tokens, 'completion_tokens', u.completion_tokens,
-            'cached_tokens', u.cached_tokens, 'calls', u.calls) ORDER BY u.day, u.model, u.id), '[]')
-        FROM token_usage u WHERE u.account_id = $1)
+            'cached_tokens', u.cached_tokens, 'calls', u.calls) ORDER BY u.day, u.model), '[]')
+        FROM (SELECT day, model, sum(prompt_tokens) AS prompt_tokens, sum(completion_tokens) AS completion_tokens,
+                     sum(cached_tokens) AS cached_tokens, sum(calls) AS calls
+              FROM token_usage WHERE account_id = $1 GROUP BY day, model) u)
 )::text
 """
 )

@@ -207,6 +207,11 @@ async def find(pool: Pool, account_id: int, session_id: str) -> tuple[int, Sessi
     return None if row is None else (row["chat_id"], _session(row))
 
 
+async def exists(pool: Pool, session_id: str) -> bool:
+    """Whether a session of that id exists (anyone's)."""
+    return bool(await pool.fetchval("SELECT 1 FROM chats WHERE platform = 'api' AND platform_chat_id = $1", session_id))
+
+
 async def delete(pool: Pool, account_id: int, session_id: str) -> bool:
     """Delete the account's session with its turns, messages and the tasks' link to it (False: none such)."""
     status = await pool.execute(

@@ -290,6 +290,8 @@ class FakeOpenAI(LoopbackServer):
             self._inflight.add(task)
         try:
             return await self._handle_chat(request)
+        except ConnectionError:  # the client went away mid-answer (a bot that was cut or killed): nothing to answer
+            return web.Response(status=499)
         finally:
             if task is not None:
                 self._inflight.discard(task)

@@ -67,11 +67,13 @@ async def token_of(core: Core, user: str, name: str = "laptop") -> str:
     return secret
 
 
-async def sse_events(response: httpx.Response) -> list[tuple[str | None, str, dict[str, Any]]]:
-    """(id, event, data) of every event of a stream, until it ends."""
+async def sse_events(
+    response: httpx.Response, lines: AsyncIterator[str] | None = None
+) -> list[tuple[str | None, str, dict[str, Any]]]:
+    """(id, event, data) of every event of a stream (read on from `lines` when given), until it ends."""
     out: list[tuple[str | None, str, dict[str, Any]]] = []
     eid, event, data = None, "", ""
-    async for line in response.aiter_lines():
+    async for line in lines or response.aiter_lines():
         if line.startswith("id: "):
             eid = line[4:]
         elif line.startswith("event: "):
@@ -366,3 +368,57 @@ async def test_sessions_follow_the_person_across_link_export_and_forget_me(
         assert (await tg.get("/v1/sessions")).status_code == 401, "forgotten: the tokens are gone"
     assert await pool.fetchval("SELECT count(*) FROM chats WHERE platform = 'api'") == 0
     assert await pool.fetchval("SELECT count(*) FROM messages WHERE content LIKE '%Marmalade%'") == 0
+
+
+async def test_too_long_a_message_and_a_session_deleted_mid_answer(
+    serve: Serve, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    s = await serve(MAX_MESSAGE_CHARS=100)
+    release = asyncio.Event()
+
+    async def slow(body: dict[str, Any]) -> Reply:
+        await release.wait()
+        return Reply(text="too late")
+
+    async with s.client(await token_of(s.core, ANN)) as c:
+        sid = (await c.post("/v1/sessions", json={})).json()["id"]
+        long = (await c.post(f"/v1/sessions/{sid}/messages", json={"content": "x" * 150})).json()
+        assert long["status"] == "failed" and long["parts"][0]["type"] == "error"
+        assert long["parts"][0]["message"].startswith("That message is 150 characters long; I can take up to 100.")
+        fake_llm.script(slow)
+        async with c.stream(
+            "POST",
+            f"/v1/sessions/{sid}/messages",
+            json={"content": "think slowly"},
+            headers={"Accept": "text/event-stream"},
+        ) as r:
+            lines = r.aiter_lines()
+            async for line in lines:
+                if line.startswith("event: message.created"):
+                    break
+            assert (await c.delete(f"/v1/sessions/{sid}")).status_code == 204
+            release.set()
+            rest = await sse_events(r, lines)
+        assert rest[-1][1] == "message.completed"
+        assert rest[-1][2]["message"]["status"] == "failed", "the answer had nowhere to go"
+    assert await pool.fetchval("SELECT count(*) FROM chats WHERE platform = 'api'") == 0
+
+
+async def test_resume_where_the_feed_is_gone_gets_the_stored_answer(serve: Serve, fake_llm: FakeOpenAI) -> None:
+    s = await serve()
+    fake_llm.default = Reply(text="Stored and done.")
+    async with s.client(await token_of(s.core, ANN)) as c:
+        sid = (await c.post("/v1/sessions", json={})).json()["id"]
+        async with c.stream(
+            "POST", f"/v1/sessions/{sid}/messages", json={"content": "hi"}, headers={"Accept": "text/event-stream"}
+        ) as r:
+            first = await sse_events(r)
+        s.http.api.feeds._by_message.clear()  # as in another process, or after API_FEED_KEEP_S
+        mid = first[0][0]
+        assert mid is not None
+        async with c.stream("GET", f"/v1/sessions/{sid}/stream", headers={"Last-Event-ID": mid}) as r:
+            again = await sse_events(r)
+        assert [e[1] for e in again] == ["message.completed"]
+        assert again[0][2]["message"] == first[-1][2]["message"]
+        unknown = await c.get(f"/v1/sessions/{sid}/stream", headers={"Last-Event-ID": "msg_nope:3"})
+        assert "No such message" in unknown.text

@@ -273,7 +273,8 @@ class HttpApi:
     async def _elsewhere(self, who: Bearer, session: ApiSession, message_id: str) -> Any:
         """An answer this process does not hold (another process runs it, or it finished long ago): its stored
         message once it is no longer running, with keep-alives meanwhile."""
-        while True:
+        polls = int(self.core.settings.AGENT_TOTAL_TIMEOUT / POLL_OTHER_PROCESS_S) + 2  # a turn ends by then
+        for _ in range(polls):  # past them (its process died): as stored, still "running" until a start closes it
             stored = await self.api.stored_turn(who, session.id, message_id) or ()
             reply = next((m for m in stored if m.role == "assistant"), None)
             if reply is None or reply.status != "running":

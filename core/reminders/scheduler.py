@@ -80,6 +80,10 @@ class ReminderScheduler:
         self._firing.add(task)
         try:
             await run()
+        except asyncio.CancelledError:
+            if not self._stopped:
+                raise
+            # cut by stop() (which said so once): not a failure for APScheduler to log with a traceback
         finally:
             self._firing.discard(task)
 

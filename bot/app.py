@@ -30,6 +30,7 @@ async def run_bot(
 ) -> int:
     """Run until stopped; with `ask_text`, answer it in the terminal (continuing the previous ask) and return; with
     `serve`, run the HTTP API alone (`bot serve`)."""
+    asyncio.get_running_loop().set_exception_handler(quiet_dropped_connections)
     async with open_core(settings) as core:
         if serve:
             return await run_serve(settings, core)
@@ -40,6 +41,18 @@ async def run_bot(
         if settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None:
             return await run_console(core)
         return await run_platforms(settings, core)
+
+
+def quiet_dropped_connections(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncpg closes an expired pool connection in a task nobody awaits: when the database dropped it, its socket
+    error would be logged with a traceback ("Task exception was never retrieved"); it is one warning line instead.
+    Everything else goes to asyncio's default handler."""
+    future, error = context.get("future"), context.get("exception")
+    coro = getattr(future, "get_coro", lambda: None)() if future is not None else None
+    if isinstance(error, OSError) and getattr(coro, "__qualname__", "") == "Connection.close":
+        log.warning("a dropped database connection could not be closed cleanly (%s)", type(error).__name__)
+        return
+    loop.default_exception_handler(context)
 
 
 def freeze_startup_objects() -> None:

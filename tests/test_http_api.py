@@ -422,3 +422,53 @@ async def test_resume_where_the_feed_is_gone_gets_the_stored_answer(serve: Serve
         assert again[0][2]["message"] == first[-1][2]["message"]
         unknown = await c.get(f"/v1/sessions/{sid}/stream", headers={"Last-Event-ID": "msg_nope:3"})
         assert "No such message" in unknown.text
+
+
+async def test_pages_of_messages_go_back_by_cursor(serve: Serve, fake_llm: FakeOpenAI) -> None:
+    s = await serve()
+    fake_llm.default = Reply(text="ok")
+    async with s.client(await token_of(s.core, ANN)) as c:
+        sid = (await c.post("/v1/sessions", json={})).json()["id"]
+        for i in range(5):
+            await c.post(f"/v1/sessions/{sid}/messages", json={"content": f"message {i}"})
+        said: list[str] = []
+        before: str | None = None
+        pages = 0
+        while True:
+            params = {"limit": "2", **({"before": before} if before else {})}
+            page = (await c.get(f"/v1/sessions/{sid}/messages", params=params)).json()
+            pages += 1
+            said = [m["parts"][0]["text"] for m in page["messages"] if m["role"] == "user"] + said
+            before = page["before"]
+            if before is None:
+                break
+        assert pages == 3 and said == [f"message {i}" for i in range(5)]
+        bad = await c.get(f"/v1/sessions/{sid}/messages", params={"limit": "1000"})
+        assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request"
+
+
+async def test_a_stream_says_it_is_alive_while_the_model_thinks() -> None:
+    from adapters.http import sse
+    from core import Assistant, Feed
+    from core.timeutil import system_clock
+
+    feed = Feed("ses_x", "msg_1", "hi", system_clock, system_clock())
+
+    async def final(f: Feed) -> Any:
+        from adapters.http.models import MessageOut
+
+        return MessageOut(
+            id="msg_1-reply", session_id="ses_x", role="assistant", status="done", created_at=f.started_at, parts=[]
+        )
+
+    got: list[bytes] = []
+
+    async def read() -> None:
+        async for chunk in sse.events(feed, -1, final, idle_s=0.01):
+            got.append(chunk)
+            if chunk == sse.KEEPALIVE and got.count(sse.KEEPALIVE) == 2:
+                feed.push(Assistant("done", None))
+                feed.finish()
+
+    await asyncio.wait_for(read(), 5)
+    assert got.count(sse.KEEPALIVE) >= 2 and got[-1].startswith(b"id: msg_1:2\nevent: message.completed")

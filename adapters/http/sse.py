@@ -39,15 +39,16 @@ def opening(feed: Feed) -> list[MessageOut]:
     return [MessageOut.of(said, feed.session_id), MessageOut.of(reply, feed.session_id)]
 
 
-async def events(feed: Feed, after: int, final: Final) -> AsyncIterator[bytes]:
-    """The stream of `feed` after event number `after` (-1: from the start, with the opening messages)."""
+async def events(feed: Feed, after: int, final: Final, idle_s: float = KEEPALIVE_S) -> AsyncIterator[bytes]:
+    """The stream of `feed` after event number `after` (-1: from the start, with the opening messages); a keep-alive
+    comment after `idle_s` without an event."""
     mid, reply = feed.message_id, feed.message_id + REPLY
     if after < 0:
         for message in opening(feed):
             yield frame("message.created", {"message": message.model_dump(mode="json")}, f"{mid}:0")
     elif feed.done and after > len(feed.events):
         return  # the client has the whole answer
-    async for step in progress(feed, max(after, 0), KEEPALIVE_S):
+    async for step in progress(feed, max(after, 0), idle_s):
         if step is None:
             yield KEEPALIVE
             continue

@@ -74,6 +74,7 @@ MOVES: tuple[tuple[str, str], ...] = (
     ("codes", "UPDATE link_codes SET account_id = $1 WHERE account_id = $2"),
     ("usage", "UPDATE token_usage SET account_id = $1 WHERE account_id = $2"),  # sql/022: summed by every reader
     ("reservations", "UPDATE token_reservations SET account_id = $1 WHERE account_id = $2"),  # calls in flight
+    ("attachments", "UPDATE attachments SET account_id = $1 WHERE account_id = $2"),  # sql/028: files sent
     (
         "search words",
         "INSERT INTO memory_search_words (user_id, word) SELECT $1, word FROM memory_search_words WHERE user_id = $2"

@@ -111,7 +111,12 @@ SELECT json_build_object(
             'cached_tokens', u.cached_tokens, 'calls', u.calls) ORDER BY u.day, u.model), '[]')
         FROM (SELECT day, model, sum(prompt_tokens) AS prompt_tokens, sum(completion_tokens) AS completion_tokens,
                      sum(cached_tokens) AS cached_tokens, sum(calls) AS calls
-              FROM token_usage WHERE account_id = $1 GROUP BY day, model) u)
+              FROM token_usage WHERE account_id = $1 GROUP BY day, model) u),
+    'attachments', (SELECT coalesce(json_agg(json_build_object(  -- what was kept of files sent (sql/028)
+            'id', a.id, 'kind', a.kind, 'name', a.name, 'mime', a.mime, 'size_bytes', a.size_bytes,
+            'created_at', a.created_at, 'pages', a.pages,
+            'image_base64', CASE WHEN a.data IS NOT NULL THEN encode(a.data, 'base64') END) ORDER BY a.id), '[]')
+        FROM attachments a WHERE a.account_id = $1)
 )::text
 """
 )

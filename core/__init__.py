@@ -52,7 +52,20 @@ from core.texts import (
     TEXT_ONLY,
     WIPE_LABEL,
 )
-from core.types import Assistant, AssistantDelta, Error, Event, Incoming, Quoted, Step, ToolCall, ToolResult, TurnSteps
+from core.types import (
+    Assistant,
+    AssistantDelta,
+    Error,
+    Event,
+    Incoming,
+    Quoted,
+    Step,
+    ToolCall,
+    ToolResult,
+    TurnSteps,
+    Upload,
+    UploadKind,
+)
 from core.web_signin import SIGNIN_PATH
 
 __all__ = [
@@ -117,6 +130,8 @@ __all__ = [
     "ToolResult",
     "ToolResultPart",
     "TurnSteps",
+    "Upload",
+    "UploadKind",
     "activity_lines",
     "app_version",
     "config_problem",

@@ -23,6 +23,11 @@ DUE_SOON_LINES = 10  # at most this many of them
 WRAP_UP_MIN_S = 2.0  # a wrap-up call needs at least this much of the time budget left
 ABANDONED_MARGIN = timedelta(minutes=5)  # a turn running this much longer than AGENT_TOTAL_TIMEOUT is dead
 REASON_CHARS = 200  # the server's reason for a refused request, cut to one line of this length
+MODEL_CONNECT_TIMEOUT_S = 10.0  # connecting to a model server (a request then gets AGENT_STEP_TIMEOUT)
+
+# Voice notes (core/media/audio.py).
+SPEECH_VOICE = "alloy"  # the voice of spoken answers (one every OpenAI-compatible speech server knows)
+SPEECH_INPUT_CHARS = 4096  # the speech API's input limit: a longer answer is cut to it
 
 # Token budgets (core/usage.py, sql/022).
 USAGE_CALL_RESERVE = 16_000  # tokens a model call in flight counts against a budget until its usage is written
@@ -156,3 +161,32 @@ WEB_LOGIN_TTL = timedelta(days=30)  # a web sign-in (its cookie) lasts this long
 WEB_LOGIN_BYTES = 32  # random bytes of a sign-in's cookie secret and of its CSRF token: 43 url-safe characters
 WEB_LOGIN_MAX_LIVE = 20  # live sign-ins one identity may hold (a new one ends the oldest past it)
 WEB_KEEP = timedelta(days=1)  # used, expired and signed-out rows are deleted after this (when a link is made or used)
+
+# Photos people send (core/media/images.py): resized and re-encoded before the model sees them.
+MEDIA_IMAGE_MAX_INPUT_BYTES = 20 * 1024 * 1024  # an image file over this is refused before it is opened
+MEDIA_IMAGE_MAX_PIXELS = 16_000_000  # pixels decoded at most (a JPEG is decoded scaled down first); more is refused
+MEDIA_IMAGE_MAX_SIDE = 1568  # the long side of the image the model gets, at most (never upscaled)
+MEDIA_IMAGE_MAX_BYTES = 1_000_000  # the JPEG the model gets (and the database keeps), at most
+MEDIA_IMAGE_JPEG_QUALITY = 85  # the JPEG quality tried first …
+MEDIA_IMAGE_QUALITY_STEP = 10  # … lowered by this while the JPEG is over MEDIA_IMAGE_MAX_BYTES …
+MEDIA_IMAGE_MIN_QUALITY = 45  # … down to this; then the image is made smaller instead …
+MEDIA_IMAGE_SHRINK = 0.75  # … by this factor per side at a time …
+MEDIA_IMAGE_MIN_SIDE = 64  # … until its long side would go under this (then it is refused)
+MEDIA_STICKER_NAME_CHARS = 60  # a sticker's or GIF's name shown to the model, at most
+MEDIA_STICKER_EMOJI_CHARS = 16  # a sticker's emoji shown to the model, at most (ZWJ sequences are long)
+
+# Documents people send (core/media/documents.py): text extracted in a worker thread within these caps.
+MEDIA_DOC_MAX_BYTES = 20 * 1024 * 1024  # a document over this is refused before it is opened (a Telegram bot's cap)
+MEDIA_DOC_MAX_PAGES = 500  # a PDF's pages read at most (the rest are counted, not read)
+MEDIA_DOC_MAX_CHARS = 2_000_000  # characters of text kept of any document at most (a long book); reading stops there
+MEDIA_DOC_PAGE_CHARS = 3000  # a Word or text file is split into pages of at most this many characters
+MEDIA_DOC_TIMEOUT_S = 20.0  # reading one document gives up after this (its worker stops at its next page)
+MEDIA_DOC_DETECT_BYTES = 256 * 1024  # a text file's encoding is guessed, and binary spotted, from this many first bytes
+MEDIA_DOC_MAX_CONTROL = 0.01  # a "text" with more than this share of control characters (NUL, …) is binary
+MEDIA_ZIP_MAX_BYTES = 40 * 1024 * 1024  # a Word file unpacking to more than this in all is refused unopened …
+MEDIA_ZIP_MAX_ENTRIES = 2000  # … so is one of more files than this …
+MEDIA_ZIP_MAX_RATIO = 200  # … or with a file over MEDIA_ZIP_RATIO_FROM_BYTES packed more tightly than this …
+MEDIA_ZIP_RATIO_FROM_BYTES = 1024 * 1024  # … (small files may pack tightly: no zip bomb is small)
+MEDIA_DOCX_MAX_XML_BYTES = 10 * 1024 * 1024  # … or whose text part (parsed into memory, ~6x) is larger than this
+MEDIA_FIRST_PAGE_CHARS = 6000  # of a document, what goes into the turn itself (read_attachment pages through the rest)
+MEDIA_HEARD_CHARS = 200  # a transcript as the reply's "heard" step shows it, at most

@@ -16,7 +16,7 @@ from core import api_tokens, journal
 from core.agent.llm import LLM
 from core.agent.loop import Limits, run_agent
 from core.agent.prompt import system_prompt
-from core.agent.providers import model_choices
+from core.agent.providers import PROVIDERS, model_choices
 from core.agent.replay import build_replay
 from core.capabilities import manager
 from core.commands import (
@@ -35,6 +35,9 @@ from core.commands import (
 )
 from core.constants import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, READY_DB_TIMEOUT_S, REFUSAL_EVERY_S
 from core.inbox import Delivery, Handler, Inbox, Parse
+from core.media import intake
+from core.media.audio import Audio
+from core.media.tools import READ_ATTACHMENT
 from core.memory.blocks import render_prompt_section
 from core.memory.embeddings import Embedder
 from core.memory.tools import memory_tools
@@ -53,7 +56,17 @@ from core.tools.framework import Caps, ToolContext, ToolRegistry
 from core.tools.sql import EXECUTE_SQL
 from core.tools.tasks import MANAGE_TASKS
 from core.tools.timezone import SET_TIMEZONE
-from core.types import JOB_MESSAGE_PREFIX, Assistant, Error, Event, Incoming, ModelToolCalls, ToolResult, TurnSteps
+from core.types import (
+    JOB_MESSAGE_PREFIX,
+    Assistant,
+    Error,
+    Event,
+    Incoming,
+    ModelToolCalls,
+    Step,
+    ToolResult,
+    TurnSteps,
+)
 from core.usage import BUDGET_ADMINS_ONLY, Spending
 
 log = logging.getLogger(__name__)
@@ -70,7 +83,7 @@ FLOOD_CHAT = (
 
 def default_registry() -> ToolRegistry:
     """The built-in tools."""
-    return ToolRegistry([MANAGE_TASKS, SET_TIMEZONE, EXECUTE_SQL])
+    return ToolRegistry([MANAGE_TASKS, SET_TIMEZONE, EXECUTE_SQL, READ_ATTACHMENT])
 
 
 @dataclass
@@ -95,6 +108,7 @@ class Core:
         capabilities_dir: Path | None = None,
         embedder: Embedder | None = None,
         metrics: Metrics | None = None,
+        audio: Audio | None = None,
     ) -> None:
         """Wire the core with explicit dependencies (capabilities are materialised into `capabilities_dir`; the
         memory tools embed archival entries with `embedder` when given)."""
@@ -135,6 +149,8 @@ class Core:
         self._commands = Commands(self)
         self.process_id = fleet.new_process_id()  # in /status and in the inbox leases it holds
         self.inbox = Inbox(pool, self.process_id, self.metrics)  # platform updates, stored before acknowledged
+        # voice notes: transcription (and speech) at the model's server or TRANSCRIPTION_BASE_URL (core/media/audio.py)
+        self.audio = audio if audio is not None else Audio.from_settings(settings, PROVIDERS)
 
     # ---- what front ends call (docs/architecture.md lists the whole front door) ------------------------------
 
@@ -359,6 +375,12 @@ class Core:
             if refusal is not None:
                 yield refusal
             return
+        heard: tuple[Step, ...] = ()
+        if inc.uploads:  # voice notes and documents first become words (core/media/intake.py)
+            inc, heard, notes = await self._take_in(inc)
+            if notes and not inc.text.strip() and not inc.quoted:  # nothing of it could be read
+                yield Error("media", "\n".join(notes))
+                return
         if not inc.text.strip() and not any(q.text.strip() for q in inc.quoted):
             return
         size, most = len(inc.text.strip()) + sum(len(q.text) for q in inc.quoted), self.settings.MAX_MESSAGE_CHARS
@@ -380,11 +402,31 @@ class Core:
                     if isinstance(event, Assistant | Error) and delivery is not None:  # taken over: nothing sent
                         await self.inbox.confirm(delivery)
                     counted = self._measure(event, started) or counted
+                    if heard and isinstance(event, Assistant):  # what was heard shows first among the steps
+                        event = replace(event, steps=(*heard, *event.steps))
                     yield event
         except BaseException as e:  # a turn that ended without its final event
             if not counted:
                 self.metrics.turn("failed" if isinstance(e, Exception) else "interrupted", time.monotonic() - started)
             raise
+
+    async def _take_in(self, inc: Incoming) -> tuple[Incoming, tuple[Step, ...], list[str]]:
+        """The message with what its files said (a transcript as the person's words, a document as quoted text), the
+        steps that show it, and one line for each file that could not be read (kept as a platform reference)."""
+        user, chat = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
+        cap = self.settings.MEDIA_MAX_MB * 1_000_000
+        got = await intake.take_in(
+            self.pool, self.audio, inc.uploads, intake.Owner(user.account_id, user.id, chat.id, self.clock(), cap)
+        )
+        said = got.message(inc.text)
+        if said or got.quoted:  # the model answers what could be read, and says what could not
+            said = "\n\n".join([said, *(f"[{note}]" for note in got.notes)]).strip()
+        taken = replace(inc, text=said, quoted=(*inc.quoted, *got.quoted), uploads=())
+        return taken, tuple(got.steps), got.notes
+
+    async def close(self) -> None:
+        """Close the clients the core made itself (the audio ones; the model client is its maker's)."""
+        await self.audio.aclose()
 
     def _measure(self, event: Event, started: float) -> bool:
         """Count a tool call or the end of a turn (True) in the metrics: only names the registry holds, no user data."""
@@ -596,6 +638,8 @@ class Core:
             caps=self.caps,
         )
         tools = self.registry.offered(is_admin, personal)
+        if not any(r.get("quoted_kind") == "file" for r in rows):  # read_attachment only with a document in context
+            tools = [t for t in tools if t.name != READ_ATTACHMENT.name]
         caps = self.capabilities.summaries()
         memory = None if start.memory is None else render_prompt_section(start.memory, self.settings.MEMORY_BLOCK_WORDS)
         prompt = system_prompt(user, chat, zone(user.timezone), now, due, tools, caps, memory)

@@ -128,12 +128,19 @@ class Settings(BaseSettings):
     CAPABILITY_TIMEOUT: float = Field(default=30.0, gt=0)
     MEMORY_BLOCK_WORDS: int = Field(default=500, ge=10)  # word limit of one core memory block
     EMBEDDING_MODEL: str | None = None  # embeddings for archival search (same provider); unset: text search only
+    # Voice notes (core/media/audio.py); an unset model is the provider's (PROVIDERS), none there: that part is off
+    TRANSCRIPTION_MODEL: str | None = None  # speech to text (whisper-1 on openai, whisper-large-v3-turbo on groq)
+    TRANSCRIPTION_BASE_URL: str | None = None  # another OpenAI-compatible server for it (e.g. a local whisper)
+    TRANSCRIPTION_API_KEY: SecretStr | None = None  # that server's key (unset: LLM_API_KEY on the model's own server)
+    SPEECH_MODEL: str | None = None  # text to speech for voice answers (tts-1 on openai), on the model's server
+    VOICE_MAX_SECONDS: float = Field(default=300.0, gt=0)  # a longer voice note is refused before any upload
     SHUTDOWN_GRACE_SECONDS: float = Field(default=25.0, ge=0)  # drain time for running answers on stop/restart
     PORT: int = Field(default=8080, ge=0, le=65535)  # HTTP port (health, metrics); polling serves it only if set
     METRICS_TOKEN: SecretStr | None = None  # bearer token /metrics requires (webhook mode: required to serve it)
     PUBLIC_BASE_URL: str | None = None  # the bot's public http(s) address (/web links); unset: the webhook's origin
     # Limits of a bot open to everyone (ALLOWED_USERS=*): per account unless said otherwise.
     MAX_MESSAGE_CHARS: int = Field(default=16000, ge=100)  # a longer incoming message is refused, not stored
+    MEDIA_MAX_MB: int = Field(default=200, ge=1)  # what the files one person sent may take here (transcripts, pages)
     API_REQUESTS_PER_MINUTE: int = Field(default=120, ge=1)  # HTTP API requests per token (or web sign-in) a minute
     USER_MESSAGES_PER_MINUTE: int = Field(default=20, ge=1)  # past this, one polite note; the model is not called
     CHAT_MESSAGES_PER_MINUTE: int = Field(default=40, ge=1)  # the same for one chat (a group) as a whole
@@ -231,6 +238,24 @@ class Settings(BaseSettings):
             return v.strip().rstrip("/")
         raise ValueError("must be an http(s) address such as https://bot.example.com (no ?query, #fragment or user@)")
 
+    @field_validator("TRANSCRIPTION_BASE_URL")
+    @classmethod
+    def _check_transcription_url(cls, v: str | None) -> str | None:
+        """An http(s) address without user@ (the key goes in TRANSCRIPTION_API_KEY)."""
+        if v is None:
+            return v
+        try:
+            parts = urlsplit(v.strip())
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and "@" not in parts.netloc
+        except ValueError:  # e.g. an unclosed [IPv6 address
+            ok = False
+        if ok:
+            return v.strip()
+        raise ValueError(
+            "must be the http(s) address of an OpenAI-compatible server such as http://127.0.0.1:8000/v1 "
+            "(no user@: put a key in TRANSCRIPTION_API_KEY)"
+        )
+
     @field_validator("USER_DAILY_TOKENS", "USER_MONTHLY_TOKENS", "BOT_DAILY_TOKENS", mode="before")
     @classmethod
     def _check_tokens(cls, v: object) -> object:
@@ -313,6 +338,7 @@ class Settings(BaseSettings):
             self.TELEGRAM_BOT_TOKEN,
             self.DISCORD_BOT_TOKEN,
             self.METRICS_TOKEN,
+            self.TRANSCRIPTION_API_KEY,
             *(self.provider_key(p) for p in PROVIDER_NAMES),
         )
         values = [s.get_secret_value() for s in given if s is not None]

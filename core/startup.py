@@ -61,6 +61,9 @@ async def open_core(settings: Settings) -> AsyncIterator[Core]:
             core = Core(settings, pool, llm, embedder=await embeddings(settings, pool, llm), metrics=metrics)
             await core.close_abandoned_turns()
             await core.capabilities.load_all()
-            yield core
+            try:
+                yield core
+            finally:
+                await core.close()
         finally:
             await llm.aclose()

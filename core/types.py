@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ChatKind = Literal["private", "group"]
-QuotedKind = Literal["forward", "quote", "reply", "job"]
+QuotedKind = Literal["forward", "quote", "reply", "job", "file"]
 JOB_MESSAGE_PREFIX = "job:"  # the platform message id of a scheduled agent job's turn starts with this
 
 
@@ -16,12 +16,30 @@ class Quoted:
 
     `forward`: a forwarded message (Telegram `forward_origin`, a Discord forward / message snapshot); `quote`: a
     quoted part of another message (Telegram `quote`); `reply`: a message from another chat replied to (Telegram
-    `external_reply`); `job`: the prompt of a scheduled job written in a turn that held others' text (set by the
-    core only: such a turn runs without admin and memory tools)."""
+    `external_reply`); `file`: a document's text (its origin is the file's name; core/media/intake.py); `job`: the
+    prompt of a scheduled job written in a turn that held others' text (set by the core only: such a turn runs without
+    admin and memory tools)."""
 
     kind: QuotedKind
     origin: str  # who wrote it, as the platform names them ("Alice", "channel News", "a hidden user")
     text: str
+
+
+UploadKind = Literal["voice", "audio", "photo", "document", "sticker"]
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A file that came with a message, as its adapter fetched it: `data` None when it could not (`refused` says why,
+    in one line); `platform_ref` is the platform's own reference to the file (kept, so nothing is lost)."""
+
+    kind: UploadKind
+    name: str
+    mime: str | None
+    data: bytes | None
+    platform_ref: str | None = None
+    duration_s: float | None = None
+    refused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +60,7 @@ class Incoming:
     quoted: tuple[Quoted, ...] = ()  # others' text that came with it (forwards, quotes): never the speaker's words
     via: str = ""  # the front end that carried it when not the speaker's own platform ("api"): the chat is its
     model: str | None = None  # a model of LLM_MODELS asked for this message only (the HTTP API), else the account's
+    uploads: tuple[Upload, ...] = ()  # files that came with it (voice notes, documents), fetched by the adapter
 
     @property
     def user_key(self) -> str:

@@ -284,6 +284,7 @@ async def make_core(
     yield make
     for core in made:
         await core.drain(0)
+        await core.close()
 
 
 @pytest.fixture

@@ -12,14 +12,31 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from tests.loopback import LoopbackServer
 
-__all__ = ["FakeOpenAI", "Reply", "Responder"]
+__all__ = ["FakeOpenAI", "Reply", "Responder", "Upload", "speech_audio"]
 
 MODEL_ID = "fake-model"
 EMBEDDING_DIMENSIONS = 16
+TRANSCRIPT = "fake transcript"  # what /audio/transcriptions hears when nothing else is scripted
+# The first page of an OGG/Opus stream (capture pattern, beginning-of-stream, one 19-byte OpusHead segment: mono,
+# 48 kHz); /audio/speech answers it followed by the input text, so a test can tell what was spoken.
+OGG_OPUS_HEAD = (
+    b"OggS\x00\x02"
+    + bytes(8)
+    + b"fake"
+    + bytes(8)
+    + b"\x01\x13"
+    + b"OpusHead\x01\x01\x38\x01\x80\xbb\x00\x00"
+    + bytes(3)
+)
+
+
+def speech_audio(text: str) -> bytes:
+    """The bytes /audio/speech answers for `text`."""
+    return OGG_OPUS_HEAD + text.encode()
 
 
 def hashed_embedding(text: str) -> list[float]:
@@ -65,6 +82,19 @@ class Reply:
 
 
 Responder = Callable[[dict[str, Any]], Reply | Awaitable[Reply]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One file /audio/transcriptions received: as the multipart form carried it, with the form's other fields."""
+
+    filename: str | None
+    content_type: str | None
+    data: bytes
+    model: str | None
+    fields: dict[str, str]
+    key: str | None  # the Bearer token the request came with (None: no Authorization header)
 
 
 class _InvalidRequest(Exception):
@@ -165,6 +195,12 @@ def _missing_results(index: int, pending: set[str]) -> _InvalidRequest:
     )
 
 
+def _bearer(request: web.Request) -> str | None:
+    """The token of a request's `Authorization: Bearer …` header (None: it has none)."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token if scheme.lower() == "bearer" else None
+
+
 def _split(s: str, parts: int) -> list[str]:
     """Split s into at most `parts` non-empty consecutive pieces."""
     if not s:
@@ -198,6 +234,13 @@ class FakeOpenAI(LoopbackServer):
         self.embed: Callable[[str], list[float]] = hashed_embedding  # a test may map texts to chosen vectors
         self.embeddings_fail = False  # answer /embeddings with a 500
         self.send_usage = True  # False: like a server that reports no usage (not even when a stream asks for it)
+        self._app.router.add_post("/v1/audio/transcriptions", self._tracked(self._transcriptions))
+        self._app.router.add_post("/v1/audio/speech", self._tracked(self._speech))
+        self.uploads: list[Upload] = []  # every file /audio/transcriptions received, in order
+        self.transcript = Reply(text=TRANSCRIPT)  # its answer when none is scripted (status != 200: an error)
+        self._transcripts: deque[Reply] = deque()
+        self.speech_requests: list[dict[str, Any]] = []  # every JSON body /audio/speech received
+        self.speech_status = 200  # another: /audio/speech answers that error
 
     # lifecycle
 
@@ -245,6 +288,10 @@ class FakeOpenAI(LoopbackServer):
         """Append replies (or responders) to the FIFO queue; each request pops one."""
         self._queue.extend(replies)
 
+    def script_transcripts(self, *replies: Reply) -> None:
+        """Append answers of /audio/transcriptions (`text`, or an error `status`) to its own FIFO queue."""
+        self._transcripts.extend(replies)
+
     async def _next_reply(self, body: dict[str, Any]) -> Reply | None:
         """Pop the next scripted reply (or use the default) and resolve responders."""
         item = self._queue.popleft() if self._queue else self.default
@@ -273,6 +320,67 @@ class FakeOpenAI(LoopbackServer):
         data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
         usage = {"prompt_tokens": sum(_tokens(t) for t in inputs), "total_tokens": sum(_tokens(t) for t in inputs)}
         return web.json_response({"object": "list", "data": data, "model": body["model"], "usage": usage})
+
+    def _tracked(self, handle: Handler) -> Handler:
+        """`handle`, tracked while it runs so down()/stop() can abort it (a client that went away: no answer)."""
+
+        async def tracked(request: web.Request) -> web.StreamResponse:
+            """Run `handle` for the request, tracked."""
+            task = asyncio.current_task()
+            if task is not None:
+                self._inflight.add(task)
+            try:
+                return await handle(request)
+            except ConnectionError:
+                return web.Response(status=499)
+            finally:
+                if task is not None:
+                    self._inflight.discard(task)
+
+        return tracked
+
+    async def _transcriptions(self, request: web.Request) -> web.StreamResponse:
+        """Handle POST /v1/audio/transcriptions (a multipart form): record the upload, answer `{"text": …}`."""
+        fields: dict[str, str] = {}
+        upload: tuple[str | None, str | None, bytes] | None = None
+        async for part in await request.multipart():
+            if not isinstance(part, BodyPartReader) or part.name is None:
+                continue
+            if part.name == "file":
+                upload = (part.filename, part.headers.get("Content-Type"), bytes(await part.read()))
+            else:
+                fields[part.name] = await part.text()
+        if upload is None:
+            return web.json_response(_error_body(400, "you must provide a file", "file"), status=400)
+        model = fields.pop("model", None)
+        self.uploads.append(Upload(*upload, model, fields, _bearer(request)))
+        self._notify()
+        if not model:
+            return web.json_response(_error_body(400, "you must provide a model parameter", "model"), status=400)
+        reply = self._transcripts.popleft() if self._transcripts else self.transcript
+        if reply.delay > 0:
+            await asyncio.sleep(reply.delay)
+        if reply.status != 200:
+            error = reply.text or f"scripted error {reply.status}"
+            return web.json_response(_error_body(reply.status, error), status=reply.status)
+        if reply.raw is not None:
+            return web.json_response(reply.raw)
+        if fields.get("response_format") == "text":
+            return web.Response(text=reply.text or "")
+        return web.json_response({"text": reply.text or ""})
+
+    async def _speech(self, request: web.Request) -> web.StreamResponse:
+        """Handle POST /v1/audio/speech: record the body, answer OGG/Opus bytes (or `speech_status`'s error)."""
+        body = await request.json()
+        self.speech_requests.append(body)
+        self._notify()
+        if self.speech_status != 200:
+            error = f"scripted error {self.speech_status}"
+            return web.json_response(_error_body(self.speech_status, error), status=self.speech_status)
+        for name in ("model", "input", "voice"):
+            if not isinstance(body.get(name), str) or not body[name]:
+                return web.json_response(_error_body(400, f"you must provide a {name} parameter", name), status=400)
+        return web.Response(body=speech_audio(body["input"]), content_type="audio/ogg")
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         """List the single fake model."""

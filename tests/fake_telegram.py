@@ -11,9 +11,10 @@ import math
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 from urllib.parse import SplitResult, urlsplit
 
 from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTimeout, ServerDisconnectedError, web
@@ -24,7 +25,10 @@ __all__ = [
     "BLOCKED",
     "CHAT_NOT_FOUND",
     "DEACTIVATED",
+    "FILE_TOO_BIG",
+    "INVALID_FILE_ID",
     "KICKED",
+    "MAX_DOWNLOAD_SIZE",
     "MAX_TEXT_LENGTH",
     "NOT_STARTED",
     "SECRET_HEADER",
@@ -101,6 +105,10 @@ TOKEN = "123:AAHfake-Token_for-the-tests-0123456789"  # the shape of a real toke
 _CHAT_METHODS = frozenset({"sendmessage", "sendchataction", "sendmessagedraft", "editmessagetext", "senddocument"})
 MAX_CAPTION_LENGTH = 1024  # UTF-16 code units after entity parsing
 FLOOD_METHODS = frozenset({"sendmessage", "editmessagetext"})  # what counts against flood_limit (lower case)
+# getFile: the Bot API server's MAX_DOWNLOAD_FILE_SIZE (20 << 20) and its refusals (not applied with --local)
+MAX_DOWNLOAD_SIZE = 20 << 20
+FILE_TOO_BIG = "Bad Request: file is too big"
+INVALID_FILE_ID = "Bad Request: invalid file_id"
 
 # parameters that are plain strings on the wire (never JSON-decoded even when they look like numbers)
 _STRING_PARAMS = frozenset(
@@ -141,6 +149,7 @@ _STRING_PARAMS = frozenset(
         "invite_link",
         "switch_pm_text",
         "switch_pm_parameter",
+        "file_id",
     }
 )
 _CHAT_ACTIONS = frozenset(
@@ -675,6 +684,16 @@ class Upload:
     data: bytes
 
 
+@dataclass(frozen=True)
+class _StoredFile:
+    """A file a test registered (add_file): what getFile tells about it, and its bytes."""
+
+    file_id: str
+    file_unique_id: str
+    path: str  # its file_path without --local, e.g. voice/file_3.oga
+    data: bytes
+
+
 @dataclass
 class _Outcome:
     """One POST of an update: the HTTP status, or the connection error."""
@@ -765,7 +784,13 @@ class FakeTelegram(LoopbackServer):
         self._drops = 0
         self._poll_generation = 0
         self._closing = False
+        # files (add_file, getFile and their download)
+        self.downloads: list[tuple[str, str]] = []  # (token, file_path) of every GET /file/bot<token>/<file_path>
+        self._files: dict[str, _StoredFile] = {}  # file_id → file
+        self._file_numbers = itertools.count(1)
+        self._local: tuple[Path, bool] | None = None  # local_mode's (directory, shared)
         super().__init__()
+        self._app.router.add_get("/file/bot{token}/{path:.+}", self._serve_file)
         self._app.router.add_route("*", "/{tail:.*}", self._handle)
         self._methods: dict[str, Handler] = {
             "getme": self._get_me,
@@ -784,6 +809,7 @@ class FakeTelegram(LoopbackServer):
             "deletemycommands": self._delete_my_commands,
             "answercallbackquery": self._answer_callback_query,
             "deletemessage": self._delete_message,
+            "getfile": self._get_file,
             "close": self._true,
             "logout": self._true,
         }
@@ -1023,6 +1049,155 @@ class FakeTelegram(LoopbackServer):
                 f"expected {count} sent message(s) within {timeout}s, got {len(self.sent)}: {texts!r}; {self._recent()}"
             ) from None
         return self.sent
+
+    # files: registered by the test, fetched by the bot with getFile and GET /file/bot<token>/<file_path>
+
+    def add_file(self, data: bytes, *, file_id: str | None = None, path: str | None = None) -> str:
+        """Register a file the bot may fetch (path: its file_path, by default documents/file_<n>); its file_id."""
+        n = next(self._file_numbers)
+        file_id = file_id or f"file-{n}"
+        self._files[file_id] = _StoredFile(file_id, f"unique-{n}", path or f"documents/file_{n}", data)
+        return file_id
+
+    def local_mode(self, directory: Path, *, shared: bool = True) -> None:
+        """Behave from now on like a Bot API server run with --local --dir=directory: getFile has no size limit and
+        gives the absolute path <directory>/<token>/<file_path>, where it saves the file when `shared` (a disk the bot
+        can read; otherwise the path is on a disk the bot cannot see). The server serves no file over HTTP then."""
+        self._local = (directory, shared)
+
+    def _media_file(self, data: bytes, folder: str, extension: str) -> dict[str, Any]:
+        """Register data as Telegram names a file of its kind (e.g. voice/file_3.oga); the media's file fields."""
+        file_id = self.add_file(data, path=f"{folder}/file_{len(self._files)}{extension}")
+        stored = self._files[file_id]
+        return {"file_id": file_id, "file_unique_id": stored.file_unique_id, "file_size": len(data)}
+
+    def media_update(
+        self, field: str, media: dict[str, Any] | list[dict[str, Any]], *, caption: str | None = None, **message: Any
+    ) -> dict[str, Any]:
+        """Build (not push) an Update with a user's message carrying `media` in `field` (e.g. "voice") and no text,
+        maybe a caption (its commands and @mentions get caption_entities); `message`: as for message_update
+        (chat_id, user_id, chat_type, reply_to…). voice_update, photo_update and the others register real files."""
+        update = self.message_update("", entities=[], **message)
+        body: dict[str, Any] = update["message"]
+        del body["text"]
+        body[field] = media
+        if caption:
+            body["caption"] = caption
+            found = auto_entities(caption, self.bot_username)
+            if found:
+                body["caption_entities"] = found
+        return update
+
+    def voice_update(
+        self,
+        data: bytes,
+        *,
+        duration: int = 1,
+        mime_type: str = "audio/ogg",
+        caption: str | None = None,
+        **message: Any,
+    ) -> dict[str, Any]:
+        """Build (not push) an Update with a voice note of `data` (registered for getFile)."""
+        voice = {**self._media_file(data, "voice", ".oga"), "duration": duration, "mime_type": mime_type}
+        return self.media_update("voice", voice, caption=caption, **message)
+
+    def audio_update(
+        self,
+        data: bytes,
+        *,
+        file_name: str = "song.mp3",
+        mime_type: str = "audio/mpeg",
+        duration: int = 1,
+        title: str | None = None,
+        performer: str | None = None,
+        caption: str | None = None,
+        **message: Any,
+    ) -> dict[str, Any]:
+        """Build (not push) an Update with an audio file of `data` (registered for getFile)."""
+        audio = {
+            **self._media_file(data, "music", Path(file_name).suffix),
+            "duration": duration,
+            "file_name": file_name,
+            "mime_type": mime_type,
+        }
+        audio.update({k: v for k, v in (("title", title), ("performer", performer)) if v is not None})
+        return self.media_update("audio", audio, caption=caption, **message)
+
+    def photo_update(
+        self, sizes: Sequence[tuple[int, int, bytes]], *, caption: str | None = None, **message: Any
+    ) -> dict[str, Any]:
+        """Build (not push) an Update with a photo: `sizes` are (width, height, JPEG bytes) from the smallest up, as
+        Telegram lists them, each a file of its own (registered for getFile)."""
+        photo = [
+            {**self._media_file(data, "photos", ".jpg"), "width": width, "height": height}
+            for width, height, data in sizes
+        ]
+        return self.media_update("photo", photo, caption=caption, **message)
+
+    def document_update(
+        self,
+        data: bytes,
+        *,
+        file_name: str = "file.pdf",
+        mime_type: str = "application/pdf",
+        caption: str | None = None,
+        **message: Any,
+    ) -> dict[str, Any]:
+        """Build (not push) an Update with a document (a file sent as a file) of `data` (registered for getFile)."""
+        document = {
+            **self._media_file(data, "documents", Path(file_name).suffix),
+            "file_name": file_name,
+            "mime_type": mime_type,
+        }
+        return self.media_update("document", document, caption=caption, **message)
+
+    def sticker_update(
+        self,
+        data: bytes,
+        *,
+        emoji: str = "👍",
+        kind: Literal["static", "animated", "video"] = "static",
+        set_name: str = "TestStickers",
+        **message: Any,
+    ) -> dict[str, Any]:
+        """Build (not push) an Update with a sticker (WebP, animated TGS or video WebM) of `data` (registered for
+        getFile); stickers have no caption."""
+        extension = {"static": ".webp", "animated": ".tgs", "video": ".webm"}[kind]
+        sticker = {
+            **self._media_file(data, "stickers", extension),
+            "type": "regular",
+            "width": 512,
+            "height": 512,
+            "is_animated": kind == "animated",
+            "is_video": kind == "video",
+            "emoji": emoji,
+            "set_name": set_name,
+        }
+        return self.media_update("sticker", sticker, **message)
+
+    def animation_update(
+        self,
+        data: bytes,
+        *,
+        file_name: str = "animation.mp4",
+        mime_type: str = "video/mp4",
+        duration: int = 1,
+        caption: str | None = None,
+        **message: Any,
+    ) -> dict[str, Any]:
+        """Build (not push) an Update with an animation (a GIF, which Telegram turns into a silent MP4) of `data`
+        (registered for getFile); like Telegram, the message also carries it as its document."""
+        fields = self._media_file(data, "animations", Path(file_name).suffix)
+        named = {"file_name": file_name, "mime_type": mime_type}
+        animation = {**fields, "width": 320, "height": 240, "duration": duration, **named}
+        update = self.media_update("animation", animation, caption=caption, **message)
+        update["message"]["document"] = {**fields, **named}
+        return update
+
+    def video_note_update(self, data: bytes, *, duration: int = 1, length: int = 240, **message: Any) -> dict[str, Any]:
+        """Build (not push) an Update with a video note (a round video message) of `data` (registered for getFile)."""
+        note = {**self._media_file(data, "video_notes", ".mp4"), "length": length, "duration": duration}
+        return self.media_update("video_note", note, **message)
 
     # webhook mode
 
@@ -1673,7 +1848,39 @@ class FakeTelegram(LoopbackServer):
             entry["deleted"] = True
         return True
 
+    async def _get_file(self, params: dict[str, Any]) -> dict[str, Any]:
+        """getFile: a registered file's File (400 for an unknown file_id and, without --local, over 20 MiB)."""
+        stored = self._files.get(str(params.get("file_id") or ""))
+        if stored is None:
+            raise _bad(INVALID_FILE_ID[len("Bad Request: ") :])
+        result: dict[str, Any] = {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.file_unique_id,
+            "file_size": len(stored.data),
+        }
+        if self._local is None:
+            if len(stored.data) > MAX_DOWNLOAD_SIZE:
+                raise _bad(FILE_TOO_BIG[len("Bad Request: ") :])
+            return {**result, "file_path": stored.path}
+        directory, shared = self._local
+        where = directory / self.token / stored.path
+        if shared:
+            where.parent.mkdir(parents=True, exist_ok=True)
+            where.write_bytes(stored.data)
+        return {**result, "file_path": str(where)}
+
     # HTTP
+
+    async def _serve_file(self, request: web.Request) -> web.StreamResponse:
+        """GET /file/bot<token>/<file_path>: a registered file's bytes like api.telegram.org; 404 for a wrong token or
+        path, and for everything in local_mode (a Bot API server never serves files itself)."""
+        token, path = request.match_info["token"], request.match_info["path"]
+        self.downloads.append((token, path))
+        self._notify()
+        stored = next((f for f in self._files.values() if f.path == path), None)
+        if token != self.token or stored is None or self._local is not None:
+            return self._error(_ApiError(404, "Not Found"))
+        return web.Response(body=stored.data, content_type="application/octet-stream")
 
     async def _read_params(self, request: web.Request) -> dict[str, Any]:
         """Query string plus form-encoded, multipart or JSON body, decoded."""

@@ -10,7 +10,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
-from tests.fake_openai import FakeOpenAI, Reply
+from tests.fake_openai import OGG_OPUS_HEAD, TRANSCRIPT, FakeOpenAI, Reply, Upload, speech_audio
 
 
 def _client(fake: FakeOpenAI, max_retries: int = 2) -> openai.AsyncOpenAI:
@@ -194,4 +194,45 @@ async def test_scripted_length_finish_and_malformed_sse() -> None:
         with pytest.raises(json.JSONDecodeError):
             async for _ in stream:
                 pass
+        await client.close()
+
+
+async def test_transcriptions_record_the_upload_and_answer_the_script() -> None:
+    """/audio/transcriptions keeps each multipart upload as sent (file, name, type, model, other fields, key) and
+    answers the scripted transcripts in order, then the default; a scripted status is an error."""
+    async with FakeOpenAI() as fake:
+        fake.script_transcripts(Reply(text="first"), Reply(status=503, text="busy"))
+        client = _client(fake, max_retries=0)
+        data = bytes(range(256)) * 3  # every byte value, CR LF and dashes included
+        first = await client.audio.transcriptions.create(
+            model="whisper-1", file=("note.oga", data, "audio/ogg"), language="de"
+        )
+        assert first.text == "first"
+        with pytest.raises(openai.InternalServerError, match="busy"):
+            await client.audio.transcriptions.create(model="whisper-1", file=("b.mp3", b"mp3", "audio/mpeg"))
+        third = await client.audio.transcriptions.create(model="m2", file=("c.wav", b"RIFF", "audio/wav"))
+        assert third.text == TRANSCRIPT
+        assert fake.uploads == [
+            Upload("note.oga", "audio/ogg", data, "whisper-1", {"language": "de"}, "test"),
+            Upload("b.mp3", "audio/mpeg", b"mp3", "whisper-1", {}, "test"),
+            Upload("c.wav", "audio/wav", b"RIFF", "m2", {}, "test"),
+        ]
+        await client.close()
+
+
+async def test_speech_records_the_request_and_answers_ogg_opus() -> None:
+    """/audio/speech keeps each JSON body and answers an OGG/Opus page followed by the text; `speech_status` makes
+    it an error."""
+    async with FakeOpenAI() as fake:
+        client = _client(fake, max_retries=0)
+        spoken = await client.audio.speech.create(model="tts-1", voice="alloy", input="hello", response_format="opus")
+        audio = await spoken.aread()
+        assert audio == speech_audio("hello") and audio.startswith(b"OggS") and b"OpusHead" in OGG_OPUS_HEAD
+        assert fake.speech_requests == [
+            {"model": "tts-1", "voice": "alloy", "input": "hello", "response_format": "opus"}
+        ]
+        fake.speech_status = 500
+        with pytest.raises(openai.InternalServerError):
+            await client.audio.speech.create(model="tts-1", voice="alloy", input="again")
+        assert len(fake.speech_requests) == 2
         await client.close()

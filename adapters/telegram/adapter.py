@@ -14,7 +14,15 @@ from starlette.responses import Response
 from telegram import BotCommand
 from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
 
-from adapters.telegram.config import DEFAULT_API_HOST, LEGACY_SOURCE, api_host, bot_api_url, bot_id, config_problem
+from adapters.telegram.config import (
+    DEFAULT_API_HOST,
+    LEGACY_SOURCE,
+    api_host,
+    bot_api_url,
+    bot_file_url,
+    bot_id,
+    config_problem,
+)
 from adapters.telegram.handlers import Handlers
 from adapters.telegram.limits import (
     TELEGRAM_FLEET_REFRESH_S,
@@ -56,6 +64,7 @@ class TelegramAdapter:
                 read_timeout=poll_timeout + TELEGRAM_POLL_READ_MARGIN_S, on_success=self._polled
             ),
             base_url=bot_api_url(settings.TELEGRAM_API_BASE_URL),
+            base_file_url=bot_file_url(settings.TELEGRAM_API_BASE_URL),
             rate_limiter=self.rate_limiter,
         )
         self.send = Sender(self.bot)

@@ -66,6 +66,12 @@ def bot_api_url(base_url: str | None) -> str:
     return url if url.endswith("/bot") else f"{url}/bot"
 
 
+def bot_file_url(base_url: str | None) -> str:
+    """What PTB puts the token after to download a file (…/file/bot, then /<file_path>): the same Bot API server as
+    every other call (without it PTB would fetch files from api.telegram.org even with TELEGRAM_API_BASE_URL set)."""
+    return bot_api_url(base_url).removesuffix("/bot") + "/file/bot"
+
+
 def bot_id(token: str) -> str:
     """The bot's own id: the digits before the token's colon (the id getMe gives)."""
     return token.partition(":")[0]

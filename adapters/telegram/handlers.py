@@ -8,6 +8,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 from telegram import CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
@@ -15,8 +16,9 @@ from telegram.constants import ChatType, ParseMode
 from telegram.error import BadRequest, Forbidden, TelegramError
 
 from adapters.telegram.config import bot_id
+from adapters.telegram.files import FileRefused, Media, download, media_of
 from adapters.telegram.incoming import incoming, presser
-from adapters.telegram.limits import TELEGRAM_UPLOAD_LIMIT
+from adapters.telegram.limits import TELEGRAM_MAX_DOWNLOAD_BYTES, TELEGRAM_UPLOAD_LIMIT
 from adapters.telegram.render import esc, markdown_to_html, render_reply, split_html
 from adapters.telegram.request import TelegramBot
 from adapters.telegram.send import Sender, refusal
@@ -41,10 +43,15 @@ from core import (
     Error,
     FileAnswer,
     Incoming,
+    Upload,
+    UploadKind,
     file_too_large,
 )
 
 log = logging.getLogger(__name__)
+
+UPLOADED = frozenset({"voice", "audio", "document"})  # the kinds the core takes in (photos and stickers: not yet)
+UPLOAD_NAMES = {"voice": "voice.ogg", "audio": "audio", "document": "document"}  # when Telegram gives no file name
 
 WIPE_HOW = "send /memory wipe"  # Telegram's way to ask for a wipe, in NOT_YOUR_BUTTON
 FORGET_HOW = "send /forget_me"  # Telegram's way to ask for a /forget_me, in NOT_YOUR_FORGET
@@ -64,9 +71,13 @@ class Handlers:
         return incoming(msg, text, self.bot.username, self.bot_id)
 
     async def turn(self, msg: Message, delivery: Delivery) -> None:
-        """Run the core on a text (or captioned) message with live feedback, then send the reply."""
+        """Run the core on a text (or captioned) message, a voice note or a document with live feedback, then send the
+        reply."""
         private = msg.chat.type == ChatType.PRIVATE
         inc = self._incoming(msg, msg.text or msg.caption or "")
+        media = media_of(msg)
+        if media is not None and media.kind in UPLOADED and self.core.is_allowed(inc):  # fetched for the core
+            inc = replace(inc, uploads=(await self._upload(media),))
         typing = self.send.typing(msg)
         draft = self.send.draft(msg) if private else None
         try:
@@ -97,6 +108,17 @@ class Handlers:
             log.info("answer of turn %s was sent before its process died; not sent again", turn_id)
             return
         await self.send.reply(msg, parts, first=answer.sent_parts, sent=sent)
+
+    async def _upload(self, media: Media) -> Upload:
+        """A voice note, audio file or document as the core takes it: its bytes, or why they could not be fetched."""
+        kind: UploadKind = "document" if media.kind == "document" else "voice" if media.kind == "voice" else "audio"
+        name = media.file_name or UPLOAD_NAMES[kind]
+        base = Upload(kind, name, media.mime_type, None, platform_ref=media.file_id, duration_s=media.duration)
+        try:
+            data = await download(self.bot, media.file_id, max_bytes=TELEGRAM_MAX_DOWNLOAD_BYTES, size=media.file_size)
+        except FileRefused as e:
+            return replace(base, refused=str(e))
+        return replace(base, data=data)
 
     async def text_only(self, msg: Message) -> None:
         """Photos, stickers, voice…: a short "text only" note (the refusal for someone who may not use the bot)."""

@@ -6,6 +6,9 @@ from telegram.constants import FileSizeLimit, MessageLimit
 
 TELEGRAM_MESSAGE_LIMIT = int(MessageLimit.MAX_TEXT_LENGTH)  # 4096, in UTF-16 code units of the text after tags
 TELEGRAM_UPLOAD_LIMIT = int(FileSizeLimit.FILESIZE_UPLOAD)  # 50 MB: the largest file a bot may send
+# the largest file a bot may download from api.telegram.org: the Bot API server's MAX_DOWNLOAD_FILE_SIZE (20 MiB; PTB's
+# FileSizeLimit.FILESIZE_DOWNLOAD says 20e6); a local Bot API server run with --local has no such limit
+TELEGRAM_MAX_DOWNLOAD_BYTES = 20 << 20
 TELEGRAM_UPLOAD_TIMEOUT_S = 120.0  # sending a file (an export) may take this long before it counts as failed
 TELEGRAM_ACTIVITY_CHARS = 1500  # the activity block is capped so the answer keeps most of the last part
 TELEGRAM_DRAFT_CHARS = 4000  # a streamed draft shows at most the last this many characters

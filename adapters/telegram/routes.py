@@ -66,7 +66,7 @@ class Routes:
             found = command_of(msg, self.bot.username)
             if found is not None:
                 await self.handlers.command(msg, *found)
-        elif msg.text or msg.caption:
+        elif msg.text or msg.caption or msg.voice or msg.audio or msg.document:  # voice and documents: core/media
             if addressed(msg, self.bot.id, self.bot.username):
                 await self.handlers.turn(msg, delivery)
         elif not SERVICE.check_update(delivery.update) and addressed(msg, self.bot.id, self.bot.username):

@@ -11,16 +11,14 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import openai
 from openai import AsyncStream
 from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
 from core.agent.providers import PROVIDERS, ModelChoice, ProviderInfo
-from core.constants import REASON_CHARS
 from core.metrics import Metrics
-from core.quoting import truncate
+from core.openai_client import failure_detail, openai_client, server_host
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -92,42 +90,6 @@ def _objects(raw: Any) -> list[dict[str, Any]]:
     return [x for x in raw if isinstance(x, dict)] if isinstance(raw, list) else []
 
 
-def _refused(e: BaseException) -> bool:
-    """Whether a (timeout-looking) error was really a refused connection (the aiohttp transport maps
-    connector errors to ConnectTimeout)."""
-    seen: BaseException | None = e
-    for _ in range(10):
-        if seen is None:
-            return False
-        if isinstance(seen, ConnectionRefusedError) or type(seen).__name__ == "ClientConnectorError":
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def server_host(url: str) -> str:
-    """The host (and port) of a model server's URL, for messages users see: no scheme, path, query or credentials
-    (a URL may carry a key in any of them)."""
-    try:
-        parts = urlsplit(url)
-        host, port = parts.hostname, parts.port
-    except ValueError:
-        return "the configured server"
-    if not host:
-        return "the configured server"
-    host = f"[{host}]" if ":" in host else host
-    return f"{host}:{port}" if port else host
-
-
-def _reason(e: openai.APIStatusError) -> str:
-    """The server's reason for refusing a request, on one short line ('' when it gave none)."""
-    body = e.body
-    text: object = body.get("message") if isinstance(body, dict) else body
-    if not isinstance(text, str) or not text.strip():
-        return ""
-    return truncate(text, REASON_CHARS, one_line=True)
-
-
 def _parse_whole(resp: Any) -> LLMReply:
     """An LLMReply from a whole completion; a malformed body becomes an empty (invalid) reply."""
     try:
@@ -144,17 +106,6 @@ def _parse_whole(resp: Any) -> LLMReply:
 
 
 Connect = Callable[[str], tuple[openai.AsyncOpenAI, str]]  # a provider's name → its client and where it is
-
-
-def _client(base_url: str, key: str, max_retries: int, step_timeout: float) -> openai.AsyncOpenAI:
-    """An SDK client for one server."""
-    return openai.AsyncOpenAI(
-        api_key=key,
-        base_url=base_url,
-        max_retries=max_retries,
-        timeout=openai.Timeout(step_timeout, connect=10.0),
-        http_client=openai.DefaultAioHttpClient(),  # cheaper per request than httpx (DESIGN §5)
-    )
 
 
 class LLM:
@@ -198,9 +149,9 @@ class LLM:
         def connect(provider: str) -> tuple[openai.AsyncOpenAI, str]:
             url, secret = providers[provider].base_url, settings.provider_key(provider)
             other = secret.get_secret_value() if secret else "not-needed"
-            return _client(url, other, max_retries, settings.AGENT_STEP_TIMEOUT), server_host(url)
+            return openai_client(url, other, max_retries, settings.AGENT_STEP_TIMEOUT), server_host(url)
 
-        client = _client(base_url, key, max_retries, settings.AGENT_STEP_TIMEOUT)
+        client = openai_client(base_url, key, max_retries, settings.AGENT_STEP_TIMEOUT)
         model = settings.LLM_MODEL or info.default_model
         return cls(client, model, server_host(base_url), metrics, connect=connect)
 
@@ -229,19 +180,7 @@ class LLM:
 
     def _unavailable(self, e: openai.OpenAIError) -> LLMUnavailable:
         """A user-readable error for a failed request."""
-        if isinstance(e, openai.APIStatusError):
-            detail = f"it answered {e.status_code}"
-            if e.status_code in (401, 403):  # the reason could echo the key: not shown
-                detail += f" (check {self.settings_hint[0]})"
-            else:
-                reason = _reason(e) if e.status_code < 500 else ""
-                detail += f": {reason.rstrip('.')}" if reason else ""
-                if e.status_code == 404:
-                    detail += f" (check {self.settings_hint[1]})"
-        elif isinstance(e, openai.APITimeoutError) and not _refused(e):
-            detail = "it timed out"
-        else:
-            detail = "it is unreachable"
+        detail = failure_detail(e, *self.settings_hint)
         refused = (
             isinstance(e, openai.APIStatusError) and 400 <= e.status_code < 500 and e.status_code not in (408, 429)
         )

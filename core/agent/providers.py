@@ -11,18 +11,25 @@ from core.settings import Settings
 
 @dataclass(frozen=True)
 class ProviderInfo:
-    """Where a provider's OpenAI-compatible API lives and its default model."""
+    """Where a provider's OpenAI-compatible API lives, its default model and its audio models (None: it has no
+    such endpoint, so voice notes need TRANSCRIPTION_MODEL, voice answers SPEECH_MODEL)."""
 
     base_url: str
     default_model: str
     local: bool = False
+    transcription_model: str | None = None
+    speech_model: str | None = None
 
 
 PROVIDERS: dict[str, ProviderInfo] = {
-    "openai": ProviderInfo("https://api.openai.com/v1", "gpt-4o-mini"),
+    "openai": ProviderInfo(
+        "https://api.openai.com/v1", "gpt-4o-mini", transcription_model="whisper-1", speech_model="tts-1"
+    ),
     "anthropic": ProviderInfo("https://api.anthropic.com/v1/", "claude-sonnet-4-5"),
     "gemini": ProviderInfo("https://generativelanguage.googleapis.com/v1beta/openai/", "gemini-2.5-flash"),
-    "groq": ProviderInfo("https://api.groq.com/openai/v1", "llama-3.3-70b-versatile"),
+    "groq": ProviderInfo(
+        "https://api.groq.com/openai/v1", "llama-3.3-70b-versatile", transcription_model="whisper-large-v3-turbo"
+    ),
     "openrouter": ProviderInfo("https://openrouter.ai/api/v1", "openai/gpt-4o-mini"),
     "ollama": ProviderInfo("http://localhost:11434/v1", "llama3.1", local=True),
     "lmstudio": ProviderInfo("http://localhost:1234/v1", "local-model", local=True),
@@ -106,7 +113,7 @@ def fix_hint(settings: Settings) -> str:
     configured server (its host, never the URL's path or credentials), key and model."""
     if nothing_configured(settings):
         return HOW_TO_CONFIGURE
-    from core.agent.llm import server_host  # the openai SDK is loaded by then (a model was called)
+    from core.openai_client import server_host  # the openai SDK is loaded by then (a model was called)
 
     info = PROVIDERS[settings.LLM_PROVIDER]
     where = "LLM_BASE_URL" if settings.LLM_BASE_URL else f"LLM_PROVIDER={settings.LLM_PROVIDER}"

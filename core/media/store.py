@@ -120,14 +120,18 @@ async def listed(pool: Pool, account_id: int, limit: int = 50) -> list[Attachmen
     return [_attachment(r) for r in rows]
 
 
-async def page(pool: Pool, account_id: int, attachment_id: int, number: int) -> tuple[Attachment, str] | None:
-    """Page `number` (from 1) of one of the account's attachments with text; None when it is not theirs, has no text,
-    or has no such page (another account's id is the same as none)."""
+async def page(
+    pool: Pool, account_id: int, attachment_id: int, number: int, *, chat_id: int | None = None
+) -> tuple[Attachment, str] | None:
+    """Page `number` (from 1) of one of the account's attachments with text (with `chat_id`: only one sent in that
+    chat); None when it is not theirs, has no text, or has no such page (another account's id is the same as none)."""
     row = await pool.fetchrow(
-        f"SELECT {_COLUMNS}, pages[$3] AS text FROM attachments WHERE id = $2 AND account_id = $1",
+        f"SELECT {_COLUMNS}, pages[$3] AS text FROM attachments"
+        " WHERE id = $2 AND account_id = $1 AND ($4::bigint IS NULL OR chat_id = $4)",
         account_id,
         attachment_id,
         number,
+        chat_id,
     )
     if row is None or row["text"] is None:
         return None

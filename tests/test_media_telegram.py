@@ -4,6 +4,7 @@ document's text, keeps it for the account, and the reply shows what was heard; a
 
 from __future__ import annotations
 
+import copy
 import json
 
 from tests.fake_openai import Reply
@@ -64,3 +65,18 @@ async def test_a_file_that_cannot_be_read_gets_one_line_and_its_reference_is_kep
     assert not bot.llm.requests, "nothing readable: no model call"
     ref = await bot.pool.fetchval("SELECT platform_ref FROM attachments")
     assert ref is not None, "the file's platform reference is kept, so nothing is lost"
+
+
+async def test_the_same_voice_note_again_is_not_transcribed_or_kept_twice(bot: Bot) -> None:  # noqa: F811
+    bot.llm.script_transcripts(Reply(text="call the plumber"))
+    bot.llm.default = Reply(text="Noted.")
+    first = bot.tg.voice_update(OGG, duration=2, chat_id=1001, user_id=1001)
+    again = copy.deepcopy(first)
+    again["message"]["message_id"] += 1000  # forwarded again, or handled again after a crash: the same file
+    for update in (first, again):
+        before = len(bot.tg.sent)
+        bot.tg.push_update(update)
+        await bot.tg.wait_sent(before + 1)
+    assert len(bot.llm.uploads) == 1, "transcribed once"
+    assert [m["messages"][-1]["content"] for m in bot.llm.requests[-2:]] == ["call the plumber"] * 2
+    assert await bot.pool.fetchval("SELECT count(*) FROM attachments") == 1

@@ -73,8 +73,12 @@ async def _voice(pool: Pool, audio: Audio | None, up: Upload, owner: Owner, inta
     if audio is None:
         raise _Refused(NO_AUDIO)
     assert up.data is not None
-    heard = (await audio.transcribe(up.data, up.name or "voice.ogg", up.mime, up.duration_s)).strip()
-    await _save(pool, up, owner, pages=[heard], total=1)
+    before = await _known(pool, up, owner)
+    if before is not None:
+        heard = before[1][0] if before[1] else ""
+    else:
+        heard = (await audio.transcribe(up.data, up.name or "voice.ogg", up.mime, up.duration_s)).strip()
+        await _save(pool, up, owner, pages=[heard], total=1)
     intake.text.append(heard)
     intake.steps.append(
         Step("voice", {}, True, f"heard: “{truncate(' '.join(heard.split()), MEDIA_HEARD_CHARS)}”", 0.0)
@@ -85,12 +89,20 @@ async def _document(pool: Pool, up: Upload, owner: Owner, intake: Intake) -> Non
     """A document: its first page goes into the message; the rest is read with read_attachment."""
     assert up.data is not None
     doc = await extract(up.data, up.name, up.mime)
-    attachment = await _save(pool, up, owner, pages=list(doc.pages), total=doc.total_pages)
+    before = await _known(pool, up, owner)
+    attachment = before[0] if before else await _save(pool, up, owner, pages=list(doc.pages), total=doc.total_pages)
     shown = truncate(doc.pages[0], MEDIA_FIRST_PAGE_CHARS) if doc.pages else ""
     more = f"; read_attachment(id={attachment}, page=N) reads pages 2 to {len(doc.pages)}" if len(doc.pages) > 1 else ""
     cut = f" (only the first {len(doc.pages)} of {doc.total_pages} were read)" if doc.cut else ""
     head = f"({doc.kind}, {doc.total_pages} page(s){cut}; attachment #{attachment}{more}; page 1:)"
     intake.quoted.append(Quoted("file", up.name or "document", f"{head}\n{shown}"))
+
+
+async def _known(pool: Pool, up: Upload, owner: Owner) -> tuple[int, list[str]] | None:
+    """This file as taken in before in this chat (sent again, or handled again after a crash), if it was."""
+    if up.platform_ref is None:
+        return None
+    return await store.known(pool, owner.account_id, owner.chat_id, up.kind, up.platform_ref)
 
 
 async def _save(pool: Pool, up: Upload, owner: Owner, *, pages: list[str] | None, total: int | None) -> int:

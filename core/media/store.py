@@ -146,6 +146,22 @@ async def image(pool: Pool, account_id: int, attachment_id: int) -> bytes | None
     return bytes(data) if data is not None else None
 
 
+async def known(
+    pool: Pool, account_id: int, chat_id: int, kind: Kind, platform_ref: str
+) -> tuple[int, list[str]] | None:
+    """The account's attachment of this platform file in this chat that was taken in before (its id and pages): the
+    same file sent again, or an update handled again after a crash, is not transcribed or stored twice."""
+    row = await pool.fetchrow(
+        "SELECT id, pages FROM attachments WHERE account_id = $1 AND chat_id = $2 AND kind = $3 AND platform_ref = $4"
+        " AND pages IS NOT NULL ORDER BY id DESC LIMIT 1",
+        account_id,
+        chat_id,
+        kind,
+        platform_ref,
+    )
+    return None if row is None else (int(row["id"]), list(row["pages"]))
+
+
 async def used_bytes(pool: Pool, account_id: int) -> int:
     """What the account's attachments take."""
     n = await pool.fetchval("SELECT coalesce(sum(size_bytes), 0) FROM attachments WHERE account_id = $1", account_id)

@@ -132,6 +132,11 @@ def _convert(img: Image.Image, *, max_side: int, max_bytes: int, max_pixels: int
         img.close()  # frees the decoded pixels now (the caller's `with` holds img): a smaller peak
     target = _fit(original, max_side)
     if rgb.size != target:
+        factor = min(rgb.width // target[0], rgb.height // target[1])
+        if factor >= 2:  # a cheap box reduction first, so the full-size pixels are freed before the fine resize
+            smaller = rgb.reduce(factor)
+            rgb.close()  # the caller's `with` closes it again: harmless
+            rgb = smaller
         rgb = rgb.resize(target, Image.Resampling.LANCZOS, reducing_gap=3.0)
     data, rgb = _encode(rgb, max_bytes)
     return Prepared(data, "image/jpeg", rgb.width, rgb.height, original[0], original[1])

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from core.constants import ACTIVITY_LINES, OUTCOME_CHARS
+from core.constants import ACTIVITY_LINES, MEDIA_HEARD_CHARS, OUTCOME_CHARS
 from core.quoting import truncate
 from core.types import Step
 
@@ -60,3 +60,9 @@ def activity_lines(steps: Sequence[Step]) -> list[str]:
     if len(steps) > ACTIVITY_LINES:
         lines.append(f"… and {len(steps) - ACTIVITY_LINES} more")
     return lines
+
+
+def heard_step(transcript: str) -> Step:
+    """The step showing what a voice note was heard as (`✅ voice → heard: “…”`): a wrong transcription is visible."""
+    heard = truncate(" ".join(transcript.split()), MEDIA_HEARD_CHARS)
+    return Step("voice", {}, True, f"heard: “{heard}”", 0.0)

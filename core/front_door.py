@@ -36,6 +36,7 @@ from core.commands import (
 from core.constants import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, READY_DB_TIMEOUT_S, REFUSAL_EVERY_S
 from core.inbox import Delivery, Handler, Inbox, Parse
 from core.media import intake
+from core.media import store as media_store
 from core.media.audio import Audio
 from core.media.tools import READ_ATTACHMENT
 from core.memory.blocks import render_prompt_section
@@ -376,8 +377,9 @@ class Core:
                 yield refusal
             return
         heard: tuple[Step, ...] = ()
+        kept: list[int] = []
         if inc.uploads:  # voice notes and documents first become words (core/media/intake.py)
-            inc, heard, notes = await self._take_in(inc)
+            inc, heard, notes, kept = await self._take_in(inc)
             if notes and not inc.text.strip() and not inc.quoted:  # nothing of it could be read
                 yield Error("media", "\n".join(notes))
                 return
@@ -404,13 +406,15 @@ class Core:
                     counted = self._measure(event, started) or counted
                     if heard and isinstance(event, Assistant):  # what was heard shows first among the steps
                         event = replace(event, steps=(*heard, *event.steps))
+                    if kept and isinstance(event, Assistant | Error) and event.turn_id is not None:
+                        await media_store.link_turn(self.pool, kept, event.turn_id)  # for "Show steps" later
                     yield event
         except BaseException as e:  # a turn that ended without its final event
             if not counted:
                 self.metrics.turn("failed" if isinstance(e, Exception) else "interrupted", time.monotonic() - started)
             raise
 
-    async def _take_in(self, inc: Incoming) -> tuple[Incoming, tuple[Step, ...], list[str]]:
+    async def _take_in(self, inc: Incoming) -> tuple[Incoming, tuple[Step, ...], list[str], list[int]]:
         """The message with what its files said (a transcript as the person's words, a document as quoted text), the
         steps that show it, and one line for each file that could not be read (kept as a platform reference)."""
         user, chat = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
@@ -422,7 +426,7 @@ class Core:
         if said or got.quoted:  # the model answers what could be read, and says what could not
             said = "\n\n".join([said, *(f"[{note}]" for note in got.notes)]).strip()
         taken = replace(inc, text=said, quoted=(*inc.quoted, *got.quoted), uploads=())
-        return taken, tuple(got.steps), got.notes
+        return taken, tuple(got.steps), got.notes, got.kept
 
     async def close(self) -> None:
         """Close the clients the core made itself (the audio ones; the model client is its maker's)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import hashlib
 import json
@@ -28,6 +29,7 @@ __all__ = [
     "INTENT_GUILD_MESSAGES",
     "INTENT_GUILD_PRESENCES",
     "INTENT_MESSAGE_CONTENT",
+    "IS_VOICE_MESSAGE",
     "MAX_CONTENT_LENGTH",
     "PRIVILEGED_INTENTS",
     "FakeDiscord",
@@ -44,6 +46,7 @@ ATTACHMENT_SIZE_LIMIT = 10 * 1024 * 1024
 EPHEMERAL = 1 << 6
 HAS_SNAPSHOT = 1 << 14  # a forward: the message carries a snapshot of another message
 LOADING = 1 << 7
+IS_VOICE_MESSAGE = 1 << 13  # a voice message: one audio/ogg attachment with duration_secs and a waveform
 IS_COMPONENTS_V2 = 1 << 15
 
 # gateway intents
@@ -396,6 +399,7 @@ class FakeDiscord(LoopbackServer):
         self._dm_channels: dict[str, str] = {}  # user id -> DM channel id
         self._messages: dict[str, dict[str, Any]] = {}
         self._files: dict[str, tuple[str, bytes]] = {}  # attachment id -> (content type, data)
+        self.downloads: list[str] = []  # ids of the attachments fetched from the fake CDN, in order
         self._nonces: dict[str, dict[str, Any]] = {}
         # recordings
         # messages the bot posted with POST /channels/{id}/messages (stored dicts, kept up to date by edits);
@@ -577,12 +581,14 @@ class FakeDiscord(LoopbackServer):
         embeds: list[dict[str, Any]] | None = None,
         components: list[dict[str, Any]] | None = None,
         dm: bool = False,
+        flags: int = 0,
     ) -> dict[str, Any]:
         """A user posts a message (dispatched as MESSAGE_CREATE); return the stored message.
 
         attachments: dicts with "filename" and optionally "data" (bytes served at the attachment url),
-        "content_type" and any other attachment field. With author=fake.bot_user and components this also
-        makes a bot message "from an earlier run" (e.g. to click a persistent view after a restart).
+        "content_type" and any other attachment field (a "size" given overrides the data's length). With
+        author=fake.bot_user and components this also makes a bot message "from an earlier run" (e.g. to click a
+        persistent view after a restart). flags: the message's flags (IS_VOICE_MESSAGE: see post_voice_message).
         """
         self._users.setdefault(str(author["id"]), author)
         if dm:
@@ -604,6 +610,7 @@ class FakeDiscord(LoopbackServer):
                     extra,
                 )
             )
+        message["flags"] = flags
         if embeds:
             message["embeds"] = copy.deepcopy(embeds)
         if components:
@@ -614,6 +621,21 @@ class FakeDiscord(LoopbackServer):
         self._store(message)
         await self._dispatch("MESSAGE_CREATE", message)
         return message
+
+    async def post_voice_message(
+        self, author: dict[str, Any], data: bytes, *, duration_secs: float, **kwargs: Any
+    ) -> dict[str, Any]:
+        """A user records a voice message (as the Discord apps send one: no content, the IS_VOICE_MESSAGE flag and
+        one voice-message.ogg attachment with its duration and waveform); kwargs as post_message's. Return it."""
+        waveform = base64.b64encode(bytes(min(255, 16 * i) for i in range(32))).decode()  # 1 byte per sample
+        attachment = {
+            "filename": "voice-message.ogg",
+            "data": data,
+            "content_type": "audio/ogg",
+            "duration_secs": duration_secs,
+            "waveform": waveform,
+        }
+        return await self.post_message(author, "", attachments=[attachment], flags=IS_VOICE_MESSAGE, **kwargs)
 
     async def forward_message(
         self,
@@ -2365,6 +2387,7 @@ class FakeDiscord(LoopbackServer):
             found = self._files.get(request.path.split("/")[3]) if request.path.count("/") >= 4 else None
             if found is None:
                 return web.Response(status=404, text="Not Found")
+            self.downloads.append(request.path.split("/")[3])
             return web.Response(body=found[1], content_type=found[0])
         prefix = f"/api/v{API_VERSION}"
         path = request.path[len(prefix) :] if request.path.startswith(prefix + "/") else None

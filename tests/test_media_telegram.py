@@ -7,7 +7,10 @@ from __future__ import annotations
 import copy
 import json
 
+from core.activity import step_line
+from core.types import Error
 from tests.fake_openai import Reply
+from tests.helpers import incoming
 from tests.test_media_documents import pdf
 from tests.test_telegram import Bot, bot  # noqa: F401  (the running adapter fixture)
 
@@ -27,8 +30,11 @@ async def test_a_voice_note_is_heard_answered_and_shown_in_the_steps(bot: Bot) -
     assert asked == {"role": "user", "content": "remind me to water the plants"}
     assert sent["text"].startswith("I'll remind you to water the plants.")
     assert "✅ voice → heard: “remind me to water the plants”" in sent["text"], "a wrong transcription is visible"
-    kept = await bot.pool.fetchrow("SELECT kind, pages, platform_ref FROM attachments")
+    kept = await bot.pool.fetchrow("SELECT kind, pages, platform_ref, turn_id FROM attachments")
     assert kept is not None and kept["kind"] == "voice" and kept["pages"] == ["remind me to water the plants"]
+    found = await bot.adapter.core.turn_steps(incoming("", user="1001"), kept["turn_id"])  # what "Show steps" shows
+    assert not isinstance(found, Error)
+    assert [step_line(s) for s in found.steps] == ["✅ voice → heard: “remind me to water the plants”"]
 
 
 async def test_a_document_is_read_as_others_words_and_paged_with_read_attachment(bot: Bot) -> None:  # noqa: F811

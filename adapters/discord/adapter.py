@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 import discord
@@ -14,6 +15,7 @@ from discord.abc import Messageable
 
 from adapters.discord.buttons import BUTTONS, ReminderButton, StepsButton
 from adapters.discord.commands import install_commands
+from adapters.discord.files import fetch
 from adapters.discord.gateway import Client, Gateway
 from adapters.discord.incoming import StoredMessage, addressed, bot_id, has_media, message_text, received
 from adapters.discord.limits import DISCORD_CUT_NOTE_S
@@ -175,7 +177,7 @@ class DiscordAdapter:
             refusal = await self.core.refusal(inc)  # at most once per chat per hour
             if refusal is not None:
                 await send_parts(message.channel, [refusal.message], reference=reference)
-        elif not text and not inc.quoted:
+        elif not text and not inc.quoted and not stored.files:  # images and stickers alone: not read yet
             if has_media(message):
                 await send_parts(message.channel, [TEXT_ONLY], reference=reference)
         else:
@@ -208,10 +210,14 @@ class DiscordAdapter:
         reference: discord.MessageReference | None,
         delivery: Delivery,
     ) -> None:
-        """Run the core on one message with typing shown, then send the reply."""
+        """Run the core on one message (with its voice messages and documents, downloaded now) with typing shown,
+        then send the reply."""
         typing = asyncio.create_task(keep_typing(channel))
         try:
-            async with aclosing(self.core.handle(stored.incoming, delivery=delivery)) as events:
+            inc = stored.incoming
+            if stored.files and self.core.is_allowed(inc):  # fetched for the core, only for who may use the bot
+                inc = replace(inc, uploads=tuple([await fetch(self.client, f) for f in stored.files]))
+            async with aclosing(self.core.handle(inc, delivery=delivery)) as events:
                 async for event in events:
                     if isinstance(event, Assistant):
                         await stop_task(typing)

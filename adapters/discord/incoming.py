@@ -10,6 +10,7 @@ from typing import Any
 
 import discord
 
+from adapters.discord.files import StoredFile, files_of
 from core import Incoming, Quoted
 
 MENTION = re.compile(r"<@!?(\d+)>")
@@ -23,6 +24,7 @@ class StoredMessage:
     incoming: Incoming
     channel_id: int  # where it was posted (a thread's own id)
     guild_id: int | None  # None: a DM
+    files: tuple[StoredFile, ...] = ()  # attachments the core takes in, by reference (downloaded for the turn)
 
     @property
     def message_id(self) -> int:
@@ -33,7 +35,12 @@ class StoredMessage:
     def payload(self) -> dict[str, Any]:
         """The JSON kept in the inbox."""
         guild = str(self.guild_id) if self.guild_id is not None else None
-        return {"incoming": dataclasses.asdict(self.incoming), "channel_id": str(self.channel_id), "guild_id": guild}
+        return {
+            "incoming": dataclasses.asdict(self.incoming),
+            "channel_id": str(self.channel_id),
+            "guild_id": guild,
+            "files": [f.to_json() for f in self.files],
+        }
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> StoredMessage:
@@ -47,13 +54,14 @@ class StoredMessage:
             }
         )
         guild = payload["guild_id"]
-        return cls(incoming, int(payload["channel_id"]), int(guild) if guild is not None else None)
+        files = tuple(StoredFile.from_json(f) for f in payload.get("files", []))  # none in what a version before stored
+        return cls(incoming, int(payload["channel_id"]), int(guild) if guild is not None else None, files)
 
 
 def received(client: discord.Client, message: discord.Message, text: str) -> StoredMessage:
     """A message as the core's Incoming with the ids an answer needs."""
     guild_id = message.guild.id if message.guild else None
-    return StoredMessage(message_incoming(client, message, text), message.channel.id, guild_id)
+    return StoredMessage(message_incoming(client, message, text), message.channel.id, guild_id, files_of(message))
 
 
 def bot_id(client: discord.Client) -> int:

@@ -14,3 +14,5 @@ DISCORD_CUT_NOTE_S = 3.0  # at most this long to tell a user their answer was cu
 DISCORD_RETRY_FIRST_S = 2.0  # first pause before a new client replaces a gateway connection that died
 DISCORD_RETRY_MAX_S = 300.0  # the pause doubles up to this
 DISCORD_IDENTIFY_SPACING_S = 5.0  # discord.py waits this long before each further shard of a process identifies
+DISCORD_MAX_DOWNLOAD_BYTES = 20 << 20  # 20 MB: the largest attachment the bot downloads for the core (bigger: one line)
+DISCORD_DOWNLOAD_TIMEOUT_S = 60.0  # an attachment's download gives up after this

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from core.constants import MEDIA_FIRST_PAGE_CHARS, MEDIA_HEARD_CHARS
+from core.activity import heard_step
+from core.constants import MEDIA_FIRST_PAGE_CHARS
 from core.media import store
 from core.media.audio import Audio, AudioRefused
 from core.media.documents import DocumentRefused, extract
@@ -28,6 +29,7 @@ class Intake:
     quoted: list[Quoted] = field(default_factory=list)  # a document's text: whoever wrote it, data, not instructions
     steps: list[Step] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)  # the attachments whose text the turn holds (linked to it later)
 
     def message(self, caption: str) -> str:
         """The person's message as the model gets it: what the files said, then the text sent with them."""
@@ -74,15 +76,15 @@ async def _voice(pool: Pool, audio: Audio | None, up: Upload, owner: Owner, inta
         raise _Refused(NO_AUDIO)
     assert up.data is not None
     before = await _known(pool, up, owner)
+    saved = before[0] if before is not None else 0
     if before is not None:
         heard = before[1][0] if before[1] else ""
     else:
         heard = (await audio.transcribe(up.data, up.name or "voice.ogg", up.mime, up.duration_s)).strip()
-        await _save(pool, up, owner, pages=[heard], total=1)
+        saved = await _save(pool, up, owner, pages=[heard], total=1)
     intake.text.append(heard)
-    intake.steps.append(
-        Step("voice", {}, True, f"heard: “{truncate(' '.join(heard.split()), MEDIA_HEARD_CHARS)}”", 0.0)
-    )
+    intake.steps.append(heard_step(heard))
+    intake.kept.append(saved)
 
 
 async def _document(pool: Pool, up: Upload, owner: Owner, intake: Intake) -> None:

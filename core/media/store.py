@@ -166,3 +166,10 @@ async def used_bytes(pool: Pool, account_id: int) -> int:
     """What the account's attachments take."""
     n = await pool.fetchval("SELECT coalesce(sum(size_bytes), 0) FROM attachments WHERE account_id = $1", account_id)
     return int(n or 0)
+
+
+async def link_turn(pool: Pool, attachment_ids: Sequence[int], turn_id: int) -> None:
+    """Note the turn that answered these attachments (its "Show steps" then shows what a voice note was heard as)."""
+    await pool.execute(
+        "UPDATE attachments SET turn_id = $2 WHERE id = ANY($1::bigint[])", list(attachment_ids), turn_id
+    )

@@ -10,7 +10,7 @@ from typing import Any
 
 from asyncpg import Record
 
-from core.activity import make_step
+from core.activity import heard_step, make_step
 from core.storage.db import Pool, affected, retry_dropped
 from core.types import JOB_MESSAGE_PREFIX, ChatRef, Error, Incoming, Step, TurnSteps, UserRef
 
@@ -423,7 +423,10 @@ SELECT c.platform, c.platform_chat_id, c.thread_id, u.platform_user_id,
        extract(epoch FROM coalesce(t.finished_at, t.started_at) - t.started_at)::float8 AS elapsed,
        (SELECT coalesce(json_agg(m ORDER BY m.id), '[]') FROM (
            SELECT id, role, tool_calls, tool_call_id, tool_name, content, duration_ms FROM messages
-           WHERE turn_id = t.id AND (role = 'tool' OR tool_calls IS NOT NULL)) m) AS rows
+           WHERE turn_id = t.id AND (role = 'tool' OR tool_calls IS NOT NULL)) m) AS rows,
+       -- what the turn's voice notes were heard as (sql/028), shown before its tool calls
+       (SELECT coalesce(json_agg(a.pages[1] ORDER BY a.id), '[]') FROM attachments a
+        WHERE a.turn_id = t.id AND a.kind IN ('voice', 'audio') AND a.pages IS NOT NULL) AS heard
 FROM turns t JOIN chats c ON c.id = t.chat_id LEFT JOIN users u ON u.id = t.user_id
 WHERE t.id = $1
 """
@@ -435,7 +438,7 @@ async def turn_steps(pool: Pool, turn_id: int) -> TurnSteps | None:
     if row is None:
         return None
     calls: dict[str, tuple[str, str]] = {}
-    steps: list[Step] = []
+    steps: list[Step] = [heard_step(text) for text in row["heard"]]
     for m in row["rows"]:
         if m["role"] == "assistant":
             for call in m["tool_calls"] or []:

@@ -418,6 +418,10 @@ class Core:
         """The message with what its files said (a transcript as the person's words, a document as quoted text), the
         steps that show it, and one line for each file that could not be read (kept as a platform reference)."""
         user, chat = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
+        if await conversations.recent_messages(self.pool, user.id) >= self.settings.USER_MESSAGES_PER_MINUTE:
+            # past the person's rate: no transcription or extraction is spent; the turn's start says so (once)
+            kinds = ", ".join(sorted({up.kind for up in inc.uploads}))
+            return replace(inc, text=inc.text or f"[{kinds} not read]", uploads=()), (), [], []
         cap = self.settings.MEDIA_MAX_MB * 1_000_000
         got = await intake.take_in(
             self.pool, self.audio, inc.uploads, intake.Owner(user.account_id, user.id, chat.id, self.clock(), cap)

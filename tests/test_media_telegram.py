@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 
 from core.activity import step_line
-from core.types import Error
-from tests.fake_openai import Reply
-from tests.helpers import incoming
+from core.types import Error, Event, Upload
+from tests.conftest import MakeCore
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.helpers import incoming, run
 from tests.test_media_documents import pdf
 from tests.test_telegram import Bot, bot  # noqa: F401  (the running adapter fixture)
 
@@ -86,3 +88,17 @@ async def test_the_same_voice_note_again_is_not_transcribed_or_kept_twice(bot: B
     assert len(bot.llm.uploads) == 1, "transcribed once"
     assert [m["messages"][-1]["content"] for m in bot.llm.requests[-2:]] == ["call the plumber"] * 2
     assert await bot.pool.fetchval("SELECT count(*) FROM attachments") == 1
+
+
+async def test_voice_notes_past_the_persons_rate_are_not_transcribed(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    core = make_core(USER_MESSAGES_PER_MINUTE=2)
+    fake_llm.default = Reply(text="ok")
+    fake_llm.script_transcripts(*(Reply(text=f"note {i}") for i in range(5)))
+    said: list[list[Event]] = []
+    for i in range(4):
+        inc = replace(incoming("", user="77", message_id=str(i)), uploads=(Upload("voice", "v.ogg", "audio/ogg", OGG),))
+        said.append(await run(core, inc))
+    assert len(fake_llm.uploads) == 2, "the third and fourth notes cost no transcription"
+    third = said[2][-1]
+    assert isinstance(third, Error) and third.code == "rate_limited"
+    assert said[3] == [], "then silence for the minute, as for text"

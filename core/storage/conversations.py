@@ -263,6 +263,16 @@ def _new_row(
     }
 
 
+async def recent_messages(pool: Pool, identity_id: int) -> int:
+    """The messages an identity sent in its current one-minute window (sql/018; what the per-person rate counts)."""
+    n = await pool.fetchval(
+        "SELECT CASE WHEN rate_window_start > now() - interval '1 minute' THEN rate_count ELSE 0 END"
+        " FROM users WHERE id = $1",
+        identity_id,
+    )
+    return int(n or 0)
+
+
 async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:
     """Upsert the speaking user and the chat and return their references (no turn is opened)."""
     args = (

@@ -298,7 +298,9 @@ def fail_on_logged_errors(caplog: pytest.LogCaptureFixture, allowed_errors: list
     """Libraries only log handler exceptions: an ERROR log fails the test unless it expects it."""
     caplog.set_level(logging.WARNING)
     yield
-    allowed = allowed_errors
+    # asyncpg closes a connection that a fault test dropped in a task nobody awaits; it may be collected during a later
+    # test. The bot logs it as one warning (bot/app.py quiet_dropped_connections, tested in tests/test_faults.py).
+    allowed = [*allowed_errors, "coro=<Connection.close() done"]
     # caplog.records here holds only this teardown's records: the test's own phases are asked for by name
     seen = [*caplog.get_records("setup"), *caplog.get_records("call"), *caplog.records]
     bad = [r for r in seen if r.levelno >= logging.ERROR and not any(a in r.getMessage() for a in allowed)]

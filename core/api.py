@@ -113,9 +113,11 @@ class Api:
         """The session that stands for a client's own conversation (Open WebUI's chat id), made on first use."""
         session_id = sessions.client_session_id(who.identity_id, client_key)
         found = await self.session(who, session_id)
-        if found is None:
+        if found is None:  # made now, or by a request of the same chat that just won the race
             found = await sessions.create(self.core.pool, who.identity_id, title, session_id)
-        return found or await self.session(who, session_id) or await self.new_session(who, title)
+            found = found or await self.session(who, session_id)
+        assert found is not None  # the id is this identity's own: nobody else's session holds it
+        return found
 
     async def session(self, who: Bearer, session_id: str) -> Session | None:
         """The account's session (None: none such, or another account's)."""

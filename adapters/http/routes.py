@@ -49,6 +49,7 @@ NO_CSRF = f"A change by the web page must carry its sign-in's {CSRF_HEADER} head
 NO_SESSION = "No such session."
 NO_MESSAGE = "No such message in this session."
 NO_ARTIFACT = "No such artifact."
+TOO_LARGE = f"The request body is larger than {MAX_BODY_BYTES:,} bytes."
 RATE = "Too many requests: at most {n} a minute per token. Try again in {s} s."
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 429)}
 STREAMED: dict[int | str, dict[str, Any]] = {
@@ -91,7 +92,7 @@ def install_errors(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         message = exc.detail if isinstance(exc.detail, str) else "Request refused."
         if exc.status_code == 413:
-            message = f"The request body is larger than {MAX_BODY_BYTES:,} bytes."
+            message = TOO_LARGE
         kind = _KINDS.get(exc.status_code, "error")
         return error_response(exc.status_code, kind, message, dict(exc.headers or {}) or None)
 
@@ -111,9 +112,7 @@ class TooLargeInShape:
     """Starlette's body limit answers 413 in plain text from inside its middleware (it also counts chunked bodies,
     which a Content-Length check alone would miss): the answer is rewritten into the one error shape."""
 
-    BODY = json.dumps(
-        {"error": {"type": "too_large", "message": f"The request body is larger than {MAX_BODY_BYTES:,} bytes."}}
-    ).encode()
+    BODY = json.dumps({"error": {"type": "too_large", "message": TOO_LARGE}}).encode()
 
     def __init__(self, app: ASGIApp) -> None:
         """Wrap `app`."""

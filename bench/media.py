@@ -172,6 +172,52 @@ async def part_voice(rig: Rig, turns: int, warmup: int, voice_kb: int) -> None:
     print()
 
 
+# ---------------------------------------------------------------- part 1b: a photo
+
+
+def camera_jpeg(width: int, height: int) -> bytes:
+    """A phone-camera-like JPEG: smooth gradients with some noise, quality 90."""
+    small = Image.frombytes("RGB", (64, 48), os.urandom(64 * 48 * 3)).resize((width, height), Image.Resampling.BICUBIC)
+    out = io.BytesIO()
+    small.save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+async def part_photo(rig: Rig, turns: int, warmup: int) -> None:
+    """Photo and text turns interleaved; the photo turn's extra time (download, resize, store, the image sent)."""
+    if turns <= 0:
+        return
+    data = camera_jpeg(4000, 3000)
+    print(
+        f"== 1b. A 12 MP camera photo ({len(data) / 1024:.0f} KB JPEG), push → sendMessage, against a text turn: "
+        f"{turns} of each interleaved after {warmup} warm-up; the fake model answers at once =="
+    )
+    timings = Timings()
+    photo_ms: list[float] = []
+    text_ms: list[float] = []
+    with instrumented(rig.core, timings):
+        for i in range(warmup + turns):
+            if i == warmup:
+                timings.clear()
+                photo_ms.clear()
+                text_ms.clear()
+            photo = rig.fake.photo_update([(4000, 3000, data)], caption="what is this?", **message_fields(rig))
+            photo_ms.append(await media_turn(rig, photo))
+            await asyncio.sleep(PAUSE_S)
+            text = rig.fake.message_update(f"and what is on my list? (#{i})", **message_fields(rig))
+            text_ms.append(await media_turn(rig, text))
+            await asyncio.sleep(PAUSE_S)
+    photo_ms.sort()
+    text_ms.sort()
+    print(f"    {'photo turn':<44} {spread(photo_ms)}")
+    print(f"    {'text turn (the 3 newest photos sent again)':<44} {spread(text_ms)}")
+    added = [percentile(photo_ms, q) - percentile(text_ms, q) for q in (50, 99)]
+    print(f"    {'added by the photo (photo − text)':<44} p50 {added[0]:6.2f}  p99 {added[1]:6.2f} ms")
+    print(timings.line("download", "download: getFile + GET of the file [adapter]"))
+    print(timings.line("intake", "whole intake: decode, resize, JPEG, store [core]"))
+    print()
+
+
 # ---------------------------------------------------------------- part 2: a 50-page PDF
 
 
@@ -351,6 +397,7 @@ async def bench(args: argparse.Namespace) -> int:
         print()
         async with FakeLLMProcess(0.0) as llm, make_rig(db, llm, 1) as rig:
             await part_voice(rig, args.voice_turns, args.warmup, args.voice_kb)
+            await part_photo(rig, args.photo_turns, args.warmup)
             await part_pdf(rig, args.pdf_runs, args.pdf_pages)
     return 0 if part_memory(args.big_mb * MB) else 1
 
@@ -363,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     p = parser("media", __doc__)
     p.add_argument("--voice-turns", type=int, default=50, help="measured voice (and text) turns (50)")
+    p.add_argument("--photo-turns", type=int, default=20, help="measured photo (and text) turns (20)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up turns of each (5)")
     p.add_argument("--voice-kb", type=int, default=300, help="size of the voice note (300 KB)")
     p.add_argument("--pdf-runs", type=int, default=20, help="runs of part 2 (20)")

@@ -25,6 +25,7 @@ from core.commands import (
 from core.constants import HTTP_CLOSE_GRACE_S, HTTP_KEEP_ALIVE_S
 from core.front_door import Core
 from core.inbox import Delivery
+from core.media.images import sticker_text
 from core.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from core.own_data import FileAnswer, file_too_large
 from core.reminders.buttons import BUTTONS
@@ -59,6 +60,7 @@ from core.types import (
     Event,
     Incoming,
     Quoted,
+    Spoken,
     Step,
     ToolCall,
     ToolResult,
@@ -122,6 +124,7 @@ __all__ = [
     "ReminderMessage",
     "Settings",
     "SettingsError",
+    "Spoken",
     "StartupError",
     "Step",
     "TextPart",
@@ -142,5 +145,6 @@ __all__ = [
     "outcome_of",
     "progress",
     "redact",
+    "sticker_text",
     "summary_line",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import aclosing
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from core import api_tokens, sessions, web_signin
@@ -18,7 +19,7 @@ from core.reminders.engine import DeliveryRefused
 from core.reminders.messages import ReminderMessage
 from core.sessions import API, Feed, Feeds, Message, Page, Session
 from core.texts import FAILED
-from core.types import Error, Incoming
+from core.types import Error, Incoming, Upload
 from core.web_signin import WebLogin
 
 if TYPE_CHECKING:
@@ -147,10 +148,18 @@ class Api:
     # ---- answers ----------------------------------------------------------------------------------------------------
 
     async def send(
-        self, who: Bearer, session: Session, content: str, *, model: str | None = None, key: str | None = None
+        self,
+        who: Bearer,
+        session: Session,
+        content: str,
+        *,
+        model: str | None = None,
+        key: str | None = None,
+        uploads: tuple[Upload, ...] = (),
     ) -> Feed | tuple[Message, ...]:
-        """Start answering `content` in the session (the turn runs on when the client goes away): its live feed; with
-        an Idempotency-Key seen before, that turn's feed or, when it is no longer live here, its stored messages."""
+        """Start answering `content` (and the files in `uploads`) in the session (the turn runs on when the client goes
+        away): its live feed; with an Idempotency-Key seen before, that turn's feed or, when it is no longer live here,
+        its stored messages."""
         message_id = sessions.message_key(key)
         live = self.feeds.get(session.id, message_id)
         if live is not None:
@@ -159,9 +168,11 @@ class Api:
             stored = await self.stored_turn(who, session.id, message_id)
             if stored:
                 return stored
-        feed = Feed(session.id, message_id, content, self.core.clock, self.core.clock())
+        shown = content or " ".join(f"[{up.kind}: {up.name}]" for up in uploads)  # until the files are taken in
+        feed = Feed(session.id, message_id, shown, self.core.clock, self.core.clock())
         self.feeds.add(feed)
         inc = self._incoming(who, session.id, content, message_id=message_id, model=model, title=session.title)
+        inc = replace(inc, uploads=uploads) if uploads else inc
         task = asyncio.create_task(self._run(inc, feed))
         self._running.add(task)
         task.add_done_callback(self._running.discard)

@@ -16,8 +16,10 @@ from core import accounts, api_tokens, web_signin
 from core.agent.llm import LLM
 from core.agent.providers import ModelChoice
 from core.constants import ABANDONED_MARGIN, FLEET_SEEN_S, WEB_LINK_TTL
+from core.media import speaking
+from core.media.audio import Audio
 from core.memory.blocks import normalise_name
-from core.memory.show_and_erase import delete_memory_line, memory_overview, wipe_memory
+from core.memory.show_and_erase import Overview, Wiped, delete_memory_line, memory_overview, wipe_memory
 from core.own_data import FileAnswer, Summary, export_account, forget_account, summary
 from core.reminders import recurrence
 from core.reminders.engine import Outbox
@@ -51,6 +53,7 @@ CommandName = Literal[
     "budget",
     "token",
     "web",
+    "voice",
 ]
 CommandArgs = Mapping[str, str]
 
@@ -121,6 +124,15 @@ COMMANDS: tuple[Command, ...] = (
         (Option("name", "The model to switch to (leave empty to see the ones on offer)"),),
         private=True,
         syntax="[name]",
+    ),
+    Command(
+        "voice",
+        "answer your voice notes with a voice note too",
+        "show or switch voice answers: /voice on answers each voice note you send with a voice note too (and in "
+        "writing), /voice off stops it",
+        (Option("state", "on or off (leave empty to see yours)", choices=("on", "off")),),
+        private=True,
+        syntax="[on|off]",
     ),
     Command(
         "memory",
@@ -217,12 +229,14 @@ MEMORY_HOW = (
 )
 MEMORY_WIPE_CONFIRM: CommandArgs = {"action": "wipe", "confirm": "true"}  # what a confirmation button sends
 MEMORY_USAGE = "Use /memory, /memory forget <block> <line> (e.g. /memory forget human 2) or /memory wipe."
-MEMORY_WIPE_ASK = "This erases everything I remember about you: {lines} and {archival}. It cannot be undone. "
+MEMORY_WIPE_ASK = "This erases everything I remember about you: {lines} and {archival}{files}. It cannot be undone. "
 MEMORY_WIPE_HOW = {  # how to confirm, per platform (the chat adapters put a button under the question)
     "telegram": "To go ahead, press the button below or send /memory wipe confirm.",
     "discord": "To go ahead, press the button below or use /memory action:wipe confirm:True.",
 }
-MEMORY_WIPED = "Done — I erased {lines} and {archival}. Our conversation history is not memory and stays as it is."
+MEMORY_WIPED = (
+    "Done — I erased {lines} and {archival}{files}. Our conversation history is not memory and stays as it is."
+)
 FORGET_ME_CONFIRM: CommandArgs = {"confirm": "true"}  # what the /forget_me confirmation button sends
 FORGET_ME_ASK = (
     "This deletes your account and everything I keep about you: {what}. Every identity goes with it ({identities}), "
@@ -319,6 +333,11 @@ def _uptime(seconds: float) -> str:
     if h:
         return f"{h} h {m} min"
     return f"{m} min {sec} s" if m else f"{sec} s"
+
+
+def _files(held: Wiped | Overview) -> str:
+    """`, plus the 3 files you sent` (nothing when there are none): a wipe takes the kept files too."""
+    return f", plus {_count(held.files, 'file')} you sent" if held.files else ""
 
 
 def _count(n: int, noun: str) -> str:
@@ -472,6 +491,11 @@ class Commands:
                 listener()
         return f"Time zone set to **{name}** — it is {fmt_local(now, zone(name), now)} there."
 
+    async def voice(self, inc: Incoming, state: str, audio: Audio) -> str:
+        """/voice: whether the speaker's voice notes are answered aloud too; /voice on|off switches (core/media)."""
+        user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        return await speaking.answer(self.core.pool, audio, inc, user.account_id, state)
+
     async def memory(self, inc: Incoming, args: CommandArgs) -> str:
         """/memory: the speaker's memory with line numbers; forget one line; wipe (asks first unless confirmed)."""
         user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
@@ -493,13 +517,19 @@ class Commands:
         if action == "wipe" and args.get("confirm") == "true":
             wiped = await wipe_memory(self.core.pool, user.account_id)
             return MEMORY_WIPED.format(
-                lines=_count(wiped.lines, "line"), archival=_count(wiped.archival, "archival entry")
+                lines=_count(wiped.lines, "line"),
+                archival=_count(wiped.archival, "archival entry"),
+                files=_files(wiped),
             )
         if action == "wipe":
             overview = await memory_overview(self.core.pool, user.account_id)
             lines = sum(len(block.lines) for block in overview.blocks)
             how = MEMORY_WIPE_HOW.get(inc.platform, "To go ahead, send /memory wipe confirm.")
-            counts = {"lines": _count(lines, "line"), "archival": _count(overview.archival, "archival entry")}
+            counts = {
+                "lines": _count(lines, "line"),
+                "archival": _count(overview.archival, "archival entry"),
+                "files": _files(overview),
+            }
             return MEMORY_WIPE_ASK.format(**counts) + how
         return MEMORY_USAGE
 

@@ -172,6 +172,7 @@ MEDIA_IMAGE_QUALITY_STEP = 10  # … lowered by this while the JPEG is over MEDI
 MEDIA_IMAGE_MIN_QUALITY = 45  # … down to this; then the image is made smaller instead …
 MEDIA_IMAGE_SHRINK = 0.75  # … by this factor per side at a time …
 MEDIA_IMAGE_MIN_SIDE = 64  # … until its long side would go under this (then it is refused)
+MEDIA_REPLAY_IMAGES = 3  # the newest photos of a chat a turn sends as images (older ones: their mark and caption)
 MEDIA_STICKER_NAME_CHARS = 60  # a sticker's or GIF's name shown to the model, at most
 MEDIA_STICKER_EMOJI_CHARS = 16  # a sticker's emoji shown to the model, at most (ZWJ sequences are long)
 
@@ -189,4 +190,5 @@ MEDIA_ZIP_MAX_RATIO = 200  # … or with a file over MEDIA_ZIP_RATIO_FROM_BYTES 
 MEDIA_ZIP_RATIO_FROM_BYTES = 1024 * 1024  # … (small files may pack tightly: no zip bomb is small)
 MEDIA_DOCX_MAX_XML_BYTES = 10 * 1024 * 1024  # … or whose text part (parsed into memory, ~6x) is larger than this
 MEDIA_FIRST_PAGE_CHARS = 6000  # of a document, what goes into the turn itself (read_attachment pages through the rest)
+MEDIA_MEMORY_MAX_CHUNKS = 300  # a file saved to archival memory goes in at most this many entries (~1.2 M characters)
 MEDIA_HEARD_CHARS = 200  # a transcript as the reply's "heard" step shows it, at most

@@ -35,13 +35,14 @@ from core.commands import (
 )
 from core.constants import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, READY_DB_TIMEOUT_S, REFUSAL_EVERY_S
 from core.inbox import Delivery, Handler, Inbox, Parse
-from core.media import intake
+from core.media import intake, speaking
 from core.media import store as media_store
 from core.media.audio import Audio
+from core.media.photos import with_images
 from core.media.tools import READ_ATTACHMENT
 from core.memory.blocks import render_prompt_section
 from core.memory.embeddings import Embedder
-from core.memory.tools import memory_tools
+from core.memory.tools import SAVE_FILE, memory_tools
 from core.metrics import Metrics
 from core.own_data import FileAnswer
 from core.reminders.buttons import press
@@ -121,7 +122,10 @@ class Core:
         self.spending = Spending(pool, settings, clock)  # token usage and budgets (core/usage.py)
         metered = embedder.metered(self.spending.embedded) if embedder is not None else None  # embeddings' usage too
         for tool in memory_tools(
-            settings.MEMORY_BLOCK_WORDS, metered, archival_max_entries=settings.ARCHIVAL_MAX_ENTRIES
+            settings.MEMORY_BLOCK_WORDS,
+            metered,
+            archival_max_entries=settings.ARCHIVAL_MAX_ENTRIES,
+            file_pages=media_store.text_of,  # "save it to memory": a file's text into archival memory
         ):
             self.registry.add(tool)
         self.clock = clock
@@ -181,6 +185,8 @@ class Core:
             return await self.spending.set_budget(options.get("identity", ""), options.get("tokens", ""))
         if name == "model":
             return await self._commands.model(inc, options)
+        if name == "voice":  # core/media/speaking.py
+            return await self._commands.voice(inc, options.get("state", ""), self.audio)
         if name == "memory":
             return await self._commands.memory(inc, options)
         if name == "export":
@@ -378,6 +384,7 @@ class Core:
             return
         heard: tuple[Step, ...] = ()
         kept: list[int] = []
+        answered: Assistant | None = None  # the answer to a voice note, read aloud after the turn (/voice on)
         if inc.uploads:  # voice notes and documents first become words (core/media/intake.py)
             inc, heard, notes, kept = await self._take_in(inc)
             if notes and not inc.text.strip() and not inc.quoted:  # nothing of it could be read
@@ -405,7 +412,7 @@ class Core:
                         await self.inbox.confirm(delivery)
                     counted = self._measure(event, started) or counted
                     if heard and isinstance(event, Assistant):  # what was heard shows first among the steps
-                        event = replace(event, steps=(*heard, *event.steps))
+                        event = answered = replace(event, steps=(*heard, *event.steps))
                     if kept and isinstance(event, Assistant | Error) and event.turn_id is not None:
                         await media_store.link_turn(self.pool, kept, event.turn_id)  # for "Show steps" later
                     yield event
@@ -413,6 +420,8 @@ class Core:
             if not counted:
                 self.metrics.turn("failed" if isinstance(e, Exception) else "interrupted", time.monotonic() - started)
             raise
+        if answered is not None and (spoken := await speaking.read_aloud(self.pool, self.audio, inc, answered)):
+            yield spoken  # outside the chat's slot: the next message need not wait for the speech server
 
     async def _take_in(self, inc: Incoming) -> tuple[Incoming, tuple[Step, ...], list[str], list[int]]:
         """The message with what its files said (a transcript as the person's words, a document as quoted text), the
@@ -423,14 +432,18 @@ class Core:
             kinds = ", ".join(sorted({up.kind for up in inc.uploads}))
             return replace(inc, text=inc.text or f"[{kinds} not read]", uploads=()), (), [], []
         cap = self.settings.MEDIA_MAX_MB * 1_000_000
-        got = await intake.take_in(
-            self.pool, self.audio, inc.uploads, intake.Owner(user.account_id, user.id, chat.id, self.clock(), cap)
-        )
+        vision = self._sees_images(self.llm.using(chosen_model(self.models, inc.model or user.model)))
+        owner = intake.Owner(user.account_id, user.id, chat.id, self.clock(), cap, vision)
+        got = await intake.take_in(self.pool, self.audio, inc.uploads, owner)
         said = got.message(inc.text)
         if said or got.quoted:  # the model answers what could be read, and says what could not
             said = "\n\n".join([said, *(f"[{note}]" for note in got.notes)]).strip()
         taken = replace(inc, text=said, quoted=(*inc.quoted, *got.quoted), uploads=())
         return taken, tuple(got.steps), got.notes, got.kept
+
+    def _sees_images(self, llm: LLM) -> bool:
+        """Whether photos go to this model as images: LLM_VISION on, or auto while the model has refused none."""
+        return self.settings.LLM_VISION == "on" or (self.settings.LLM_VISION == "auto" and llm.sees_images())
 
     async def close(self) -> None:
         """Close the clients the core made itself (the audio ones; the model client is its maker's)."""
@@ -646,8 +659,8 @@ class Core:
             caps=self.caps,
         )
         tools = self.registry.offered(is_admin, personal)
-        if not any(r.get("quoted_kind") == "file" for r in rows):  # read_attachment only with a document in context
-            tools = [t for t in tools if t.name != READ_ATTACHMENT.name]
+        if not any(r.get("quoted_kind") == "file" for r in rows):  # file tools only with a document in context
+            tools = [t for t in tools if t.name not in (READ_ATTACHMENT.name, SAVE_FILE)]
         caps = self.capabilities.summaries()
         memory = None if start.memory is None else render_prompt_section(start.memory, self.settings.MEMORY_BLOCK_WORDS)
         prompt = system_prompt(user, chat, zone(user.timezone), now, due, tools, caps, memory)
@@ -655,9 +668,11 @@ class Core:
             {"role": "system", "content": prompt},
             *build_replay(rows, group=chat.kind == "group"),
         ]
+        # the message's model (the API checked it is on offer), else the account's if still on offer
+        llm = self.llm.using(chosen_model(self.models, inc.model or user.model))
         try:
-            # the message's model (the API checked it is on offer), else the account's if still on offer
-            llm = self.llm.using(chosen_model(self.models, inc.model or user.model))
+            if self._sees_images(llm):  # the newest photos named in the conversation go as images
+                await with_images(self.pool, chat.id, messages)
             async for event in run_agent(
                 llm, self.registry, tools, ctx, turn_id, messages, self.limits, stream=stream, meter=meter
             ):

@@ -134,6 +134,7 @@ class Settings(BaseSettings):
     TRANSCRIPTION_API_KEY: SecretStr | None = None  # that server's key (unset: LLM_API_KEY on the model's own server)
     SPEECH_MODEL: str | None = None  # text to speech for voice answers (tts-1 on openai), on the model's server
     VOICE_MAX_SECONDS: float = Field(default=300.0, gt=0)  # a longer voice note is refused before any upload
+    LLM_VISION: Literal["auto", "on", "off"] = "auto"  # photos to the model as images (auto: until it refuses one)
     SHUTDOWN_GRACE_SECONDS: float = Field(default=25.0, ge=0)  # drain time for running answers on stop/restart
     PORT: int = Field(default=8080, ge=0, le=65535)  # HTTP port (health, metrics); polling serves it only if set
     METRICS_TOKEN: SecretStr | None = None  # bearer token /metrics requires (webhook mode: required to serve it)

@@ -207,7 +207,17 @@ class Error:
     type: Literal["error"] = "error"
 
 
-Event = AssistantDelta | ModelToolCalls | ToolCall | ToolResult | Assistant | Error
+@dataclass(frozen=True)
+class Spoken:
+    """The answer read aloud (after its Assistant, when the person sent a voice note and has /voice on): OGG/Opus."""
+
+    turn_id: int | None
+    data: bytes
+    mime: str = "audio/ogg"
+    type: Literal["spoken"] = "spoken"
+
+
+Event = AssistantDelta | ModelToolCalls | ToolCall | ToolResult | Assistant | Error | Spoken
 
 
 @dataclass(frozen=True)

@@ -568,6 +568,10 @@ class FakeDiscord(LoopbackServer):
         cid = str(channel_id)
         return [m for m in self._messages.values() if m["channel_id"] == cid]
 
+    def attachment_data(self, attachment: dict[str, Any]) -> tuple[str, bytes]:
+        """The content type and bytes of an attachment (one a user posted, or a file the bot uploaded)."""
+        return self._files[str(attachment["id"])]
+
     async def post_message(
         self,
         author: dict[str, Any],
@@ -582,6 +586,7 @@ class FakeDiscord(LoopbackServer):
         components: list[dict[str, Any]] | None = None,
         dm: bool = False,
         flags: int = 0,
+        stickers: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """A user posts a message (dispatched as MESSAGE_CREATE); return the stored message.
 
@@ -589,6 +594,7 @@ class FakeDiscord(LoopbackServer):
         "content_type" and any other attachment field (a "size" given overrides the data's length). With
         author=fake.bot_user and components this also makes a bot message "from an earlier run" (e.g. to click a
         persistent view after a restart). flags: the message's flags (IS_VOICE_MESSAGE: see post_voice_message).
+        stickers: the message's sticker_items, e.g. sticker_item("Wave") (Discord sends only these, no sticker file).
         """
         self._users.setdefault(str(author["id"]), author)
         if dm:
@@ -613,6 +619,8 @@ class FakeDiscord(LoopbackServer):
         message["flags"] = flags
         if embeds:
             message["embeds"] = copy.deepcopy(embeds)
+        if stickers:
+            message["sticker_items"] = copy.deepcopy(stickers)
         if components:
             message["components"] = copy.deepcopy(components)
         if reply_to is not None:
@@ -621,6 +629,10 @@ class FakeDiscord(LoopbackServer):
         self._store(message)
         await self._dispatch("MESSAGE_CREATE", message)
         return message
+
+    def sticker_item(self, name: str, format_type: int = 1) -> dict[str, Any]:
+        """A sticker as a message carries it (format_type: 1 PNG, 2 APNG, 3 Lottie, 4 GIF)."""
+        return {"id": self._snowflake(), "name": name, "format_type": format_type}
 
     async def post_voice_message(
         self, author: dict[str, Any], data: bytes, *, duration_secs: float, **kwargs: Any

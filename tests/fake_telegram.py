@@ -102,7 +102,9 @@ KICKED = "Forbidden: bot was kicked from the supergroup chat"
 DEACTIVATED = "Forbidden: user is deactivated"
 CHAT_NOT_FOUND = "Bad Request: chat not found"
 TOKEN = "123:AAHfake-Token_for-the-tests-0123456789"  # the shape of a real token (bot id 123)
-_CHAT_METHODS = frozenset({"sendmessage", "sendchataction", "sendmessagedraft", "editmessagetext", "senddocument"})
+_CHAT_METHODS = frozenset(
+    {"sendmessage", "sendchataction", "sendmessagedraft", "editmessagetext", "senddocument", "sendvoice"}
+)
 MAX_CAPTION_LENGTH = 1024  # UTF-16 code units after entity parsing
 FLOOD_METHODS = frozenset({"sendmessage", "editmessagetext"})  # what counts against flood_limit (lower case)
 # getFile: the Bot API server's MAX_DOWNLOAD_FILE_SIZE (20 << 20) and its refusals (not applied with --local)
@@ -800,6 +802,7 @@ class FakeTelegram(LoopbackServer):
             "getupdates": self._get_updates,
             "sendmessage": self._send_message,
             "senddocument": self._send_document,
+            "sendvoice": self._send_voice,
             "editmessagetext": self._edit_message_text,
             "editmessagereplymarkup": self._edit_message_reply_markup,
             "sendmessagedraft": self._send_message_draft,
@@ -1716,6 +1719,48 @@ class FakeTelegram(LoopbackServer):
         if entities:
             message["caption_entities"] = entities
         entry = {**params, "message_id": message["message_id"], "message": message, "document_data": upload.data}
+        key = (chat_id, message["message_id"])
+        self._messages[key] = message
+        self._outgoing[key] = entry
+        self.sent.append(entry)
+        return message
+
+    async def _send_voice(self, params: dict[str, Any]) -> dict[str, Any]:
+        """sendVoice of an uploaded OGG/Opus file (multipart): stored in `sent` with its bytes as `voice_data` (and its
+        file name as `voice_name`); it replies to reply_parameters' message like sendMessage."""
+        chat_id = self._chat_id(params)
+        upload = params.get("voice")
+        if not isinstance(upload, Upload):
+            raise _bad("there is no voice in the request")
+        if not upload.data.startswith(b"OggS"):
+            raise _bad("VOICE_MESSAGE_INVALID: a voice note must be OGG/Opus")  # the fake takes only what bots send
+        reply = params.get("reply_parameters")
+        reply_id = reply.get("message_id") if isinstance(reply, dict) else None
+        replied = self._messages.get((chat_id, reply_id)) if isinstance(reply_id, int) else None
+        lenient = isinstance(reply, dict) and reply.get("allow_sending_without_reply") is True
+        if reply_id is not None and replied is None and not lenient:
+            raise _bad("message to be replied not found")
+        n = len(self.sent)
+        message: dict[str, Any] = {
+            "message_id": self._next_message_id(chat_id),
+            "from": self._bot_user(),
+            "chat": self._chat_for(chat_id),
+            "date": int(time.time()),
+            "voice": {
+                "file_id": f"voice{n}",
+                "file_unique_id": f"uvoice{n}",
+                "duration": 1,
+                "mime_type": "audio/ogg",
+                "file_size": len(upload.data),
+            },
+        }
+        if params.get("message_thread_id") is not None:
+            message["message_thread_id"] = params["message_thread_id"]
+            message["is_topic_message"] = True
+        if replied is not None:
+            message["reply_to_message"] = {k: v for k, v in replied.items() if k != "reply_to_message"}
+        voice = {"voice_data": upload.data, "voice_name": upload.filename}
+        entry = {**params, "message_id": message["message_id"], "message": message, **voice}
         key = (chat_id, message["message_id"])
         self._messages[key] = message
         self._outgoing[key] = entry

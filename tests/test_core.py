@@ -240,7 +240,10 @@ async def test_prompt_for_hi_with_all_tools_stays_within_2000_tokens(make_core: 
     offered = set(tool_names(request))
     assert {"execute_sql", "write_capability", "core_memory_append", "conversation_search"} <= offered
     # everything but read_attachment, which comes only with a document in the context (tests/test_media_telegram.py)
-    assert offered == {t.name for t in core.registry.offered(True, True)} - {"read_attachment"}
+    assert offered == {t.name for t in core.registry.offered(True, True)} - {
+        "read_attachment",
+        "archival_memory_insert_file",
+    }
     assert "<core_memory>" in request["messages"][0]["content"]
     chars = _request_chars(request)
     print(f"prompt for 'hi': {chars} characters ≈ {chars // 4} tokens")

@@ -238,7 +238,7 @@ async def test_bad_requests_get_one_clear_line(serve: Serve, fake_llm: FakeOpenA
         r = await c.post(f"/v1/sessions/{sid}/messages", json={"text": "hi"})
         assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request"
         assert "\n" not in r.json()["error"]["message"]
-        r = await c.post(f"/v1/sessions/{sid}/messages", content=b"{" + b" " * (2 << 20) + b"}")
+        r = await c.post("/v1/sessions", content=b"{" + b" " * (2 << 20) + b"}")  # files: tests/test_http_uploads.py
         assert r.status_code == 413 and r.json()["error"]["type"] == "too_large"
         models = (await c.get("/v1/models")).json()
         assert [m["id"] for m in models["data"]] == ["fake-model", "other-model"]

@@ -1,7 +1,8 @@
 """Voice messages and documents sent on Discord, end to end (issue 23): the real adapter keeps the attachment's
 reference in the inbox, downloads it through discord.py's Attachment.read() from the fake's CDN when the turn runs,
-and the core transcribes it through the fake model server or reads the document; images still get the text-only
-note, and a file over the download cap gets one line without being fetched."""
+and the core transcribes it through the fake model server or reads the document (photos, stickers and GIFs:
+test_media_photos_stickers.py); an image of another type (SVG) still gets the text-only note, and a file over the
+download cap gets one line without being fetched."""
 
 from __future__ import annotations
 
@@ -61,8 +62,8 @@ async def test_an_oversized_attachment_gets_one_line_without_a_download(bot: Bot
     assert bot.dc.downloads == [] and bot.llm.requests == []
 
 
-async def test_an_image_attachment_still_gets_the_text_only_note(bot: Bot) -> None:  # noqa: F811
-    image = {"filename": "cat.png", "data": b"\x89PNG\r\n\x1a\n", "content_type": "image/png"}
+async def test_an_image_of_a_type_not_read_still_gets_the_text_only_note(bot: Bot) -> None:  # noqa: F811
+    image = {"filename": "cat.svg", "data": b"<svg/>", "content_type": "image/svg+xml"}  # (a PNG is a photo)
     [sent] = await bot.say("", mention_bot=True, attachments=[image])
     assert sent["content"] == TEXT_ONLY
     assert bot.dc.downloads == [] and bot.llm.requests == []

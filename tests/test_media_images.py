@@ -300,7 +300,7 @@ async def test_prepare_runs_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch) 
 async def test_image_part_carries_the_prepared_bytes_exactly() -> None:
     """The OpenAI content part: a data URL whose base64 is byte for byte the prepared JPEG."""
     p = await prepare(encoded(noise(100, 80), "PNG"))
-    part = image_part(p)
+    part = image_part(p.data)
     assert set(part) == {"type", "image_url"} and part["type"] == "image_url"
     url = part["image_url"]["url"]
     prefix = "data:image/jpeg;base64,"

@@ -170,7 +170,7 @@ async def test_errors_are_the_sdks_exceptions_with_our_messages(serve: Serve, fa
         assert "Unknown model `gpt-secret`" in str(unknown.value)
         with pytest.raises(openai.BadRequestError, match="there is no user message"):
             await client.chat.completions.create(model="fake-model", messages=[{"role": "system", "content": "x"}])
-        with pytest.raises(openai.BadRequestError, match="reads text only"):
+        with pytest.raises(openai.BadRequestError, match="Links are not fetched"):
             await client.chat.completions.create(
                 model="fake-model",
                 messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y"}}]}],

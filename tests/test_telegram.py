@@ -82,6 +82,7 @@ async def test_commands_registered_at_start(bot: Bot) -> None:
         "timezone",
         "memory",
         "model",
+        "voice",
         "usage",
         "budget",
         "link",
@@ -319,13 +320,13 @@ async def test_same_update_delivered_twice_answered_once(bot: Bot) -> None:
     assert [s["text"] for s in bot.tg.sent] == ["only once", "next"]
 
 
-async def test_photo_answered_politely_caption_counts(bot: Bot) -> None:
-    photo = {"photo": [{"file_id": "f", "file_unique_id": "u", "width": 1, "height": 1}]}
-    [sent] = await bot.say("", extra=photo)
+async def test_video_answered_politely_caption_counts(bot: Bot) -> None:  # (photos: test_media_photos_stickers.py)
+    video = {"video": {"file_id": "f", "file_unique_id": "u", "width": 1, "height": 1, "duration": 1}}
+    [sent] = await bot.say("", extra=video)
     assert sent["text"] == TEXT_ONLY
-    bot.llm.script(Reply(text="Nice photo caption"))
-    [sent] = await bot.say("", extra={**photo, "caption": "what is this?"})
-    assert sent["text"] == "Nice photo caption"
+    bot.llm.script(Reply(text="Nice video caption"))
+    [sent] = await bot.say("", extra={**video, "caption": "what is this?"})
+    assert sent["text"] == "Nice video caption"
     assert bot.llm.requests[-1]["messages"][-1]["content"] == "what is this?"
 
 

@@ -196,7 +196,8 @@ async def test_service_messages_and_unaddressed_media_are_ignored_addressed_medi
     for update in (joined, tg.message_update("", **GROUP, extra=sticker)):
         del update["message"]["text"]
         tg.push_update(update)
-    addressed = tg.message_update("", **GROUP, reply_to_bot=True, extra=sticker)
+    video_note = {"video_note": {"file_id": "v", "file_unique_id": "v", "length": 240, "duration": 1}}
+    addressed = tg.message_update("", **GROUP, reply_to_bot=True, extra=video_note)  # (a sticker: words, a turn)
     del addressed["message"]["text"]
     tg.push_update(addressed)
     [note] = await tg.wait_sent(1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import aclosing
@@ -18,7 +19,7 @@ from adapters.discord.commands import install_commands
 from adapters.discord.files import fetch
 from adapters.discord.gateway import Client, Gateway
 from adapters.discord.incoming import StoredMessage, addressed, bot_id, has_media, message_text, received
-from adapters.discord.limits import DISCORD_CUT_NOTE_S
+from adapters.discord.limits import DISCORD_CUT_NOTE_S, DISCORD_UPLOAD_LIMIT
 from adapters.discord.render import render_reply, split_markdown
 from adapters.discord.send import (
     NO_MENTIONS,
@@ -43,11 +44,13 @@ from core import (
     Error,
     ReminderMessage,
     Settings,
+    Spoken,
 )
 
 log = logging.getLogger(__name__)
 
 LEGACY_SOURCE = "discord"  # the inbox key of messages stored before it named the bot
+VOICE_FILE_NAME = "answer.ogg"  # an answer read aloud, sent as a file
 
 
 class DiscordAdapter:
@@ -177,7 +180,7 @@ class DiscordAdapter:
             refusal = await self.core.refusal(inc)  # at most once per chat per hour
             if refusal is not None:
                 await send_parts(message.channel, [refusal.message], reference=reference)
-        elif not text and not inc.quoted and not stored.files:  # images and stickers alone: not read yet
+        elif not inc.text and not inc.quoted and not stored.files:  # e.g. a forwarded image alone: not read
             if has_media(message):
                 await send_parts(message.channel, [TEXT_ONLY], reference=reference)
         else:
@@ -227,8 +230,24 @@ class DiscordAdapter:
                         await send_parts(channel, split_markdown(event.message), reference=reference)
                         if event.turn_id is not None:  # an error answer is recorded as sent like any answer
                             await self.core.mark_sent(event.turn_id, 1)
+                    elif isinstance(event, Spoken):  # a voice message answered aloud too (/voice on)
+                        await self._send_spoken(channel, reference, event)
         finally:
             await stop_task(typing)
+
+    @staticmethod
+    async def _send_spoken(channel: Messageable, reference: discord.MessageReference | None, spoken: Spoken) -> None:
+        """Send an answer read aloud as the file answer.ogg under the text answer; best effort: a refusal or a file
+        larger than Discord lets a bot send is logged, the text answer stands."""
+        if len(spoken.data) > DISCORD_UPLOAD_LIMIT:
+            log.warning("the answer read aloud (%d bytes) is larger than Discord takes; not sent", len(spoken.data))
+            return
+        file = discord.File(io.BytesIO(spoken.data), filename=VOICE_FILE_NAME)
+        extra: dict[str, Any] = {"reference": reference} if reference is not None else {}
+        try:
+            await channel.send(file=file, allowed_mentions=NO_MENTIONS, **extra)
+        except discord.HTTPException as e:
+            log.warning("the answer read aloud could not be sent: %s", e)
 
     async def _send_answer(
         self, channel: Messageable, reference: discord.MessageReference | None, answer: Assistant

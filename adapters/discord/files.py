@@ -1,7 +1,7 @@
-"""Files people send on Discord: which attachments of a message the core takes in (`files_of`: voice messages, audio
-and documents; images are not read yet), kept in the inbox by reference only (`StoredFile`: its id, name, size, type
-and URL, never its bytes), and fetched when the stored message is answered (`fetch`, through discord.py's
-`Attachment.read()`, at most DISCORD_MAX_DOWNLOAD_BYTES)."""
+"""Files people send on Discord: which attachments of a message the core takes in (`files_of`: voice messages, audio,
+photos and documents; a GIF is said in words, never fetched), kept in the inbox by reference only (`StoredFile`:
+its id, name, size, type and URL, never its bytes), and fetched when the stored message is answered (`fetch`,
+through discord.py's `Attachment.read()`, at most DISCORD_MAX_DOWNLOAD_BYTES)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,12 @@ from typing import Any
 import aiohttp
 import discord
 
-from adapters.discord.limits import DISCORD_DOWNLOAD_TIMEOUT_S, DISCORD_MAX_DOWNLOAD_BYTES
+from adapters.discord.limits import (
+    DISCORD_DOWNLOAD_TIMEOUT_S,
+    DISCORD_GIF_MIME,
+    DISCORD_MAX_DOWNLOAD_BYTES,
+    DISCORD_PHOTO_MIMES,
+)
 from core import Upload, UploadKind
 
 GENERIC = "application/octet-stream"  # Discord's type for a file it does not recognise
@@ -24,8 +29,8 @@ class StoredFile:
     """An attachment the core takes in, as the inbox keeps it (enough for any process to download it)."""
 
     id: str
-    kind: UploadKind  # voice (a voice message), audio or document
-    name: str
+    kind: UploadKind  # voice (a voice message), audio, photo or document
+    name: str  # its file name (a photo's: the message's text when it has one)
     size: int  # bytes, as Discord says
     url: str
     mime: str | None = None  # the content type without its parameters
@@ -46,19 +51,29 @@ class StoredFile:
         return cls(**data)
 
 
-def files_of(message: discord.Message) -> tuple[StoredFile, ...]:
-    """The attachments of a message the core takes in: audio (a voice message's is "voice") and any other file but an
-    image (by its type, or its name when Discord gives none), as a document (the core says which it cannot read)."""
+def files_of(message: discord.Message, caption: str = "") -> tuple[StoredFile, ...]:
+    """The attachments of a message the core takes in: audio (a voice message's is "voice"), a JPEG, PNG or WebP image
+    as a photo (named by `caption`, the message's text, else its file name), and any other file but an image (by its
+    type, or its name when Discord gives none) as a document (the core says which it cannot read). A GIF is not
+    fetched: gif_names() says it in words."""
     out = []
     for a in message.attachments:
         mime = _mime(a)
-        if mime is not None and mime.startswith("image/"):
-            continue
+        name = a.filename
         kind: UploadKind = "document"
-        if mime is not None and mime.startswith("audio/"):
+        if mime in DISCORD_PHOTO_MIMES:
+            kind, name = "photo", caption or a.filename
+        elif mime is not None and mime.startswith("image/"):
+            continue
+        elif mime is not None and mime.startswith("audio/"):
             kind = "voice" if message.flags.voice or a.is_voice_message() else "audio"
-        out.append(StoredFile(str(a.id), kind, a.filename, a.size, a.url, mime, a.duration))
+        out.append(StoredFile(str(a.id), kind, name, a.size, a.url, mime, a.duration))
     return tuple(out)
+
+
+def gif_names(message: discord.Message) -> list[str]:
+    """The file names of a message's GIF attachments (by their type, or their name when Discord gives none)."""
+    return [a.filename for a in message.attachments if _mime(a) == DISCORD_GIF_MIME]
 
 
 async def fetch(client: discord.Client, file: StoredFile) -> Upload:

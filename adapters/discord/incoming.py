@@ -10,11 +10,13 @@ from typing import Any
 
 import discord
 
-from adapters.discord.files import StoredFile, files_of
-from core import Incoming, Quoted
+from adapters.discord.files import StoredFile, files_of, gif_names
+from core import Incoming, Quoted, sticker_text
 
 MENTION = re.compile(r"<@!?(\d+)>")
 UNKNOWN_AUTHOR = "an unknown author"
+STICKER = discord.StickerFormatType
+ANIMATED_STICKERS = frozenset({STICKER.apng, STICKER.lottie, STICKER.gif})  # a sticker that moves: said as a GIF
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,19 @@ class StoredMessage:
 
 
 def received(client: discord.Client, message: discord.Message, text: str) -> StoredMessage:
-    """A message as the core's Incoming with the ids an answer needs."""
+    """A message as the core's Incoming with the ids an answer needs: its stickers and GIFs in words before its text,
+    and the attachments the core takes in (a photo named by the text)."""
     guild_id = message.guild.id if message.guild else None
-    return StoredMessage(message_incoming(client, message, text), message.channel.id, guild_id, files_of(message))
+    said = "\n".join(x for x in [*described(message), text] if x)
+    files = files_of(message, text)
+    return StoredMessage(message_incoming(client, message, said), message.channel.id, guild_id, files)
+
+
+def described(message: discord.Message) -> list[str]:
+    """A message's stickers (by name; an animated one counts as a GIF) and GIF attachments (by file name) in words:
+    nothing of them is downloaded, and the model gets no image."""
+    stickers = [sticker_text(None, s.name, s.format in ANIMATED_STICKERS) for s in message.stickers]
+    return [*stickers, *(sticker_text(None, name, True) for name in gif_names(message))]
 
 
 def bot_id(client: discord.Client) -> int:

@@ -15,4 +15,6 @@ DISCORD_RETRY_FIRST_S = 2.0  # first pause before a new client replaces a gatewa
 DISCORD_RETRY_MAX_S = 300.0  # the pause doubles up to this
 DISCORD_IDENTIFY_SPACING_S = 5.0  # discord.py waits this long before each further shard of a process identifies
 DISCORD_MAX_DOWNLOAD_BYTES = 20 << 20  # 20 MB: the largest attachment the bot downloads for the core (bigger: one line)
+DISCORD_PHOTO_MIMES = frozenset({"image/jpeg", "image/png", "image/webp"})  # image attachments taken as photos
+DISCORD_GIF_MIME = "image/gif"  # a GIF attachment is described in words (its file name), never downloaded
 DISCORD_DOWNLOAD_TIMEOUT_S = 60.0  # an attachment's download gives up after this

@@ -9,3 +9,7 @@ RATE_WINDOW_S = 60.0  # API_REQUESTS_PER_MINUTE counts requests in this window, 
 ONE_SHOT_TITLE_CHARS = 60  # a one-shot session's title: the prompt's start
 POLL_OTHER_PROCESS_S = 1.0  # a stream of an answer running in another process reads its progress this often
 SIGNIN_FORM_BYTES = 4096  # the web page's sign-in form (one code) is read up to this many bytes
+HTTP_UPLOAD_MAX_BYTES = 20 << 20  # the files of one message at most, decoded (Telegram's bots get 20 MB too)
+HTTP_UPLOAD_MAX_FILES = 5  # files in one message at most
+# the body of a route that takes files: base64 makes 4 bytes of every 3, plus the message's text and JSON around them
+UPLOAD_BODY_BYTES = HTTP_UPLOAD_MAX_BYTES * 4 // 3 + MAX_BODY_BYTES

@@ -22,17 +22,48 @@ class NewSession(Strict):
     title: str | None = Field(default=None, max_length=1000, description="Cut to one line of 120 characters.")
 
 
+class TextPartIn(Strict):
+    """Text the person says."""
+
+    type: Literal["text"]
+    text: str
+
+
+class FilePartIn(Strict):
+    """A file sent with the message, as Telegram takes them: audio is transcribed (its transcript is the person's
+    words), a photo is looked at, a document's text is read (its first page goes into the message)."""
+
+    type: Literal["file"]
+    name: str = Field(min_length=1, max_length=255, description="The file's name (its extension tells its type).")
+    mime: str | None = Field(
+        default=None,
+        max_length=255,
+        description="Its media type (guessed from the name when left out): audio/* is audio (audio/ogg, audio/opus "
+        "and audio/webm a voice note), image/* a photo, anything else a document.",
+    )
+    data: str = Field(
+        min_length=1, description="The file's bytes, base64-encoded.", json_schema_extra={"contentEncoding": "base64"}
+    )
+
+
+PartIn = Annotated[TextPartIn | FilePartIn, Field(discriminator="type")]
+Said = Annotated[str, Field(min_length=1)] | Annotated[list[PartIn], Field(min_length=1)]
+
+
 class NewMessage(Strict):
     """POST /v1/sessions/{id}/messages."""
 
-    content: str = Field(min_length=1, description="What the person says (at most MAX_MESSAGE_CHARS).")
+    content: Said = Field(
+        description="What the person says (at most MAX_MESSAGE_CHARS): text, or a list of text and file parts "
+        "(at most HTTP_UPLOAD_MAX_FILES files of HTTP_UPLOAD_MAX_BYTES in all)."
+    )
     model: str | None = Field(default=None, description="One of GET /v1/models; default: the account's /model.")
 
 
 class OneShot(Strict):
     """POST /v1/one-shot: a fresh session, one answer."""
 
-    prompt: str = Field(min_length=1)
+    prompt: Said = Field(description="Text, or a list of text and file parts, as a message's `content`.")
     model: str | None = None
 
 

@@ -1,5 +1,6 @@
 """POST /v1/chat/completions: the bot as an OpenAI model, for Open WebUI, LibreChat, the `openai` SDK and curl. The
-last user message is the turn (the bot keeps each session's history itself, so earlier messages are not read); the
+last user message is the turn, with its files (image_url and file parts as data: URLs, input_audio; links are not
+fetched: 400) — the bot keeps each session's history itself, so earlier messages are not read; the
 `X-Session-Id` header names the caller's session to continue (none: a fresh session, like `bot ask`), and the answer
 carries the one it used. The content is the answer's text as it streams, with each run of tool steps as a collapsible
 `<details>` block, sent whole when the run ends (Open WebUI renders only a closed block, and the count is known
@@ -7,6 +8,7 @@ then); a turn's error is its text, like the chats show it. Errors of the request
 
 import html
 import json
+import mimetypes
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -15,8 +17,9 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from adapters.http import sse
-from adapters.http.limits import KEEPALIVE_S, ONE_SHOT_TITLE_CHARS
-from adapters.http.routes import ApiError, HttpApi
+from adapters.http.limits import KEEPALIVE_S, ONE_SHOT_TITLE_CHARS, UPLOAD_BODY_BYTES
+from adapters.http.routes import ApiError, HttpApi, refused
+from adapters.http.uploads import Sent, UploadRefused, data_url, uploads_of
 from core import (
     EMPTY_ANSWER,
     Assistant,
@@ -28,12 +31,16 @@ from core import (
     Step,
     ToolCall,
     ToolResult,
+    Upload,
     activity_lines,
     summary_line,
 )
 
 NO_USER_MESSAGE = "messages: there is no user message; the last one is what the bot answers."
-NO_TEXT = "The last user message has no text: the bot reads text only."
+NO_TEXT = "The last user message has neither text nor a file (image_url, input_audio or file parts as data)."
+NO_FILE_ID = "{where}: file ids are not known here; send the file itself as file_data (a data: URL)."
+BAD_FORMAT = "{where}: an audio format is a short name like wav or mp3."
+AUDIO_MIMES = {"wav": "audio/wav", "mp3": "audio/mpeg"}  # input_audio's formats (others: audio/<format>)
 SESSION_HEADER = "X-Session-Id"
 DONE = b"data: [DONE]\n\n"
 NO_CACHE = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -45,11 +52,36 @@ class Lenient(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class ImageUrl(Lenient):
+    """An image_url part's image: a `data:` URL (links are not fetched)."""
+
+    url: str
+
+
+class InputAudio(Lenient):
+    """An input_audio part's audio: base64 data and its format."""
+
+    data: str
+    format: str
+
+
+class FileData(Lenient):
+    """A file part's file: its name and a `data:` URL."""
+
+    filename: str | None = None
+    file_data: str | None = None
+    file_id: str | None = None
+
+
 class ContentPart(Lenient):
-    """A part of a message's content; only `text` parts are read."""
+    """A part of a message's content: `text`, and of the last user message also `image_url` (a data: URL, a photo),
+    `input_audio` (transcribed) and `file` (file_data as a data: URL; a document is read)."""
 
     type: str
     text: str | None = None
+    image_url: ImageUrl | str | None = None
+    input_audio: InputAudio | None = None
+    file: FileData | None = None
 
 
 class ChatMessage(Lenient):
@@ -123,16 +155,43 @@ STREAMED: dict[int | str, dict[str, Any]] = {
 }
 
 
-def turn_text(messages: list[ChatMessage]) -> str:
-    """The text of the last user message (400 when there is none)."""
-    said = next((m for m in reversed(messages) if m.role == "user"), None)
+def turn_text(messages: list[ChatMessage]) -> tuple[str, list[Sent]]:
+    """The text and files of the last user message (earlier ones are history the client resends; 400 when there is
+    none, or it holds neither text nor a file)."""
+    n, said = next(((i, m) for i, m in reversed(list(enumerate(messages))) if m.role == "user"), (0, None))
     if said is None:
         raise ApiError(400, "invalid_request", NO_USER_MESSAGE)
     content = said.content
     text = content if isinstance(content, str) else "\n".join(p.text for p in content or [] if p.text)
-    if not text.strip():
+    files: list[Sent] = []
+    if isinstance(content, list):
+        try:
+            files = [f for i, p in enumerate(content) if (f := file_of(p, f"messages[{n}].content[{i}]")) is not None]
+        except UploadRefused as e:
+            raise refused(e) from None
+    if not text.strip() and not files:
         raise ApiError(400, "invalid_request", NO_TEXT)
-    return text
+    return text, files
+
+
+def file_of(part: ContentPart, where: str) -> Sent | None:
+    """The file of an image_url, input_audio or file part (None: a part of another type)."""
+    if part.type == "image_url" and part.image_url is not None:
+        url = part.image_url if isinstance(part.image_url, str) else part.image_url.url
+        mime, data = data_url(url, f"{where}.image_url.url")
+        return Sent(f"{where}.image_url.url", "image" + (mimetypes.guess_extension(mime or "") or ""), mime, data)
+    if part.type == "input_audio" and part.input_audio is not None:
+        fmt = part.input_audio.format.strip().lower()
+        if not fmt.isalnum() or len(fmt) > 10:
+            raise UploadRefused(400, BAD_FORMAT.format(where=f"{where}.input_audio.format"))
+        mime = AUDIO_MIMES.get(fmt, f"audio/{fmt}")
+        return Sent(f"{where}.input_audio.data", f"audio.{fmt}", mime, part.input_audio.data)
+    if part.type == "file" and part.file is not None:
+        if part.file.file_data is None:
+            raise UploadRefused(400, NO_FILE_ID.format(where=f"{where}.file"))
+        mime, data = data_url(part.file.file_data, f"{where}.file.file_data")
+        return Sent(f"{where}.file.file_data", part.file.filename or "document", mime, data)
+    return None
 
 
 def steps_block(steps: list[Step]) -> str:
@@ -281,7 +340,13 @@ def add_chat_completions(router: APIRouter, http: HttpApi) -> None:
     """POST /chat/completions on the /v1 router."""
     Who = Annotated[Bearer, Depends(http.caller)]
 
-    @router.post("/chat/completions", response_model=ChatCompletion, responses=STREAMED, tags=["openai"])
+    @router.post(
+        "/chat/completions",
+        response_model=ChatCompletion,
+        responses=STREAMED,
+        tags=["openai"],
+        max_body_size=UPLOAD_BODY_BYTES,  # the history a client resends holds its earlier images too
+    )
     async def chat_completions(
         who: Who,
         body: ChatRequest,
@@ -294,16 +359,22 @@ def add_chat_completions(router: APIRouter, http: HttpApi) -> None:
         problem = http.api.model_problem(body.model)
         if problem is not None:
             raise ApiError(400, "invalid_request", problem)
-        text = turn_text(body.messages)
+        text, files = turn_text(body.messages)
+        uploads: tuple[Upload, ...] = ()
+        try:
+            uploads = await uploads_of(files)
+        except UploadRefused as e:
+            raise refused(e) from None
+        title = text or ", ".join(up.name for up in uploads)
         if x_session_id is not None:
             session = await http.session(who, x_session_id)
         elif x_openwebui_chat_id:  # Open WebUI with ENABLE_FORWARD_USER_INFO_HEADERS: its chat is one session
             session = await http.api.client_session(
-                who, f"openwebui:{x_openwebui_chat_id}", text[:ONE_SHOT_TITLE_CHARS]
+                who, f"openwebui:{x_openwebui_chat_id}", title[:ONE_SHOT_TITLE_CHARS]
             )
         else:
-            session = await http.api.new_session(who, text[:ONE_SHOT_TITLE_CHARS])
-        feed = await http.api.send(who, session, text, model=body.model)
+            session = await http.api.new_session(who, title[:ONE_SHOT_TITLE_CHARS])
+        feed = await http.api.send(who, session, text, model=body.model, uploads=uploads)
         assert isinstance(feed, Feed)  # only an Idempotency-Key (not sent here) answers with stored messages
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage

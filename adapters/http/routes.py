@@ -13,10 +13,12 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from adapters.http import sse
 from adapters.http.limits import (
+    HTTP_UPLOAD_MAX_BYTES,
     MAX_BODY_BYTES,
     ONE_SHOT_TITLE_CHARS,
     PAGE_TURNS,
@@ -24,10 +26,12 @@ from adapters.http.limits import (
     POLL_OTHER_PROCESS_S,
     RATE_WINDOW_S,
     SESSIONS_LISTED,
+    UPLOAD_BODY_BYTES,
 )
 from adapters.http.models import (
     Artifact,
     ErrorBody,
+    FilePartIn,
     Me,
     MessageOut,
     MessagePage,
@@ -39,9 +43,11 @@ from adapters.http.models import (
     SessionList,
     SessionOut,
     TextAnswer,
+    TextPartIn,
 )
 from adapters.http.signin_cookie import CSRF_HEADER, UNSAFE_METHODS, signin_secret
-from core import REPLY, Api, ApiMessage, ApiSession, Bearer, Core, ErrorPart, Feed
+from adapters.http.uploads import UploadRefused, message_files, uploads_of
+from core import REPLY, Api, ApiMessage, ApiSession, Bearer, Core, ErrorPart, Feed, Upload
 
 UNAUTHORIZED = "Send Authorization: Bearer <token>; /token new <name> in a private chat with the bot makes one."
 SIGNED_OUT = "Signed out: send /web to the bot in a private chat for a new sign-in link."
@@ -50,6 +56,10 @@ NO_SESSION = "No such session."
 NO_MESSAGE = "No such message in this session."
 NO_ARTIFACT = "No such artifact."
 TOO_LARGE = f"The request body is larger than {MAX_BODY_BYTES:,} bytes."
+UPLOAD_TOO_LARGE = (
+    f"The request body is larger than {UPLOAD_BODY_BYTES:,} bytes: a message's files may hold "
+    f"{HTTP_UPLOAD_MAX_BYTES:,} bytes in all (base64 makes them a third larger)."
+)
 RATE = "Too many requests: at most {n} a minute per token. Try again in {s} s."
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 429)}
 STREAMED: dict[int | str, dict[str, Any]] = {
@@ -77,6 +87,16 @@ def error_response(status: int, kind: str, message: str, headers: dict[str, str]
     return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status, headers=headers)
 
 
+def too_large(scope: Scope) -> str:
+    """Why a body was too large, by the limit of its route (the routes that take files allow more)."""
+    return UPLOAD_TOO_LARGE if scope.get(MAX_BODY_SIZE_SCOPE_KEY) == UPLOAD_BODY_BYTES else TOO_LARGE
+
+
+def refused(e: UploadRefused) -> ApiError:
+    """Files refused, as the API's error."""
+    return ApiError(e.status, _KINDS.get(e.status, "error"), e.message)
+
+
 _KINDS = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
 _KINDS |= {413: "too_large", 429: "rate_limited"}
 
@@ -92,7 +112,7 @@ def install_errors(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         message = exc.detail if isinstance(exc.detail, str) else "Request refused."
         if exc.status_code == 413:
-            message = TOO_LARGE
+            message = too_large(request.scope)
         kind = _KINDS.get(exc.status_code, "error")
         return error_response(exc.status_code, kind, message, dict(exc.headers or {}) or None)
 
@@ -112,8 +132,6 @@ class TooLargeInShape:
     """Starlette's body limit answers 413 in plain text from inside its middleware (it also counts chunked bodies,
     which a Content-Length check alone would miss): the answer is rewritten into the one error shape."""
 
-    BODY = json.dumps({"error": {"type": "too_large", "message": TOO_LARGE}}).encode()
-
     def __init__(self, app: ASGIApp) -> None:
         """Wrap `app`."""
         self.app = app
@@ -124,20 +142,27 @@ class TooLargeInShape:
             await self.app(scope, receive, send)
             return
         rewriting = False
+        body = b""
 
         async def rewrite(message: Message) -> None:
-            nonlocal rewriting
-            if message["type"] == "http.response.start" and message["status"] == 413:
-                headers = [(b"content-type", b"application/json"), (b"content-length", str(len(self.BODY)).encode())]
+            nonlocal rewriting, body
+            if message["type"] == "http.response.start" and message["status"] == 413 and not _json(message):
+                body = json.dumps({"error": {"type": "too_large", "message": too_large(scope)}}).encode()
+                headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
                 rewriting = True
                 await send({**message, "headers": headers})
             elif rewriting and message["type"] == "http.response.body":
                 if not message.get("more_body", False):
-                    await send({"type": "http.response.body", "body": self.BODY})
+                    await send({"type": "http.response.body", "body": body})
             else:
                 await send(message)
 
         await self.app(scope, receive, rewrite)
+
+
+def _json(start: Message) -> bool:
+    """Whether a response is JSON already (an error in the one shape)."""
+    return any(k.lower() == b"content-type" and v.startswith(b"application/json") for k, v in start["headers"])
 
 
 class RateLimit:
@@ -238,13 +263,21 @@ class HttpApi:
             reply = ApiMessage(feed.message_id + REPLY, "assistant", feed.started_at, parts, "failed")
         return MessageOut.of(reply, feed.session_id)
 
-    async def answer(self, request: Request, who: Bearer, session: ApiSession, content: str, model: str | None) -> Any:
+    async def answer(
+        self,
+        request: Request,
+        who: Bearer,
+        session: ApiSession,
+        content: str,
+        model: str | None,
+        uploads: tuple[Upload, ...] = (),
+    ) -> Any:
         """Start an answer and give it back as events or, once finished, as JSON (the turn runs on either way)."""
         problem = self.api.model_problem(model)
         if problem is not None:
             raise ApiError(400, "invalid_request", problem)
         key = request.headers.get("idempotency-key")
-        started = await self.api.send(who, session, content, model=model, key=key)
+        started = await self.api.send(who, session, content, model=model, key=key, uploads=uploads)
         if isinstance(started, tuple):  # an Idempotency-Key seen before: that answer, as stored
             reply = next((m for m in started if m.role == "assistant"), None)
             if reply is None:
@@ -256,6 +289,15 @@ class HttpApi:
         async for _ in started.follow(0, 3600.0):
             pass
         return await self.final(who, started)
+
+    @staticmethod
+    async def said(content: str | list[TextPartIn | FilePartIn], field: str) -> tuple[str, tuple[Upload, ...]]:
+        """A message's text and files (400 or 413 when its files are refused)."""
+        try:
+            text, files = message_files(content, field)
+            return text, await uploads_of(files)
+        except UploadRefused as e:
+            raise refused(e) from None
 
     async def resume(self, who: Bearer, session: ApiSession, last_event_id: str | None) -> Response:
         """The events of the answer named by Last-Event-ID (else the session's latest) from where the client was."""
@@ -327,7 +369,13 @@ class HttpApi:
                 raise ApiError(404, "not_found", NO_SESSION)
             return MessagePage(messages=[MessageOut.of(m, session_id) for m in page.messages], before=page.before)
 
-        @r.post("/sessions/{session_id}/messages", response_model=MessageOut, responses=STREAMED, tags=["sessions"])
+        @r.post(
+            "/sessions/{session_id}/messages",
+            response_model=MessageOut,
+            responses=STREAMED,
+            tags=["sessions"],
+            max_body_size=UPLOAD_BODY_BYTES,
+        )
         async def post_message(
             who: Who,
             session_id: str,
@@ -335,10 +383,12 @@ class HttpApi:
             request: Request,
             idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
         ) -> Any:
-            """Say something in the session; the answer streams with `Accept: text/event-stream`. A retry with the
-            same Idempotency-Key gets the same answer instead of a second one."""
+            """Say something in the session, maybe with files (voice notes and audio are transcribed, photos looked
+            at, documents read); the answer streams with `Accept: text/event-stream`. A retry with the same
+            Idempotency-Key gets the same answer instead of a second one."""
             session = await self.session(who, session_id, request)
-            return await self.answer(request, who, session, body.content, body.model)
+            text, uploads = await self.said(body.content, "content")
+            return await self.answer(request, who, session, text, body.model, uploads)
 
         @r.get("/sessions/{session_id}/stream", responses=STREAMED, tags=["sessions"])
         async def stream(
@@ -356,11 +406,19 @@ class HttpApi:
             session = await self.session(who, session_id, request)
             return TextAnswer(text=await self.api.command(who, "reset", session=session))
 
-        @r.post("/one-shot", response_model=MessageOut, responses=STREAMED, tags=["sessions"])
+        @r.post(
+            "/one-shot",
+            response_model=MessageOut,
+            responses=STREAMED,
+            tags=["sessions"],
+            max_body_size=UPLOAD_BODY_BYTES,
+        )
         async def one_shot(who: Who, body: OneShot, request: Request) -> Any:
             """A fresh session and one answer in it."""
-            session = await self.api.new_session(who, body.prompt[:ONE_SHOT_TITLE_CHARS])
-            return await self.answer(request, who, session, body.prompt, body.model)
+            text, uploads = await self.said(body.prompt, "prompt")
+            title = text or ", ".join(up.name for up in uploads)
+            session = await self.api.new_session(who, title[:ONE_SHOT_TITLE_CHARS])
+            return await self.answer(request, who, session, text, body.model, uploads)
 
         @r.get("/artifacts/{artifact_id}", response_model=Artifact, tags=["sessions"])
         async def artifact(who: Who, artifact_id: str) -> Artifact:

@@ -16,7 +16,7 @@ from telegram import Animation, Audio, Bot, File, Message, PhotoSize, Sticker, V
 from telegram.error import BadRequest, InvalidToken, NetworkError, TelegramError, TimedOut
 from telegram.warnings import PTBDeprecationWarning
 
-from adapters.telegram.limits import TELEGRAM_MAX_DOWNLOAD_BYTES
+from adapters.telegram.limits import TELEGRAM_MAX_DOWNLOAD_BYTES, TELEGRAM_PHOTO_MIMES
 from adapters.telegram.request import one_line
 
 MediaKind = Literal["voice", "audio", "photo", "document", "sticker", "animation", "video_note"]
@@ -42,7 +42,7 @@ class FileRefused(Exception):
 
 def media_of(message: Message, *, max_bytes: int = TELEGRAM_MAX_DOWNLOAD_BYTES) -> Media | None:
     """The media a message carries, or None (text only, or a kind not handled such as a video); of a photo, the
-    largest size that can be downloaded within max_bytes."""
+    largest size that can be downloaded within max_bytes. A JPEG, PNG or WebP image sent as a file is a photo too."""
     caption = message.caption or None
     if message.voice is not None:
         voice = message.voice
@@ -65,7 +65,8 @@ def media_of(message: Message, *, max_bytes: int = TELEGRAM_MAX_DOWNLOAD_BYTES) 
         return Media("video_note", note.file_id, None, "video/mp4", note.file_size, _seconds(note))
     if message.document is not None:
         doc = message.document
-        return Media("document", doc.file_id, doc.file_name, doc.mime_type, doc.file_size, caption=caption)
+        kind: MediaKind = "photo" if (doc.mime_type or "").lower() in TELEGRAM_PHOTO_MIMES else "document"  # "as file"
+        return Media(kind, doc.file_id, doc.file_name, doc.mime_type, doc.file_size, caption=caption)
     return None
 
 

@@ -43,15 +43,19 @@ from core import (
     Error,
     FileAnswer,
     Incoming,
+    Spoken,
     Upload,
     UploadKind,
     file_too_large,
+    sticker_text,
 )
 
 log = logging.getLogger(__name__)
 
-UPLOADED = frozenset({"voice", "audio", "document"})  # the kinds the core takes in (photos and stickers: not yet)
-UPLOAD_NAMES = {"voice": "voice.ogg", "audio": "audio", "document": "document"}  # when Telegram gives no file name
+# the kinds the core takes in, fetched for it (a JPEG, PNG or WebP sent as a file is a photo: files.media_of)
+UPLOADED: dict[str, UploadKind] = {"voice": "voice", "audio": "audio", "document": "document", "photo": "photo"}
+UPLOAD_NAMES = {"voice": "voice.ogg", "audio": "audio", "document": "document", "photo": "photo.jpg"}  # no file name
+DESCRIBED = frozenset({"sticker", "animation"})  # said in words (emoji, file name): never downloaded, no image
 
 WIPE_HOW = "send /memory wipe"  # Telegram's way to ask for a wipe, in NOT_YOUR_BUTTON
 FORGET_HOW = "send /forget_me"  # Telegram's way to ask for a /forget_me, in NOT_YOUR_FORGET
@@ -76,8 +80,10 @@ class Handlers:
         private = msg.chat.type == ChatType.PRIVATE
         inc = self._incoming(msg, msg.text or msg.caption or "")
         media = media_of(msg)
+        if media is not None and media.kind in DESCRIBED:  # a sticker or GIF: its words, then the caption
+            inc = replace(inc, text=described(media, inc.text))
         if media is not None and media.kind in UPLOADED and self.core.is_allowed(inc):  # fetched for the core
-            inc = replace(inc, uploads=(await self._upload(media),))
+            inc = replace(inc, uploads=(await self._upload(media, inc.text),))
         typing = self.send.typing(msg)
         draft = self.send.draft(msg) if private else None
         try:
@@ -91,6 +97,8 @@ class Handlers:
                         await self.send.reply(msg, [esc(event.message)])
                         if event.turn_id is not None:  # an error answer is recorded as sent like any answer
                             await self.core.mark_sent(event.turn_id, 1)
+                    elif isinstance(event, Spoken):  # a voice note answered aloud too (/voice on)
+                        await self.send.voice(msg, event.data)
         finally:
             await typing.stop()
 
@@ -109,10 +117,11 @@ class Handlers:
             return
         await self.send.reply(msg, parts, first=answer.sent_parts, sent=sent)
 
-    async def _upload(self, media: Media) -> Upload:
-        """A voice note, audio file or document as the core takes it: its bytes, or why they could not be fetched."""
-        kind: UploadKind = "document" if media.kind == "document" else "voice" if media.kind == "voice" else "audio"
-        name = media.file_name or UPLOAD_NAMES[kind]
+    async def _upload(self, media: Media, caption: str = "") -> Upload:
+        """A voice note, audio file, document or photo as the core takes it: its bytes, or why they could not be
+        fetched. A photo is named by its caption (without the bot's @mention), else its file name."""
+        kind = UPLOADED[media.kind]
+        name = (caption if kind == "photo" else "") or media.file_name or UPLOAD_NAMES[kind]
         base = Upload(kind, name, media.mime_type, None, platform_ref=media.file_id, duration_s=media.duration)
         try:
             data = await download(self.bot, media.file_id, max_bytes=TELEGRAM_MAX_DOWNLOAD_BYTES, size=media.file_size)
@@ -257,3 +266,9 @@ class Handlers:
         if update.effective_chat is not None:
             with contextlib.suppress(TelegramError):
                 await self.bot.send_message(update.effective_chat.id, FAILED)
+
+
+def described(media: Media, text: str) -> str:
+    """A sticker (its emoji) or GIF (its file name) in words, before the text sent with it: no download, no image."""
+    words = sticker_text(media.emoji, media.file_name, media.kind == "animation")
+    return f"{words}\n{text}" if text else words

@@ -9,6 +9,8 @@ TELEGRAM_UPLOAD_LIMIT = int(FileSizeLimit.FILESIZE_UPLOAD)  # 50 MB: the largest
 # the largest file a bot may download from api.telegram.org: the Bot API server's MAX_DOWNLOAD_FILE_SIZE (20 MiB; PTB's
 # FileSizeLimit.FILESIZE_DOWNLOAD says 20e6); a local Bot API server run with --local has no such limit
 TELEGRAM_MAX_DOWNLOAD_BYTES = 20 << 20
+# a file sent "as a file" of these types is taken as a photo (others stay documents: the core says what it cannot read)
+TELEGRAM_PHOTO_MIMES = frozenset({"image/jpeg", "image/png", "image/webp"})
 TELEGRAM_UPLOAD_TIMEOUT_S = 120.0  # sending a file (an export) may take this long before it counts as failed
 TELEGRAM_ACTIVITY_CHARS = 1500  # the activity block is capped so the answer keeps most of the last part
 TELEGRAM_DRAFT_CHARS = 4000  # a streamed draft shows at most the last this many characters

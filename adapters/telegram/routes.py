@@ -57,8 +57,9 @@ class Routes:
             await asyncio.wait(set(self._handling), timeout=timeout)
 
     async def _message(self, msg: Message, delivery: Delivery) -> None:
-        """A command of the catalogue (someone else's or an unknown one is ignored); text or a caption: a turn when
-        addressed to the bot; anything else but a service message: the "text only" note when addressed. Messages of
+        """A command of the catalogue (someone else's or an unknown one is ignored); text or a caption, a voice note, a
+        file, a photo, a sticker or a GIF (Telegram sends one as a document too): a turn when addressed to the bot;
+        anything else but a service message (a video, a video note): the "text only" note when addressed. Messages of
         bots are ignored, and a forward is someone else's text, never a command."""
         if msg.from_user is None or msg.from_user.is_bot:
             return
@@ -66,7 +67,7 @@ class Routes:
             found = command_of(msg, self.bot.username)
             if found is not None:
                 await self.handlers.command(msg, *found)
-        elif msg.text or msg.caption or msg.voice or msg.audio or msg.document:  # voice and documents: core/media
+        elif msg.text or msg.caption or msg.voice or msg.audio or msg.document or msg.photo or msg.sticker:  # media
             if addressed(msg, self.bot.id, self.bot.username):
                 await self.handlers.turn(msg, delivery)
         elif not SERVICE.check_update(delivery.update) and addressed(msg, self.bot.id, self.bot.username):

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 Sent = Callable[[int], Awaitable[None]]  # awaited with the number of parts sent so far, after each part
 NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
+VOICE_FILE_NAME = "answer.ogg"  # an answer read aloud, sent as a voice note
 # 400s that mean the chat itself is gone or closed to the bot (lower case; PTB capitalises the description)
 CHAT_GONE = (
     "chat not found",
@@ -100,6 +101,24 @@ class Sender:
             parse_mode=ParseMode.HTML,
             write_timeout=TELEGRAM_UPLOAD_TIMEOUT_S,
         )
+
+    async def voice(self, msg: Message, data: bytes) -> Message | None:
+        """Send an answer read aloud (OGG/Opus) as a voice note replying to `msg`; best effort: a refusal (their
+        privacy settings forbid voice notes, a rate limit past its budget) is logged, the text answer stands."""
+        thread = msg.message_thread_id if msg.is_topic_message else None
+        reply = ReplyParameters(msg.message_id, allow_sending_without_reply=True)
+        try:
+            return await self.bot.send_voice(
+                msg.chat.id,
+                data,
+                filename=VOICE_FILE_NAME,
+                message_thread_id=thread,
+                reply_parameters=reply,
+                write_timeout=TELEGRAM_UPLOAD_TIMEOUT_S,
+            )
+        except TelegramError as e:
+            log.warning("the answer read aloud could not be sent to chat %s: %s", msg.chat.id, e)
+            return None
 
     async def reminder(self, msg: ReminderMessage) -> str | None:
         """Push a reminder into its chat (mentioning the owner in groups) with its buttons; a permanent refusal

@@ -35,6 +35,18 @@ class LLMUnavailable(Exception):
         self.refused = refused
 
 
+def drop_images(messages: list[dict[str, Any]]) -> bool:
+    """Turn every message's image parts into nothing (their text parts, which name each photo, stay); whether any
+    image was there."""
+    dropped = False
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            dropped = dropped or any(p.get("type") == "image_url" for p in content)
+            m["content"] = "\n".join(p["text"] for p in content if p.get("type") == "text")
+    return dropped
+
+
 class LLMTimeout(Exception):
     """The model took longer than the step allows."""
 
@@ -66,6 +78,7 @@ class LLMReply:
     finish_reason: str | None = None
     model: str = ""
     usage: Usage | None = None
+    images_refused: bool = False  # the model refused the request's images: it was asked again without them
 
 
 def _field(raw: Any, name: str) -> Any:
@@ -130,6 +143,7 @@ class LLM:
         self._connect = connect
         self._clients: dict[str, tuple[openai.AsyncOpenAI, str]] = {}  # other providers', made on first use
         self._usage_refused: set[str] = set()  # servers that refuse stream_options (shared with using()'s copies)
+        self._blind: set[str] = set()  # "server model" pairs that refused an image (shared the same way)
 
     @classmethod
     def from_settings(
@@ -195,7 +209,42 @@ class LLM:
         timeout: float,
         tool_choice: str | None = None,
     ) -> AsyncIterator[str | LLMReply]:
-        """Yield text deltas (when streaming), then exactly one LLMReply; the whole call is bounded and measured."""
+        """Yield text deltas (when streaming), then exactly one LLMReply; the whole call is bounded and measured. A
+        request with images that the server refuses is sent again without them (the reply says so), and this model
+        is known not to see images from then on (sees_images)."""
+        answered = False
+        try:
+            async with aclosing(self._measured(messages, tools, stream, timeout, tool_choice)) as items:
+                async for item in items:
+                    answered = True
+                    yield item
+            return
+        except LLMUnavailable as e:
+            if answered or not e.refused or not drop_images(messages):
+                raise
+            self._blind.add(f"{self.where} {self.model}")
+            log.warning(
+                "the model %s at %s refused an image: it gets photos as text from now on", self.model, self.where
+            )
+        async with aclosing(self._measured(messages, tools, stream, timeout, tool_choice)) as items:
+            async for item in items:
+                if isinstance(item, LLMReply):
+                    item.images_refused = True
+                yield item
+
+    def sees_images(self) -> bool:
+        """False once this model refused a request with images (in this process)."""
+        return f"{self.where} {self.model}" not in self._blind
+
+    async def _measured(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        stream: bool,
+        timeout: float,
+        tool_choice: str | None,
+    ) -> AsyncGenerator[str | LLMReply, None]:
+        """One bounded model call, measured in the metrics."""
         started = time.monotonic()
         try:
             async with aclosing(self._chat(messages, tools, stream, timeout, tool_choice)) as items:

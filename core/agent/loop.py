@@ -27,6 +27,7 @@ WRAP_UP_NOTE = (
 )
 REFUSED_HINT = "if the conversation is too long for the model, /reset starts a fresh one."
 LENGTH_NOTE = "\n\n_(cut short: the model hit its length limit)_"
+IMAGES_REFUSED_NOTE = "_(This model can't look at images: I answered from the text alone, and I'll remember that.)_\n\n"
 OVER_BUDGET = "over_budget"  # the Error code of a turn refused by a budget before its first model call
 
 
@@ -113,6 +114,7 @@ async def run_agent(
     steps: list[Step] = []
     corrected = False
     cut_short: str | None = None
+    blind = ""  # the note an answer starts with once the model refused the turn's images
     for _ in range(limits.max_steps):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -145,6 +147,8 @@ async def run_agent(
                 return
             cut_short = f"the language model stopped answering ({e})"
             break
+        if reply.images_refused:
+            blind = IMAGES_REFUSED_NOTE
         if not _valid(reply):
             if corrected:
                 malformed = reply.finish_reason == MALFORMED
@@ -157,7 +161,7 @@ async def run_agent(
             text = (reply.content or "").strip()
             if reply.finish_reason == "length":
                 text += LENGTH_NOTE
-            yield Assistant(text, turn_id, tuple(steps), time.monotonic() - started)
+            yield Assistant(blind + text, turn_id, tuple(steps), time.monotonic() - started)
             return
         calls = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -181,7 +185,7 @@ async def run_agent(
         cut_short = f"the step limit ({limits.max_steps} steps)"
     assert cut_short is not None
     text = await _wrap_up(llm, messages, schemas, limits, deadline, steps, cut_short, meter)
-    yield Assistant(text, turn_id, tuple(steps), time.monotonic() - started, cut_short=cut_short)
+    yield Assistant(blind + text, turn_id, tuple(steps), time.monotonic() - started, cut_short=cut_short)
 
 
 async def _wrap_up(

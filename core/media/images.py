@@ -72,9 +72,9 @@ async def prepare(
     )
 
 
-def image_part(p: Prepared) -> dict[str, Any]:
-    """The OpenAI chat content part carrying the prepared image inline."""
-    url = f"data:{p.mime};base64,{base64.b64encode(p.data).decode('ascii')}"
+def image_part(jpeg: bytes) -> dict[str, Any]:
+    """The OpenAI chat content part carrying a prepared image (its JPEG) inline."""
+    url = f"data:image/jpeg;base64,{base64.b64encode(jpeg).decode('ascii')}"
     return {"type": "image_url", "image_url": {"url": url}}
 
 

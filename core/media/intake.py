@@ -10,14 +10,16 @@ from datetime import datetime
 
 from core.activity import heard_step
 from core.constants import MEDIA_FIRST_PAGE_CHARS
-from core.media import store
+from core.media import photos, store
 from core.media.audio import Audio, AudioRefused
 from core.media.documents import DocumentRefused, extract
+from core.media.images import ImageRefused, prepare
 from core.quoting import truncate
 from core.storage.db import Pool
 from core.types import Quoted, Step, Upload
 
 NOT_YET = "I can't look at {what} yet — tell me in words what it shows (text sent with it is read)."
+NO_VISION = "The model here can't look at images, so I read only the text sent with the photo."
 NO_AUDIO = "Voice notes are not set up here (the operator can set TRANSCRIPTION_MODEL) — please type it instead."
 
 
@@ -45,6 +47,7 @@ class Owner:
     chat_id: int
     now: datetime
     cap_bytes: int
+    vision: bool = False  # the turn's model gets photos as images
 
 
 async def take_in(pool: Pool, audio: Audio | None, uploads: tuple[Upload, ...], owner: Owner) -> Intake:
@@ -58,9 +61,11 @@ async def take_in(pool: Pool, audio: Audio | None, uploads: tuple[Upload, ...], 
                 await _voice(pool, audio, up, owner, intake)
             elif up.kind == "document":
                 await _document(pool, up, owner, intake)
+            elif up.kind == "photo":
+                await _photo(pool, up, owner, intake)
             else:
-                raise _Refused(NOT_YET.format(what="photos" if up.kind == "photo" else "stickers"))
-        except (_Refused, AudioRefused, DocumentRefused, store.StorageFull) as e:
+                raise _Refused(NOT_YET.format(what="stickers"))
+        except (_Refused, AudioRefused, DocumentRefused, ImageRefused, store.StorageFull) as e:
             intake.notes.append(str(e))
             await _keep_reference(pool, up, owner)
     return intake
@@ -100,6 +105,21 @@ async def _document(pool: Pool, up: Upload, owner: Owner, intake: Intake) -> Non
     intake.quoted.append(Quoted("file", up.name or "document", f"{head}\n{shown}"))
 
 
+async def _photo(pool: Pool, up: Upload, owner: Owner, intake: Intake) -> None:
+    """A photo: made ready for the model and kept; the message holds its mark, the turn sends the image itself."""
+    if not owner.vision:
+        raise _Refused(NO_VISION)
+    assert up.data is not None
+    before = await _known(pool, up, owner)
+    if before is not None:
+        saved = before[0]
+    else:
+        prepared = await prepare(up.data)
+        saved = await _save(pool, up, owner, pages=None, total=None, data=prepared.data, mime=prepared.mime)
+    intake.text.append(photos.mark(saved))
+    intake.kept.append(saved)
+
+
 async def _known(pool: Pool, up: Upload, owner: Owner) -> tuple[int, list[str]] | None:
     """This file as taken in before in this chat (sent again, or handled again after a crash), if it was."""
     if up.platform_ref is None:
@@ -107,8 +127,17 @@ async def _known(pool: Pool, up: Upload, owner: Owner) -> tuple[int, list[str]] 
     return await store.known(pool, owner.account_id, owner.chat_id, up.kind, up.platform_ref)
 
 
-async def _save(pool: Pool, up: Upload, owner: Owner, *, pages: list[str] | None, total: int | None) -> int:
-    """Keep what was made of a file for its account."""
+async def _save(
+    pool: Pool,
+    up: Upload,
+    owner: Owner,
+    *,
+    pages: list[str] | None,
+    total: int | None,
+    data: bytes | None = None,
+    mime: str | None = None,
+) -> int:
+    """Keep what was made of a file for its account (`data`: a prepared photo, of type `mime`)."""
     return await store.save(
         pool,
         account_id=owner.account_id,
@@ -117,9 +146,9 @@ async def _save(pool: Pool, up: Upload, owner: Owner, *, pages: list[str] | None
         turn_id=None,
         kind=up.kind,
         name=up.name,
-        mime=up.mime,
+        mime=mime or up.mime,
         platform_ref=up.platform_ref,
-        data=None,
+        data=data,
         pages=pages,
         total_pages=total,
         now=owner.now,

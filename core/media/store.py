@@ -138,6 +138,16 @@ async def page(
     return _attachment(row), row["text"]
 
 
+async def text_of(pool: Pool, account_id: int, attachment_id: int) -> tuple[str, list[str]] | None:
+    """The name and pages of one of the account's attachments with text (None: not theirs, or no text)."""
+    row = await pool.fetchrow(
+        "SELECT name, pages FROM attachments WHERE id = $2 AND account_id = $1 AND pages IS NOT NULL",
+        account_id,
+        attachment_id,
+    )
+    return None if row is None else (row["name"], list(row["pages"]))
+
+
 async def image(pool: Pool, account_id: int, attachment_id: int) -> bytes | None:
     """A stored photo's prepared bytes (None: not the account's, or no photo)."""
     data = await pool.fetchval(
@@ -149,17 +159,17 @@ async def image(pool: Pool, account_id: int, attachment_id: int) -> bytes | None
 async def known(
     pool: Pool, account_id: int, chat_id: int, kind: Kind, platform_ref: str
 ) -> tuple[int, list[str]] | None:
-    """The account's attachment of this platform file in this chat that was taken in before (its id and pages): the
-    same file sent again, or an update handled again after a crash, is not transcribed or stored twice."""
+    """The account's attachment of this platform file in this chat that was taken in before (its id and pages; a
+    photo has none): the same file sent again, or an update handled again after a crash, is not taken in twice."""
     row = await pool.fetchrow(
         "SELECT id, pages FROM attachments WHERE account_id = $1 AND chat_id = $2 AND kind = $3 AND platform_ref = $4"
-        " AND pages IS NOT NULL ORDER BY id DESC LIMIT 1",
+        " AND (pages IS NOT NULL OR data IS NOT NULL) ORDER BY id DESC LIMIT 1",
         account_id,
         chat_id,
         kind,
         platform_ref,
     )
-    return None if row is None else (int(row["id"]), list(row["pages"]))
+    return None if row is None else (int(row["id"]), list(row["pages"] or ()))
 
 
 async def used_bytes(pool: Pool, account_id: int) -> int:

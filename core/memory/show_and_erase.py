@@ -17,7 +17,9 @@ from core.memory.blocks import (
 from core.storage.db import Pool
 
 _OVERVIEW_SQL = (
-    f"SELECT {BLOCKS_JSON_SQL} AS blocks, (SELECT count(*) FROM archival_memory WHERE user_id = $1) AS archival"
+    f"SELECT {BLOCKS_JSON_SQL} AS blocks, (SELECT count(*) FROM archival_memory WHERE user_id = $1) AS archival,"
+    " (SELECT count(*) FROM attachments WHERE account_id = $1) AS files,"
+    " (SELECT coalesce(sum(size_bytes), 0) FROM attachments WHERE account_id = $1) AS file_bytes"
 )
 
 
@@ -33,6 +35,8 @@ class Overview:
 
     blocks: list[Block]
     archival: int
+    files: int = 0  # the files they sent that are kept (core/media/store.py), and what they take
+    file_bytes: int = 0
 
     def text(self, limit: int) -> str:
         """The blocks with numbered lines, then the archival count (no LLM involved)."""
@@ -40,6 +44,8 @@ class Overview:
         for block in self.blocks:
             out += [block.header(limit), *block.numbered()]
         out.append(f"Archival memory: {self.archival} {'entry' if self.archival == 1 else 'entries'}")
+        if self.files:
+            out.append(f"Files you sent: {self.files} ({self.file_bytes / 1_000_000:.1f} MB)")
         return "\n".join(out)
 
 
@@ -47,7 +53,7 @@ async def memory_overview(pool: Pool, user_id: int) -> Overview:
     """A person's blocks and archival count, in one round trip."""
     row = await pool.fetchrow(_OVERVIEW_SQL, user_id)
     assert row is not None
-    return Overview(blocks_from_rows(row["blocks"]), int(row["archival"]))
+    return Overview(blocks_from_rows(row["blocks"]), int(row["archival"]), int(row["files"]), int(row["file_bytes"]))
 
 
 async def delete_memory_line(pool: Pool, user_id: int, block: str, line_number: int) -> str:
@@ -65,10 +71,12 @@ class Wiped:
 
     lines: int
     archival: int
+    files: int = 0
 
 
 async def wipe_memory(pool: Pool, user_id: int) -> Wiped:
-    """Remove every block and archival entry of a person (conversation history is /reset's business).
+    """Remove every block and archival entry of a person, and the files they sent (conversation history is /reset's
+    business: a file's mark left in it names nothing any more).
 
     The words their search learned go too, and are learned again from their conversation alone.
     """
@@ -77,10 +85,12 @@ async def wipe_memory(pool: Pool, user_id: int) -> Wiped:
         row = await conn.fetchrow(
             "WITH bl AS (DELETE FROM memory_blocks WHERE user_id = $1 RETURNING cardinality(lines) AS n),"
             " ar AS (DELETE FROM archival_memory WHERE user_id = $1 RETURNING 1),"
-            " sw AS (DELETE FROM memory_search_words WHERE user_id = $1)"
-            " SELECT (SELECT coalesce(sum(n), 0) FROM bl) AS lines, (SELECT count(*) FROM ar) AS archival",
+            " sw AS (DELETE FROM memory_search_words WHERE user_id = $1),"
+            " fi AS (DELETE FROM attachments WHERE account_id = $1 RETURNING 1)"
+            " SELECT (SELECT coalesce(sum(n), 0) FROM bl) AS lines, (SELECT count(*) FROM ar) AS archival,"
+            " (SELECT count(*) FROM fi) AS files",
             user_id,
         )
         await conn.execute(_RELEARN_SQL, user_id)
     assert row is not None
-    return Wiped(int(row["lines"]), int(row["archival"]))
+    return Wiped(int(row["lines"]), int(row["archival"]), int(row["files"]))

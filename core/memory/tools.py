@@ -1,13 +1,15 @@
-"""The eight memory tools; each acts only on the speaking user's memory (ctx.user, never a parameter)."""
+"""The memory tools (with `file_pages`, also saving a file someone sent into archival memory); each acts only on the
+speaking user's memory (ctx.user, never a parameter)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from core.constants import ARCHIVAL_CONTENT_CHARS, MEMORY_QUERY_CHARS
+from core.constants import ARCHIVAL_CONTENT_CHARS, MEDIA_MEMORY_MAX_CHUNKS, MEMORY_QUERY_CHARS
 from core.memory.blocks import Block, check_room, clean_line, line_index, load_blocks, pick, plural, store, with_warning
 from core.memory.embeddings import Embedder
 from core.memory.search import DEFAULT_ARCHIVAL_MAX, Inserted, insert_archival, search_archival, search_conversation
@@ -15,6 +17,10 @@ from core.storage.db import is_dropped, retry_dropped
 from core.tools.framework import Handler, Tool, ToolContext, ToolError
 
 log = logging.getLogger(__name__)
+
+# (pool, account id, attachment id) → the file's name and pages of text, or None when the account has no such file
+FilePages = Callable[[Any, int, int], Awaitable[tuple[str, list[str]] | None]]
+SAVE_FILE = "archival_memory_insert_file"
 
 _S, _N = {"type": "string"}, {"type": "integer"}  # bounds are checked in the handlers (smaller prompt)
 
@@ -114,11 +120,28 @@ class _Attempt:
         return answer
 
 
+def file_chunks(name: str, pages: list[str], size: int = ARCHIVAL_CONTENT_CHARS) -> list[str]:
+    """A file's pages as archival entries of at most `size` characters, each naming the file and page, cut at spaces."""
+    out: list[str] = []
+    for number, page in enumerate(pages, 1):
+        head = f"[from the file {name[:100]}, page {number}] "
+        text, room = " ".join(page.split()), size - len(head)
+        while text:
+            cut = len(text) if len(text) <= room else (text.rfind(" ", room // 2, room) + 1 or room)
+            out.append(head + text[:cut].strip())
+            text = text[cut:].lstrip()
+    return out
+
+
 def memory_tools(
-    block_words: int, embedder: Embedder | None = None, *, archival_max_entries: int = DEFAULT_ARCHIVAL_MAX
+    block_words: int,
+    embedder: Embedder | None = None,
+    *,
+    archival_max_entries: int = DEFAULT_ARCHIVAL_MAX,
+    file_pages: FilePages | None = None,
 ) -> tuple[Tool, ...]:
     """The memory tools for a word limit per block (MEMORY_BLOCK_WORDS), optional embeddings and a cap on each
-    person's archival entries (ARCHIVAL_MAX_ENTRIES)."""
+    person's archival entries (ARCHIVAL_MAX_ENTRIES); with `file_pages`, also the tool that saves a file's text."""
     limit = block_words
 
     def _for(ctx: ToolContext) -> Embedder | None:
@@ -199,6 +222,28 @@ def memory_tools(
             return f"Stored in archival memory (#{entry.number})"
         return f"Already in archival memory (#{entry.number}, no change)"
 
+    async def insert_file(p: dict[str, Any], ctx: ToolContext) -> str:
+        assert file_pages is not None
+        found = await file_pages(ctx.pool, ctx.user.account_id, int(p["id"]))
+        if found is None:
+            raise ToolError(f"there is no file #{p['id']} of this user with text", code="not_found")
+        name, pages = found
+        ctx.taint()  # a file's text: someone else's words, maybe
+        chunks, stored, had = file_chunks(name, pages), 0, 0
+        for chunk in chunks[:MEDIA_MEMORY_MAX_CHUNKS]:
+            try:
+                entry = await insert_archival(
+                    ctx.pool, ctx.user.account_id, chunk, ctx.now(), _for(ctx), max_entries=archival_max_entries
+                )
+            except ToolError as full:  # archival memory is full: say how far it got
+                return f"Saved {stored} of {len(chunks)} parts of {name}; then: {full}"
+            stored, had = stored + entry.fresh, had + (not entry.fresh)
+        said = f"Saved {name} to archival memory in {stored} new part(s)"
+        said += f" ({had} were there already)" if had else ""
+        if len(chunks) > MEDIA_MEMORY_MAX_CHUNKS:
+            said += f"; only its first {MEDIA_MEMORY_MAX_CHUNKS} of {len(chunks)} parts are saved (the most at once)"
+        return said
+
     async def archival_search(p: dict[str, Any], ctx: ToolContext) -> str:
         query, page = _text(p, "query", MEMORY_QUERY_CHARS), _page(p)
         return await search_archival(ctx.pool, ctx.user.account_id, query, page, ctx.tz, _for(ctx))
@@ -209,7 +254,14 @@ def memory_tools(
 
     block, line = {"block": _S}, {"line_number": _N}
     search = _schema(query=_S, page=_N)
+    save_file = _tool(
+        SAVE_FILE,
+        "Save the whole text of a file the user sent (attachment #id) to archival memory, when they ask for it.",
+        _schema(id=_N),
+        insert_file,
+    )
     return (
+        *(() if file_pages is None else (save_file,)),
         _tool("core_memory_read", "Read a block.", _schema(**block), read),
         _tool(
             "core_memory_append",

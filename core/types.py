@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ChatKind = Literal["private", "group"]
-QuotedKind = Literal["forward", "quote", "reply", "job", "file"]
+QuotedKind = Literal["forward", "quote", "reply", "job", "file", "photo"]
 JOB_MESSAGE_PREFIX = "job:"  # the platform message id of a scheduled agent job's turn starts with this
 
 

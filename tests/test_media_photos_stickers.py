@@ -28,10 +28,15 @@ def picture(fmt: str = "JPEG", size: tuple[int, int] = (64, 48)) -> bytes:
 
 
 def asked(llm_request: dict[str, Any]) -> Any:
-    """The content of the person's message (the last) in a model request."""
-    message = llm_request["messages"][-1]
-    assert message["role"] == "user"
-    return message["content"]
+    """What the person's message brought, as the model gets it: the user messages after the last answer (a photo
+    comes as a quoted message of its own, with its image part, before the words sent with it); one alone as it is."""
+    messages = llm_request["messages"]
+    assert messages[-1]["role"] == "user"
+    start = max((i for i, m in enumerate(messages) if m["role"] != "user"), default=-1) + 1
+    contents = [m["content"] for m in messages[start:]]
+    if len(contents) == 1:
+        return contents[0]
+    return [p for c in contents for p in ([{"type": "text", "text": c}] if isinstance(c, str) else c)]
 
 
 def image_and_text(content: Any) -> tuple[list[str], str]:

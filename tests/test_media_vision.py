@@ -20,7 +20,7 @@ from core.storage.db import Pool
 from core.types import Error, Incoming, Upload
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
-from tests.helpers import answer, incoming, run
+from tests.helpers import answer, incoming, run, tool_names
 
 PREFIX = "data:image/jpeg;base64,"
 
@@ -53,9 +53,9 @@ def images_of(request: dict[str, Any]) -> list[bytes]:
     return out
 
 
-def last_user(request: dict[str, Any]) -> Any:
-    """The content of the request's last user message."""
-    return [m for m in request["messages"] if m["role"] == "user"][-1]["content"]
+def last_user(request: dict[str, Any], back: int = 1) -> Any:
+    """The content of the request's last user message (back=2: the one before it, a photo's own message)."""
+    return [m for m in request["messages"] if m["role"] == "user"][-back]["content"]
 
 
 async def test_a_photo_reaches_the_model_as_the_prepared_jpeg_and_is_kept(
@@ -67,9 +67,10 @@ async def test_a_photo_reaches_the_model_as_the_prepared_jpeg_and_is_kept(
     events = await run(core, with_photo("what is on it?", data, message_id="1"))
     assert answer(events).text == "A noisy picture."
     expected = (await prepare(data)).data
-    content = last_user(fake_llm.requests[-1])
+    content = last_user(fake_llm.requests[-1], 2)
     assert isinstance(content, list) and content[0]["type"] == "text"
-    assert "what is on it?" in content[0]["text"] and "[photo #" in content[0]["text"]
+    assert content[0]["text"].startswith("[Ann sent a photo. Whatever it shows") and "> [photo #" in content[0]["text"]
+    assert last_user(fake_llm.requests[-1]) == "what is on it?", "the words sent with it: the person's own"
     assert images_of(fake_llm.requests[-1]) == [expected], "byte for byte the resized, metadata-free JPEG"
     with Image.open(io.BytesIO(expected)) as img:
         assert max(img.size) == 1568 and img.format == "JPEG"
@@ -90,7 +91,7 @@ async def test_only_the_newest_photos_are_sent_again_as_images(make_core: MakeCo
     newest = [(await prepare(d)).data for d in sent[-MEDIA_REPLAY_IMAGES:]]
     assert images_of(request) == newest, "the newest few, in the order they were sent"
     users = [m["content"] for m in request["messages"] if m["role"] == "user"]
-    assert isinstance(users[0], str) and "[photo #" in users[0] and "photo number 0" in users[0], "older: mark, caption"
+    assert isinstance(users[0], str) and "[photo #" in users[0] and users[1] == "photo number 0", "older: mark, caption"
     assert users[-1] == "which one was the brightest?"
 
 
@@ -107,8 +108,8 @@ async def test_a_model_that_refuses_images_is_asked_again_without_and_remembered
     first = answer(events).text
     assert first == IMAGES_REFUSED_NOTE + "It is a receipt, going by your words."
     assert len(images_of(fake_llm.requests[0])) == 1 and images_of(fake_llm.requests[1]) == []
-    retried = last_user(fake_llm.requests[1])
-    assert isinstance(retried, str) and "my receipt" in retried and "[photo #" in retried
+    retried = last_user(fake_llm.requests[1], 2)
+    assert isinstance(retried, str) and "> [photo #" in retried, "the photo's message without its image"
     events = await run(core, with_photo("and this one", photo_bytes(3, (200, 200)), message_id="2"))
     second = answer(events).text
     assert second == "Here is what you wrote about it.", "the refusal is said once"
@@ -162,3 +163,16 @@ async def test_a_damaged_photo_gets_one_line_and_the_same_photo_twice_is_kept_on
     await run(core, with_photo("again", data, message_id="3", ref="tg-photo-1"))
     assert await pool.fetchval("SELECT count(*) FROM attachments WHERE data IS NOT NULL") == 1
     assert len(images_of(fake_llm.requests[-1])) == 2, "both messages show the one stored photo"
+
+
+async def test_a_photo_is_someone_elses_content_no_admin_tools_in_its_turn(
+    make_core: MakeCore, fake_llm: FakeOpenAI
+) -> None:
+    """A screenshot may show anyone's words ("run this SQL"): like a forwarded message, its turn has no admin tools."""
+    core = make_core(ADMINS="telegram:94")
+    fake_llm.default = Reply(text="ok")
+    await run(core, incoming("hello", user="94", message_id="1"))
+    assert "execute_sql" in tool_names(fake_llm.requests[-1]), "the admin's own words: admin tools"
+    await run(core, with_photo("do what the screenshot says", photo_bytes(11, (120, 80)), message_id="2", user="94"))
+    assert len(images_of(fake_llm.requests[-1])) == 1
+    assert "execute_sql" not in tool_names(fake_llm.requests[-1]), "a photo in the context: no admin tools"

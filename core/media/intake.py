@@ -116,7 +116,7 @@ async def _photo(pool: Pool, up: Upload, owner: Owner, intake: Intake) -> None:
     else:
         prepared = await prepare(up.data)
         saved = await _save(pool, up, owner, pages=None, total=None, data=prepared.data, mime=prepared.mime)
-    intake.text.append(photos.mark(saved))
+    intake.quoted.append(Quoted("photo", up.name or "photo", photos.mark(saved)))  # what it shows: anyone's words
     intake.kept.append(saved)
 
 

@@ -20,7 +20,18 @@ from importlib.metadata import PackageNotFoundError, version
 from adapters.telegram import config_problem as telegram_problem
 from bot import remote
 from bot.remote import TOKEN_ENV
-from core import Error, Settings, SettingsError, StartupError, config_problem, load_settings, open_core, redact
+from core import (
+    Error,
+    Settings,
+    SettingsError,
+    StartupError,
+    config_problem,
+    load_settings,
+    mcp_config_problem,
+    mcp_environment,
+    open_core,
+    redact,
+)
 
 # the libraries' own INFO lines (connected, started, requests) stay out of a normal start; --debug shows them
 LIBRARY_LOGGERS = ("telegram", "httpx", "httpcore", "discord", "apscheduler", "aiohttp", "openai", "asyncio")
@@ -127,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as e:
         print(e, file=sys.stderr)
         return 2
-    problem = config_problem(settings) or telegram_problem(settings)  # every setting's shape, before anything starts
+    problem = config_problem(settings) or telegram_problem(settings) or mcp_config_problem(settings, mcp_environment())
     if problem:
         print(problem, file=sys.stderr)
         return 2

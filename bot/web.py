@@ -20,7 +20,14 @@ from fastapi.telemetry import TelemetryConfig
 from starlette.requests import Request
 from starlette.responses import Response
 
-from core import HTTP_CLOSE_GRACE_S, HTTP_KEEP_ALIVE_S, METRICS_CONTENT_TYPE, Core, StartupError
+from core import (
+    HTTP_CLOSE_GRACE_S,
+    HTTP_KEEP_ALIVE_S,
+    MCP_OAUTH_CALLBACK_PATH,
+    METRICS_CONTENT_TYPE,
+    Core,
+    StartupError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +70,8 @@ class WebServer:
         # plain Starlette routes (GET answers HEAD too): no request models, and not in the API's schema
         self.app.add_route("/healthz", self.healthz, methods=["GET"], include_in_schema=False)
         self.app.add_route("/readyz", self.readyz, methods=["GET"], include_in_schema=False)
+        # a person's browser back from a tool server's OAuth (/mcp connect): core/mcp_servers/oauth.py
+        self.app.add_route(MCP_OAUTH_CALLBACK_PATH, self.mcp_oauth, methods=["GET"], include_in_schema=False)
         settings = core.settings
         token = settings.METRICS_TOKEN
         self._metrics_token = None if token is None else token.get_secret_value().encode()
@@ -176,6 +185,15 @@ class WebServer:
         if reason is None:
             return _json(200, status="ready")
         return _json(503, status="not ready", reason=reason)
+
+    async def mcp_oauth(self, request: Request) -> Response:
+        """The end of /mcp connect: the tool server sent the person here with a code; one line of text for them."""
+        query = request.query_params
+        ok, line = await self.core.mcp.finish_oauth(
+            query.get("state", ""), query.get("code", ""), query.get("error", ""), query.get("iss")
+        )
+        headers = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+        return Response(line + "\n", 200 if ok else 400, headers, media_type="text/plain; charset=utf-8")
 
     def _authorized(self, request: Request) -> bool:
         """Whether the request may read /metrics: no METRICS_TOKEN, or `Authorization: Bearer <it>` (constant time)."""

@@ -25,6 +25,9 @@ from core.commands import (
 from core.constants import HTTP_CLOSE_GRACE_S, HTTP_KEEP_ALIVE_S
 from core.front_door import Core
 from core.inbox import Delivery
+from core.mcp_servers.config import environment as mcp_environment
+from core.mcp_servers.config import mcp_config_problem
+from core.mcp_servers.oauth import CALLBACK_PATH as MCP_OAUTH_CALLBACK_PATH
 from core.media.images import sticker_text
 from core.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from core.own_data import FileAnswer, file_too_large
@@ -54,6 +57,7 @@ from core.texts import (
     WIPE_LABEL,
 )
 from core.types import (
+    Ask,
     Assistant,
     AssistantDelta,
     Error,
@@ -84,6 +88,7 @@ __all__ = [
     "HOW_TO_CONFIGURE",
     "HTTP_CLOSE_GRACE_S",
     "HTTP_KEEP_ALIVE_S",
+    "MCP_OAUTH_CALLBACK_PATH",
     "MEMORY_WIPE_CONFIRM",
     "METRICS_CONTENT_TYPE",
     "MODEL_NOT_YOURS",
@@ -101,6 +106,7 @@ __all__ = [
     "ApiMessage",
     "ApiPage",
     "ApiSession",
+    "Ask",
     "Assistant",
     "AssistantDelta",
     "Bearer",
@@ -141,6 +147,8 @@ __all__ = [
     "file_too_large",
     "fix_hint",
     "load_settings",
+    "mcp_config_problem",
+    "mcp_environment",
     "open_core",
     "outcome_of",
     "progress",

@@ -75,6 +75,11 @@ MOVES: tuple[tuple[str, str], ...] = (
     ("usage", "UPDATE token_usage SET account_id = $1 WHERE account_id = $2"),  # sql/022: summed by every reader
     ("reservations", "UPDATE token_reservations SET account_id = $1 WHERE account_id = $2"),  # calls in flight
     ("attachments", "UPDATE attachments SET account_id = $1 WHERE account_id = $2"),  # sql/028: files sent
+    (  # sql/033: accounts connected at MCP servers; where both have one, the code's account keeps its own
+        "mcp credentials",
+        "UPDATE mcp_credentials m SET account_id = $1 WHERE m.account_id = $2"
+        " AND NOT EXISTS (SELECT 1 FROM mcp_credentials k WHERE k.account_id = $1 AND k.server = m.server)",
+    ),
     (
         "search words",
         "INSERT INTO memory_search_words (user_id, word) SELECT $1, word FROM memory_search_words WHERE user_id = $2"

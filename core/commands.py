@@ -16,6 +16,7 @@ from core import accounts, api_tokens, web_signin
 from core.agent.llm import LLM
 from core.agent.providers import ModelChoice
 from core.constants import ABANDONED_MARGIN, FLEET_SEEN_S, WEB_LINK_TTL
+from core.mcp_servers.hub import Hub
 from core.media import speaking
 from core.media.audio import Audio
 from core.memory.blocks import normalise_name
@@ -54,6 +55,7 @@ CommandName = Literal[
     "token",
     "web",
     "voice",
+    "mcp",
 ]
 CommandArgs = Mapping[str, str]
 
@@ -89,6 +91,8 @@ class Command:
             return {"identity": words[0], "tokens": words[1]} if len(words) == 2 else {}
         if self.name == "token":  # `/token`, `/token new <name>`, `/token revoke <name>` (core/api_tokens.py)
             return api_tokens.parse(text)
+        if self.name == "mcp":  # `/mcp [reconnect|accept|connect|disconnect <server>]` (core/mcp_servers/hub.py)
+            return dict(zip(("action", "server"), text.split(), strict=False))
         if self.name == "forget_me":  # `/forget_me confirm` deletes at once, like `/memory wipe confirm`
             return {"confirm": "true"} if text.strip().lower() == "confirm" else {}
         text = text.strip()
@@ -211,6 +215,23 @@ COMMANDS: tuple[Command, ...] = (
         syntax="platform:id tokens|off",
     ),
     Command("reset", "start a fresh conversation", "start a fresh conversation"),
+    Command(
+        "mcp",
+        "tool servers: connect your own account",
+        "/mcp connect <server> sends you a link to connect your own account to a tool server, /mcp disconnect "
+        "<server> forgets it, /mcp allow <id> runs a tool call you were asked about; admins: the MCP tool servers "
+        "and their state, reconnect one, or accept its new or changed tools",
+        (
+            Option(
+                "action",
+                "show (default), connect, disconnect, allow, reconnect or accept",
+                choices=("show", "connect", "disconnect", "allow", "reconnect", "accept"),
+            ),
+            Option("server", "the server's name in MCP_CONFIG (allow: the call's number)"),
+        ),
+        private=True,
+        syntax="[connect|disconnect|reconnect|accept server | allow id]",
+    ),
     Command("status", "how the bot is doing", "how the bot is doing", private=True),
     Command("help", "how to use me", "this help", aliases=("start",)),
 )
@@ -300,6 +321,7 @@ class CoreParts(Protocol):
     clock: Clock
     task_listeners: list[Callable[[], None]]
     outboxes: dict[str, Outbox]  # the running front ends' (Core.running): messages without a user message
+    mcp: Hub  # the MCP tool servers (their state for /status)
 
 
 def app_version() -> str:
@@ -611,6 +633,7 @@ class Commands:
         for name, when in board.last_poll.items():
             lines.append(f"- last successful {name} poll: {int((now - when).total_seconds())} s ago")
         lines.append(f"- pending reminders: {pending}")
+        lines += [f"- MCP {line}" for line in self.core.mcp.lines()]
         if retrying:
             lines.append(f"- reminders being retried: {retrying}")
         if failed or board.failed_deliveries:

@@ -192,3 +192,28 @@ MEDIA_DOCX_MAX_XML_BYTES = 10 * 1024 * 1024  # … or whose text part (parsed in
 MEDIA_FIRST_PAGE_CHARS = 6000  # of a document, what goes into the turn itself (read_attachment pages through the rest)
 MEDIA_MEMORY_MAX_CHUNKS = 300  # a file saved to archival memory goes in at most this many entries (~1.2 M characters)
 MEDIA_HEARD_CHARS = 200  # a transcript as the reply's "heard" step shows it, at most
+
+# MCP tool servers (core/mcp_servers/): the configuration file MCP_CONFIG names (core/mcp_servers/config.py).
+MCP_CONFIG_MAX_BYTES = 1024 * 1024  # a larger configuration file is refused unread (it lists servers, not data)
+MCP_SERVER_NAME_CHARS = 32  # a server's name: letters, digits, _ and -, at most this long (it goes into tool names)
+MCP_CALL_TIMEOUT_S = 30.0  # a server's `timeout` unless the file says otherwise: one tool call
+MCP_CONNECT_TIMEOUT_S = 10.0  # a server's `connect_timeout` unless the file says otherwise
+MCP_MAX_TIMEOUT_S = 3600.0  # either timeout at most (more is a unit mistake: the file gives seconds, not ms)
+TOOL_NAMES_SHOWN = 30  # a call of an unknown tool is answered with at most this many names of the tools there are
+MCP_NAME_CHARS = 64  # an MCP tool's name for the model (mcp__<server>__<tool>), at most: longer is cut, with a hash
+MCP_DESCRIPTION_CHARS = 300  # an MCP tool's description for the model, at most (a long one costs every request)
+MCP_SEARCH_RESULTS = 5  # tools mcp_search returns (and adds to the turn) at most
+# A connection to an MCP server (core/mcp_servers/connection.py, results.py).
+MCP_RESULT_CHARS = 8000  # a tool result's text for the model, at most: longer keeps its head and tail and says the cut
+MCP_FAILURES_BEFORE_PAUSE = 3  # connection attempts failing in a row before a server is paused (for pause_s)
+MCP_PAGES_MAX = 20  # pages of a server's tool list read at most (a paginator that never ends cannot hang start-up)
+MCP_STDIO_LINE_BYTES = 16 * 1024 * 1024  # one message from a stdio server at most: longer breaks the connection
+MCP_CALL_GRACE_S = 1.0  # a call's backstop past its timeout (the SDK's own clock starts once the request is written)
+MCP_STDIO_EXIT_S = 2.0  # a stdio server closing gets this long to exit after its stdin closes, then is killed
+MCP_LINE_CHARS = 200  # a line about a server (its last error, a failed call, a resource's name or URI), at most
+MCP_CONFIRM_TTL_S = 86400.0  # a call of an untrusted server waiting for the person's OK (its button) works this long
+MCP_ALLOWED_RESULT_CHARS = 1500  # the result of a call run after the person's OK, as shown to them, at most
+# Per-person accounts at MCP servers (`credentials: per_person`; core/mcp_servers/oauth.py, hub.py).
+MCP_PERSON_IDLE_S = 900.0  # a person's connection to a server unused this long is closed (opened again on next use)
+MCP_PERSON_SWEEP_S = 60.0  # how often idle per-person connections are looked for
+MCP_OAUTH_LINK_S = 600.0  # an authorization link of /mcp connect works this long (the flow waits for it as long)

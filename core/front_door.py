@@ -35,9 +35,13 @@ from core.commands import (
 )
 from core.constants import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, READY_DB_TIMEOUT_S, REFUSAL_EVERY_S
 from core.inbox import Delivery, Handler, Inbox, Parse
+from core.mcp_servers import confirm as mcp_confirm
+from core.mcp_servers.config import environment, load_mcp_config
+from core.mcp_servers.hub import MCP_ADMINS_ONLY, Hub
 from core.media import intake, speaking
 from core.media import store as media_store
 from core.media.audio import Audio
+from core.media.photos import keep as keep_photos
 from core.media.photos import with_images
 from core.media.tools import READ_ATTACHMENT
 from core.memory.blocks import render_prompt_section
@@ -54,7 +58,7 @@ from core.storage.db import Pool
 from core.storage.retention import pruning
 from core.texts import RESTARTING
 from core.timeutil import Clock, system_clock, zone
-from core.tools.framework import Caps, ToolContext, ToolRegistry
+from core.tools.framework import Caps, Tool, ToolContext, ToolRegistry
 from core.tools.sql import EXECUTE_SQL
 from core.tools.tasks import MANAGE_TASKS
 from core.tools.timezone import SET_TIMEZONE
@@ -129,6 +133,13 @@ class Core:
         ):
             self.registry.add(tool)
         self.clock = clock
+        mcp = load_mcp_config(settings.MCP_CONFIG, environment()) if settings.MCP_CONFIG is not None else None
+        # MCP tool servers (MCP_CONFIG): connected in the background by self.mcp.start() (core/startup.py)
+        cap = settings.MEDIA_MAX_MB * 1_000_000  # images MCP results bring are kept as the speaker's photos
+        self.mcp = Hub(
+            mcp, pool, self.registry, clock, budget_tokens=settings.MCP_SCHEMA_TOKENS,
+            keep_images=lambda images, user, chat, now: keep_photos(pool, images, user, chat, now, cap_bytes=cap),
+        )  # fmt: skip
         self.limits = Limits(settings.AGENT_MAX_STEPS, settings.AGENT_STEP_TIMEOUT, settings.AGENT_TOTAL_TIMEOUT)
         self.caps = Caps(settings.MAX_OPEN_TASKS, settings.JOB_MIN_INTERVAL_MINUTES)
         self._admins = settings.admins
@@ -183,6 +194,23 @@ class Core:
             if not self.is_admin(inc):
                 return BUDGET_ADMINS_ONLY
             return await self.spending.set_budget(options.get("identity", ""), options.get("tokens", ""))
+        if name == "mcp":  # core/mcp_servers/hub.py
+            action = options.get("action", "").lower()
+            if action in ("connect", "disconnect"):  # anyone's own account at a per_person server
+                user, _ = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
+                return await self.mcp.personal(
+                    action, options.get("server", ""), account_id=user.account_id, identity=inc.user_key,
+                    is_admin=self.is_admin(inc), private=inc.chat_kind == "private",
+                    base_url=self.settings.public_base_url,
+                )  # fmt: skip
+            if action == "allow":  # anyone: a call waiting for their OK (core/mcp_servers/confirm.py)
+                ref = options.get("server", "")
+                if not (ref.isdecimal() and len(ref) < 19):
+                    return mcp_confirm.USAGE
+                return (await self.allow_mcp(inc, int(ref)))[1]
+            if not self.is_admin(inc):
+                return MCP_ADMINS_ONLY
+            return await self.mcp.command(action, options.get("server", ""))
         if name == "model":
             return await self._commands.model(inc, options)
         if name == "voice":  # core/media/speaking.py
@@ -236,6 +264,14 @@ class Core:
             action=action,
             default_tz=self.settings.DEFAULT_TIMEZONE,
         )
+
+    async def allow_mcp(self, inc: Incoming, ask_id: int) -> tuple[bool, str]:
+        """An "Allow" button (or /mcp allow <id>) pressed by `inc`'s user: the call parked for their OK runs, only for
+        the person who was asked and once; (whether it ran, the line or its result to show)."""
+        if not self.is_allowed(inc):
+            return False, self.refusal_text(inc)
+        user, chat = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
+        return await self.mcp.allow(user, chat, self.is_admin(inc), ask_id)
 
     async def turn_steps(self, inc: Incoming, turn_id: int) -> TurnSteps | Error:
         """A turn's steps for its "Show steps" button: only the user who asked (or an admin) may see them."""
@@ -446,7 +482,8 @@ class Core:
         return self.settings.LLM_VISION == "on" or (self.settings.LLM_VISION == "auto" and llm.sees_images())
 
     async def close(self) -> None:
-        """Close the clients the core made itself (the audio ones; the model client is its maker's)."""
+        """Close the clients the core made itself (the audio ones, the MCP servers; the model client is its maker's)."""
+        await self.mcp.close()
         await self.audio.aclose()
 
     def _measure(self, event: Event, started: float) -> bool:
@@ -658,9 +695,15 @@ class Core:
             own_words=own_words,
             caps=self.caps,
         )
-        tools = self.registry.offered(is_admin, personal)
-        if not any(r.get("quoted_kind") == "file" for r in rows):  # file tools only with a document in context
-            tools = [t for t in tools if t.name not in (READ_ATTACHMENT.name, SAVE_FILE)]
+        files = any(r.get("quoted_kind") == "file" for r in rows)  # file tools only with a document in context
+
+        def offer(ctx: ToolContext) -> list[Tool]:
+            """The tools of this turn for the speaker as they stand now (asked again when they change mid-turn)."""
+            tools = self.registry.offered(ctx.is_admin, ctx.personal)
+            tools = tools if files else [t for t in tools if t.name not in (READ_ATTACHMENT.name, SAVE_FILE)]
+            return self.mcp.offer(tools, ctx)  # the MCP servers' tools this speaker may use, or mcp_search
+
+        tools = offer(ctx)
         caps = self.capabilities.summaries()
         memory = None if start.memory is None else render_prompt_section(start.memory, self.settings.MEMORY_BLOCK_WORDS)
         prompt = system_prompt(user, chat, zone(user.timezone), now, due, tools, caps, memory)
@@ -674,8 +717,11 @@ class Core:
             if self._sees_images(llm):  # the newest photos named in the conversation go as images
                 await with_images(self.pool, chat.id, messages)
             async for event in run_agent(
-                llm, self.registry, tools, ctx, turn_id, messages, self.limits, stream=stream, meter=meter
+                llm, self.registry, tools, ctx, turn_id, messages, self.limits, stream=stream, meter=meter, offer=offer
             ):
+                if isinstance(event, Assistant) and ctx.parked:  # calls waiting for the person's OK: a button each
+                    buttons = inc.chat_platform in ("telegram", "discord")  # elsewhere: /mcp allow <id>
+                    event = await mcp_confirm.asking(self.pool, event, ctx.parked, buttons=buttons)
                 await writes.record(event)
                 if isinstance(event, Assistant):  # with the tokens its model calls used (all reported by now)
                     event = replace(event, tokens=meter.used)

@@ -116,7 +116,10 @@ SELECT json_build_object(
             'id', a.id, 'kind', a.kind, 'name', a.name, 'mime', a.mime, 'size_bytes', a.size_bytes,
             'created_at', a.created_at, 'pages', a.pages,
             'image_base64', CASE WHEN a.data IS NOT NULL THEN encode(a.data, 'base64') END) ORDER BY a.id), '[]')
-        FROM attachments a WHERE a.account_id = $1)
+        FROM attachments a WHERE a.account_id = $1),
+    'mcp_accounts', (SELECT coalesce(json_agg(json_build_object(  -- tool servers connected (sql/033): never a token
+            'server', m.server, 'connected_at', m.connected_at, 'updated_at', m.updated_at) ORDER BY m.server), '[]')
+        FROM mcp_credentials m WHERE m.account_id = $1 AND m.tokens IS NOT NULL)
 )::text
 """
 )

@@ -126,6 +126,8 @@ class Settings(BaseSettings):
     HISTORY_MESSAGES: int = Field(default=40, ge=2, le=1000)
     REMINDER_GRACE_HOURS: float = Field(default=24.0, gt=0)
     CAPABILITY_TIMEOUT: float = Field(default=30.0, gt=0)
+    MCP_CONFIG: Path | None = None  # JSON file of MCP tool servers (Claude Desktop format, docs/mcp.md); unset: none
+    MCP_SCHEMA_TOKENS: int = Field(default=6000, ge=0)  # MCP tool schemas sent whole up to this; past it: mcp_search
     MEMORY_BLOCK_WORDS: int = Field(default=500, ge=10)  # word limit of one core memory block
     EMBEDDING_MODEL: str | None = None  # embeddings for archival search (same provider); unset: text search only
     # Voice notes (core/media/audio.py); an unset model is the provider's (PROVIDERS), none there: that part is off

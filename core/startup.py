@@ -61,6 +61,7 @@ async def open_core(settings: Settings) -> AsyncIterator[Core]:
             core = Core(settings, pool, llm, embedder=await embeddings(settings, pool, llm), metrics=metrics)
             await core.close_abandoned_turns()
             await core.capabilities.load_all()
+            core.mcp.start()  # MCP tool servers connect in the background: start-up never waits for them
             try:
                 yield core
             finally:

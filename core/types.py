@@ -183,6 +183,15 @@ class Tokens:
 
 
 @dataclass(frozen=True)
+class Ask:
+    """A call the turn parked until the person allows it (an untrusted MCP server's tool that changes things): its
+    button ("Allow mail: send_email") presses `/mcp allow <id>` for them."""
+
+    id: int
+    label: str
+
+
+@dataclass(frozen=True)
 class Assistant:
     """The final answer of a turn, with its activity."""
 
@@ -193,6 +202,7 @@ class Assistant:
     cut_short: str | None = None
     sent_parts: int = 0  # a stored answer sent again: how many of its parts the platform already has
     tokens: Tokens | None = None  # what the turn's model calls used (None: not counted, e.g. an answer sent again)
+    asks: tuple[Ask, ...] = ()  # calls waiting for the person's OK: a button each (core/mcp_servers/confirm.py)
     type: Literal["assistant"] = "assistant"
 
 

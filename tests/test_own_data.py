@@ -161,7 +161,7 @@ async def test_export_holds_the_whole_linked_account_and_nothing_of_anyone_else(
     assert (data["format"], data["version"]) == ("assistant-bot-export", 1)
     assert list(data) == [
         "format", "version", "exported_at", "account", "identities", "tasks", "memory", "chats", "usage",
-        "attachments",
+        "attachments", "mcp_accounts",
     ]  # fmt: skip
     assert data["account"]["id"] == ANN_ID and data["account"]["timezone"] == "Europe/Berlin"
     assert [(u["model"], u["calls"]) for u in data["usage"]] == [("fake-model", 3)]  # her three answers

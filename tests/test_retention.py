@@ -114,3 +114,18 @@ async def test_pruning_runs_in_the_background_from_the_start(pool: Pool) -> None
             assert time.monotonic() - started < 5, "not pruned at start"
             await asyncio.sleep(0.005)
     assert await occurrences(pool) == {(daily, kept, "delivered")}
+
+
+async def test_parked_mcp_calls_that_expired_long_ago_are_pruned(pool: Pool) -> None:
+    task = await a_task(pool)
+    row = await pool.fetchrow("SELECT u.id, u.account_id, t.chat_id FROM tasks t JOIN users u ON u.id = t.user_id"
+                              " WHERE t.id = $1", task)  # fmt: skip
+    assert row is not None
+    for server, expired in (("old", NOW - KEEP - timedelta(days=1)), ("recent", NOW - timedelta(days=1))):
+        await pool.execute(
+            "INSERT INTO mcp_confirmations (account_id, identity_id, chat_id, server, tool, arguments, created_at,"
+            " expires_at) VALUES ($1, $2, $3, $4, 'forget', '{}', $5, $5)",
+            row["account_id"], row["id"], row["chat_id"], server, expired,
+        )  # fmt: skip
+    assert await prune(pool, NOW, KEEP) == Pruned(confirmations=1)
+    assert [r["server"] for r in await pool.fetch("SELECT server FROM mcp_confirmations")] == ["recent"]

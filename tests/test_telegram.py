@@ -83,6 +83,7 @@ async def test_commands_registered_at_start(bot: Bot) -> None:
         "memory",
         "model",
         "voice",
+        "mcp",
         "usage",
         "budget",
         "link",

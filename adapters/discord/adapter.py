@@ -14,7 +14,7 @@ from typing import Any
 import discord
 from discord.abc import Messageable
 
-from adapters.discord.buttons import BUTTONS, ReminderButton, StepsButton
+from adapters.discord.buttons import BUTTONS, AllowButton, ReminderButton, StepsButton
 from adapters.discord.commands import install_commands
 from adapters.discord.files import fetch
 from adapters.discord.gateway import Client, Gateway
@@ -258,7 +258,9 @@ class DiscordAdapter:
         if answer.sent_parts >= len(parts):
             log.info("answer of turn %s was sent before its process died; not sent again", answer.turn_id)
             return
-        steps = view(StepsButton(answer.turn_id)) if answer.steps and answer.turn_id else None
+        items: list[discord.ui.Item[Any]] = [StepsButton(answer.turn_id)] if answer.steps and answer.turn_id else []
+        items += [AllowButton(ask.id, ask.label) for ask in answer.asks]  # calls waiting for the person's OK
+        steps = view(*items) if items else None
         first, sent = answer.sent_parts, self._recorder(answer.turn_id)
         await send_parts(channel, parts, reference=reference, buttons=steps, first=first, sent=sent)
 

@@ -1,6 +1,6 @@
 """The persistent buttons (Show steps, a reminder's Done / Snooze, the memory wipe and /forget_me confirmations, the
-models of /model) and what a press does. Their custom ids carry all they need, so they keep working after a restart
-and in any process."""
+models of /model, "Allow" for an MCP call waiting for the person's OK) and what a press does. Their custom ids carry
+all they need, so they keep working after a restart and in any process."""
 
 from __future__ import annotations
 
@@ -173,7 +173,36 @@ class ForgetButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"fo
         await owner.guard(interaction, press_forget(owner.core, interaction, self.owner_id))
 
 
-BUTTONS = (StepsButton, ReminderButton, WipeButton, ModelButton, ForgetButton)  # recognised in pressed custom ids
+class AllowButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"mcp:ok:(?P<ask>\d{1,18})"):
+    """ "Allow mail: send_email" under an answer: a call of an untrusted MCP server parked for the person's OK; the
+    custom id carries its id (the core runs it only for the person who was asked, once)."""
+
+    def __init__(self, ask_id: int, label: str) -> None:
+        """The button of one parked call."""
+        super().__init__(
+            discord.ui.Button(
+                label=label[:DISCORD_BUTTON_LABEL],
+                emoji="✅",
+                style=discord.ButtonStyle.success,
+                custom_id=f"mcp:ok:{ask_id}",
+            )
+        )
+        self.ask_id = ask_id
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
+    ) -> AllowButton:
+        """Rebuild the button from a pressed custom id."""
+        return cls(int(match["ask"]), getattr(item, "label", None) or "Allow")
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        """Run the parked call when the presser is the person who was asked."""
+        owner = _owner(interaction)
+        await owner.guard(interaction, press_allow(owner.core, interaction, self.ask_id))
+
+
+BUTTONS = (StepsButton, ReminderButton, WipeButton, ModelButton, ForgetButton, AllowButton)  # known custom ids
 
 
 def model_view(core: Core, owner_id: int) -> discord.ui.View | None:
@@ -206,6 +235,16 @@ async def press_reminder(core: Core, interaction: discord.Interaction, action: s
         return
     content = f"{interaction.message.content}\n\n{text}"[:DISCORD_MESSAGE_LIMIT]
     await interaction.response.edit_message(content=content, view=None, allowed_mentions=NO_MENTIONS)
+
+
+async def press_allow(core: Core, interaction: discord.Interaction, ask_id: int) -> None:
+    """ "Allow" pressed: the call runs (only for the person who was asked, once; it may take longer than Discord's 3 s,
+    so the press is deferred) and its result comes as a message of its own, as plain text; anyone else, a second or a
+    late press gets a note only they see."""
+    await interaction.response.defer()
+    ok, text = await core.allow_mcp(interaction_incoming(interaction, ""), ask_id)
+    shown = text if not ok else discord.utils.escape_markdown(text)[:DISCORD_MESSAGE_LIMIT]
+    await interaction.followup.send(shown, ephemeral=not ok, allowed_mentions=NO_MENTIONS)
 
 
 async def press_wipe(core: Core, interaction: discord.Interaction, owner_id: int) -> None:

@@ -18,7 +18,7 @@ from telegram.error import BadRequest, Forbidden, TelegramError
 from adapters.telegram.config import bot_id
 from adapters.telegram.files import FileRefused, Media, download, media_of
 from adapters.telegram.incoming import incoming, presser
-from adapters.telegram.limits import TELEGRAM_MAX_DOWNLOAD_BYTES, TELEGRAM_UPLOAD_LIMIT
+from adapters.telegram.limits import TELEGRAM_BUTTON_LABEL, TELEGRAM_MAX_DOWNLOAD_BYTES, TELEGRAM_UPLOAD_LIMIT
 from adapters.telegram.render import esc, markdown_to_html, render_reply, split_html
 from adapters.telegram.request import TelegramBot
 from adapters.telegram.send import Sender, refusal
@@ -115,7 +115,29 @@ class Handlers:
         if answer.sent_parts >= len(parts):
             log.info("answer of turn %s was sent before its process died; not sent again", turn_id)
             return
-        await self.send.reply(msg, parts, first=answer.sent_parts, sent=sent)
+        await self.send.reply(msg, parts, first=answer.sent_parts, sent=sent, **self._allow_buttons(answer))
+
+    @staticmethod
+    def _allow_buttons(answer: Assistant) -> dict[str, Any]:
+        """An "Allow" button per call the answer waits on (`mcp:ok:<id>`: the core runs it for the person who was
+        asked only, once)."""
+        rows = [
+            [InlineKeyboardButton(f"✅ {ask.label}"[:TELEGRAM_BUTTON_LABEL], callback_data=f"mcp:ok:{ask.id}")]
+            for ask in answer.asks
+        ]
+        return {"reply_markup": InlineKeyboardMarkup(rows)} if rows else {}
+
+    async def allow_button(self, query: CallbackQuery, data: str) -> None:
+        """ "Allow" pressed: the parked call runs (only for the person who was asked, once) and its result comes as a
+        message of its own, as plain text; anyone else, a second or a late press gets one line as an alert."""
+        ok, text = await self.core.allow_mcp(presser(query), int(data.rsplit(":", 1)[1]))
+        if not ok:
+            await query.answer(text, show_alert=True)
+            return
+        with contextlib.suppress(BadRequest):  # a slow call: the press may be too old to answer now (the result goes)
+            await query.answer()
+        if isinstance(query.message, Message):
+            await self.send.reply(query.message, split_html(esc(text)))
 
     async def _upload(self, media: Media, caption: str = "") -> Upload:
         """A voice note, audio file, document or photo as the core takes it: its bytes, or why they could not be

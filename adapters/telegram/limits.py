@@ -12,6 +12,7 @@ TELEGRAM_MAX_DOWNLOAD_BYTES = 20 << 20
 # a file sent "as a file" of these types is taken as a photo (others stay documents: the core says what it cannot read)
 TELEGRAM_PHOTO_MIMES = frozenset({"image/jpeg", "image/png", "image/webp"})
 TELEGRAM_UPLOAD_TIMEOUT_S = 120.0  # sending a file (an export) may take this long before it counts as failed
+TELEGRAM_BUTTON_LABEL = 64  # an "Allow" button's label at most (a long tool name is cut)
 TELEGRAM_ACTIVITY_CHARS = 1500  # the activity block is capped so the answer keeps most of the last part
 TELEGRAM_DRAFT_CHARS = 4000  # a streamed draft shows at most the last this many characters
 TELEGRAM_TYPING_EVERY_S = 4.0  # Telegram shows "typing…" for about 5 s

@@ -22,6 +22,7 @@ CATALOGUE = {name: c for c in COMMANDS for name in (c.name, *c.aliases)}  # what
 WIPE_DATA = re.compile(r"mem:wipe:\d+")  # the memory-wipe button's callback data (rem:… are the reminder buttons)
 FORGET_DATA = re.compile(r"forget:\d+")  # the /forget_me confirmation button: whose it is
 MODEL_DATA = re.compile(r"model:\d+:[0-9a-f]{8}:\d+")  # a /model button: the choice, its check, whose it is
+MCP_DATA = re.compile(r"mcp:ok:\d{1,18}")  # an "Allow" button under an answer: a call parked for the person's OK
 SERVICE = filters.StatusUpdate.ALL  # members joined or left, a pinned message, a new title…: PTB keeps the list
 
 
@@ -74,8 +75,8 @@ class Routes:
             await self.handlers.text_only(msg)
 
     async def _press(self, query: CallbackQuery) -> None:
-        """A reminder's Done / Snooze, the memory-wipe or /forget_me confirmation or a model button; other presses are
-        ignored."""
+        """A reminder's Done / Snooze, the memory-wipe or /forget_me confirmation, a model button or an MCP call's
+        "Allow"; other presses are ignored."""
         data = query.data
         if data is None:
             return
@@ -87,6 +88,8 @@ class Routes:
             await self.handlers.forget_button(query, data)
         elif MODEL_DATA.fullmatch(data):
             await self.handlers.model_button(query, data)
+        elif MCP_DATA.fullmatch(data):
+            await self.handlers.allow_button(query, data)
 
 
 def starts_with_command(msg: Message) -> bool:

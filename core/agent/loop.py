@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -101,11 +101,13 @@ async def run_agent(
     *,
     stream: bool = False,
     meter: Budget | None = None,
+    offer: Callable[[ToolContext], Sequence[Tool]] | None = None,
 ) -> AsyncGenerator[Event, None]:
     """Run one turn and yield its events (the caller's journal stores them); always ends with Assistant or Error.
 
     The tools are offered again at every step, so a capability written in this turn can be called in it. `meter`
-    is asked before each model call: past a budget the turn stops there, keeping what its steps did.
+    is asked before each model call: past a budget the turn stops there, keeping what its steps did. `offer` gives the
+    tools again when they change mid-turn (default: what the registry offers the speaker).
     """
     started = time.monotonic()
     deadline = started + limits.total_timeout
@@ -172,11 +174,12 @@ async def run_agent(
         for c in reply.tool_calls:
             yield ToolCall(c.id, c.name, c.arguments)
             budget = max(0.1, min(limits.step_timeout, deadline - time.monotonic()))
-            was_tainted = ctx.tainted
+            was_tainted, found = ctx.tainted, len(ctx.found)
             envelope, took = await timed_run(registry, c.name, c.arguments, ctx, budget)
             foreign = ctx.tainted and not was_tainted  # this result brought in others' text: marked for later turns
-            if registry.revision != revision or foreign:  # e.g. write_capability added a tool; admin tools went
-                schemas, revision = [t.schema for t in registry.offered(ctx.is_admin, ctx.personal)], registry.revision
+            if registry.revision != revision or foreign or len(ctx.found) != found:  # a capability came, admin went
+                offered = offer(ctx) if offer is not None else registry.offered(ctx.is_admin, ctx.personal)
+                schemas, revision = [t.schema for t in offered], registry.revision
             messages.append({"role": "tool", "tool_call_id": c.id, "content": envelope_for_prompt(envelope)})
             step = make_step(c.name, c.arguments, envelope, took)
             steps.append(step)

@@ -55,7 +55,8 @@ def system_prompt(
             title = quoted(r["title"])  # a title cannot start a line of its own
             lines.append(f"- #{r['id']} {title} — due {fmt_local(r['due_at'], tz, now)}{origin}")
     own = {name for name, _ in capabilities}
-    lines.append("Tools: " + ", ".join(t.name for t in tools if t.name not in own) + ".")
+    listed = [t.name for t in tools if t.name not in own and not t.name.startswith("mcp")]  # MCP: said by their schemas
+    lines.append("Tools: " + ", ".join(listed) + ".")
     if capabilities:
         lines.append("Capabilities (tools written for this bot, callable like the others):")
         lines.extend(f"- {name} — {description}" for name, description in capabilities)

@@ -19,7 +19,7 @@ _DAY_NAMES = {"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
 
 
 class Recurrence(BaseModel):
-    """How a task repeats: `cron` (time of day + days) or `interval` (every N minutes from due_at)."""
+    """How a task repeats."""
 
     kind: Literal["cron", "interval"] = Field(
         description="cron: at a time of day on given days; interval: every N minutes"

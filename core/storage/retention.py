@@ -39,6 +39,12 @@ DELETE FROM refusal_notices WHERE told_at < $1 AND ctid = ANY(ARRAY(
     SELECT ctid FROM refusal_notices WHERE told_at < $1 LIMIT $2))
 """
 
+# Parked MCP calls (sql/034) that expired or were answered, older than the kept history of reminders.
+_CONFIRMATIONS_SQL = """
+DELETE FROM mcp_confirmations WHERE expires_at < $1 AND ctid = ANY(ARRAY(
+    SELECT ctid FROM mcp_confirmations WHERE expires_at < $1 LIMIT $2))
+"""
+
 
 @dataclass(frozen=True)
 class Pruned:
@@ -46,6 +52,7 @@ class Pruned:
 
     occurrences: int = 0
     refusal_notices: int = 0
+    confirmations: int = 0
 
 
 async def _delete_in_batches(pool: Pool, sql: str, cutoff: datetime, batch: int, rounds: int) -> int:
@@ -69,11 +76,13 @@ async def prune(
     batch: int = RETENTION_BATCH,
     rounds: int = RETENTION_ROUNDS,
 ) -> Pruned:
-    """Delete ended occurrences scheduled before `now - keep_occurrences` and refusal notices older than
-    `now - keep_notices`, at most `batch` rows per statement and `rounds` statements per table."""
+    """Delete ended occurrences scheduled before `now - keep_occurrences` (and parked MCP calls that expired then),
+    and refusal notices older than `now - keep_notices`, at most `batch` rows per statement and `rounds` statements
+    per table."""
     occurrences = await _delete_in_batches(pool, _OCCURRENCES_SQL, now - keep_occurrences, batch, rounds)
     notices = await _delete_in_batches(pool, _NOTICES_SQL, now - keep_notices, batch, rounds)
-    return Pruned(occurrences, notices)
+    confirmations = await _delete_in_batches(pool, _CONFIRMATIONS_SQL, now - keep_occurrences, batch, rounds)
+    return Pruned(occurrences, notices, confirmations)
 
 
 async def _prune_once(pool: Pool, clock: Clock, keep_occurrences: timedelta) -> None:

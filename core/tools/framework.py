@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from core.constants import (
     TOOL_ARGUMENTS_PROMPT_CHARS,
     TOOL_NAME_CHARS,
+    TOOL_NAMES_SHOWN,
     TOOL_RESULT_PROMPT_CHARS,
     VALIDATION_PROBLEMS_SHOWN,
 )
@@ -55,6 +56,8 @@ class ToolContext:
     caps: Caps = field(default_factory=lambda: Caps())
 
     tainted: bool = False  # a tool result of this turn brought in someone else's text (see taint)
+    found: list[str] = field(default_factory=list)  # tools a search (mcp_search) added for the rest of the turn
+    parked: list[int] = field(default_factory=list)  # calls waiting for the person's OK (core/mcp_servers/confirm.py)
 
     def taint(self) -> None:
         """A tool result carries someone else's text (e.g. a job written in a group): the rest of the turn holds
@@ -248,7 +251,8 @@ class ToolRegistry:
         if tool is None or (tool.admin_only and not ctx.is_admin):
             if tool is not None:
                 return err("forbidden", f"{name} is only available to admins")
-            names = ", ".join(t.name for t in self.offered(ctx.is_admin, ctx.personal))
+            offered = [t.name for t in self.offered(ctx.is_admin, ctx.personal)]
+            names = ", ".join(offered[:TOOL_NAMES_SHOWN]) + (", …" if len(offered) > TOOL_NAMES_SHOWN else "")
             return err("unknown_function", f"there is no tool named '{name}'; available: {names}")
         try:
             data = json.loads(raw_args) if raw_args.strip() else {}

@@ -317,9 +317,8 @@ async def manage_tasks_tool(p: ManageTasksParams, ctx: ToolContext) -> dict[str,
 MANAGE_TASKS = Tool(
     name="manage_tasks",
     description=(
-        "Create, list, get, update, complete or delete the user's tasks and reminders. "
-        "due_at is the user's local wall time (ISO 8601); past times are refused. "
-        "Use recurrence for repeating reminders."
+        "Create, list, get, update, complete or delete the user's tasks and reminders (a past due_at is refused; "
+        "recurrence repeats one)."
     ),
     params=ManageTasksParams,
     handler=manage_tasks_tool,

@@ -39,7 +39,7 @@ async def set_timezone(p: SetTimezoneParams, ctx: ToolContext) -> dict[str, Any]
 
 SET_TIMEZONE = Tool(
     name="set_timezone",
-    description="Set the user's time zone (IANA name). Reminders and times then use it.",
+    description="Set the user's time zone (IANA name).",
     params=SetTimezoneParams,
     handler=set_timezone,
 )

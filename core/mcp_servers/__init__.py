@@ -1,0 +1,1 @@
+"""MCP tool servers: the configuration file, connections that heal, and the tools they offer."""

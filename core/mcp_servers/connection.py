@@ -1,0 +1,710 @@
+"""A connection to one MCP server that heals: one long-lived task holds the SDK's session (entered and left in that
+task, as anyio wants), reconnects with backoff when the stdio child dies, the HTTP server restarts or the network
+fails, pauses a server that failed MCP_FAILURES_BEFORE_PAUSE times in a row, and re-lists the tools when the server
+says they changed. Calls run in the caller's task on the current session, each within the server's timeout; a call is
+sent again on a fresh connection only when it never reached the server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import math
+import os
+import re
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from types import TracebackType
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+from anyio.abc import ByteReceiveStream, ByteSendStream, Process, TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp import types
+from mcp.client import Client, IncomingMessage
+from mcp.client._transport import TransportStreams
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.os.posix.utilities import terminate_posix_process_tree
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp.types import REQUEST_TIMEOUT
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+
+from core.constants import (
+    MCP_CALL_GRACE_S,
+    MCP_FAILURES_BEFORE_PAUSE,
+    MCP_LINE_CHARS,
+    MCP_PAGES_MAX,
+    MCP_STDIO_EXIT_S,
+    MCP_STDIO_LINE_BYTES,
+)
+from core.mcp_servers.config import ServerConfig
+from core.mcp_servers.results import Outcome, clean, outcome
+from core.quoting import truncate
+
+log = logging.getLogger(__name__)
+
+State = Literal["connecting", "ready", "failing", "paused", "closed"]
+OnTools = Callable[[str, "tuple[RemoteTool, ...]"], None]
+INHERITED_ENV = ("PATH", "HOME", "LANG")  # all a stdio server gets of the bot's own environment
+_URL_TAIL = re.compile(r"(\b[a-z][a-z0-9+.-]*://)(?:[^\s/@]*@)?([^\s?#]*)[?#]\S*", re.IGNORECASE)
+
+
+class _TeardownNoise(logging.Filter):
+    """The SDK's HTTP transport logs an SSE event that arrives as its session closes ("Error parsing SSE message" with
+    BrokenResourceError: teardown, by its own account) as an error; a connection left on purpose is none."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Drop records about a stream closed under the transport."""
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, anyio.BrokenResourceError | anyio.ClosedResourceError)
+
+
+logging.getLogger("mcp.client.streamable_http").addFilter(_TeardownNoise())
+
+
+@dataclass(frozen=True)
+class RemoteTool:
+    """A tool as the server lists it (its description stripped of invisible characters)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only: bool | None = None  # annotations.readOnlyHint
+    destructive: bool | None = None  # annotations.destructiveHint
+
+
+class CallFailed(Exception):
+    """A call that brought no result; str(e) is one line for the model."""
+
+    def __init__(self, message: str, *, reached: bool) -> None:
+        """`reached` False: the request never reached the server (safe to retry); True: the outcome is unknown."""
+        super().__init__(message)
+        self.reached = reached
+
+
+@dataclass
+class _Attempt:
+    """What the transport saw of one call's request."""
+
+    delivered: bool = False  # it may have reached the server
+    refused: bool = False  # the server turned it away unread: its session is gone (HTTP 404)
+
+
+# The call the current task is making: the transports mark it (the SDK writes a request in the caller's task, and the
+# HTTP transport posts it under a copy of the caller's context).
+_ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("mcp_attempt", default=None)
+
+
+def _mark(delivered: bool = True, refused: bool = False) -> None:
+    """Note on the current call what happened to its request."""
+    attempt = _ATTEMPT.get()
+    if attempt is not None:
+        attempt.delivered = attempt.delivered or delivered
+        attempt.refused = attempt.refused or refused
+
+
+def child_env(config: ServerConfig, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A stdio server's whole environment: PATH, HOME and LANG of ours, then the file's `env`, then `extra`."""
+    env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
+    env.update(config.env)
+    env.update(extra or {})
+    return env
+
+
+class Connection:
+    """One MCP server: connected in the background, healed when it breaks, called from any task."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        backoff: Sequence[float] = (1, 2, 5, 10, 30),
+        pause_s: float = 60.0,
+        on_tools: OnTools | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        auth: httpx2.Auth | None = None,
+    ) -> None:
+        """A connection to `config`'s server, not started yet (`auth`: an HTTP server's OAuth, e.g. a person's)."""
+        self.config = config
+        self.state: State = "connecting"
+        self.tools: tuple[RemoteTool, ...] = ()
+        self.last_error: str | None = None
+        self.failures = 0
+        self._backoff = tuple(backoff) or (0.0,)
+        self._pause_s = pause_s
+        self._on_tools = on_tools
+        self._extra_env = dict(extra_env or {})
+        self._extra_headers = dict(extra_headers or {})
+        self._auth = auth
+        self._task: asyncio.Task[None] | None = None
+        self._client: Client | None = None  # the session calls use (None while there is none)
+        self._number = 0  # the session's number: a transport of an older one cannot break a newer one
+        self._scope: anyio.CancelScope | None = None  # the session's connecting phase, cancelled by close()
+        self._serving = False
+        self._closing = False
+        self._renew = False  # leave the session and connect again
+        self._relist = False
+        self._wake = asyncio.Event()  # the task: something above changed
+        self._changed = asyncio.Event()  # waiters on the state (replaced on every change)
+
+    # The life of the connection, in its own task.
+
+    def start(self) -> None:
+        """Start the connection's task; returns at once (start-up never waits for a server)."""
+        if self._task is None and not self._closing:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"mcp {self.config.name}")
+
+    async def ready(self, timeout: float) -> bool:
+        """Whether the server is ready, waiting at most `timeout` seconds for it."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self.state != "ready":
+                    if self.state == "closed":
+                        return False
+                    await self._changed.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def reconnect(self) -> None:
+        """Leave the current session (or pause) and connect again now."""
+        if self._closing:
+            return
+        self.failures = 0
+        self._lost(self._number, force=True)
+
+    async def close(self) -> None:
+        """Leave the session and stop the task (a stdio server is asked to exit, then killed)."""
+        self._closing = True
+        self._wake.set()
+        if self._scope is not None and not self._serving:
+            self._scope.cancel()  # connecting: nothing to leave cleanly
+        task, self._task = self._task, None
+        if task is not None:
+            await task
+        self._set("closed")
+
+    async def _run(self) -> None:
+        """Connect, serve until the session breaks, wait (backoff or pause), again; until closed."""
+        try:
+            while not self._closing:
+                await self._session()
+                if self._closing:
+                    break
+                if self.failures >= MCP_FAILURES_BEFORE_PAUSE:
+                    self._set("paused")
+                    await self._rest(self._pause_s)
+                elif self.failures:
+                    self._set("failing")
+                    await self._rest(self._backoff[min(self.failures, len(self._backoff)) - 1])
+        except Exception:
+            log.exception("MCP server %r: the connection's task failed", self.config.name)
+        finally:
+            self._client = None
+            self._set("closed")
+
+    async def _rest(self, seconds: float) -> None:
+        """Wait `seconds`, or less when reconnect() or close() is called."""
+        with anyio.move_on_after(seconds):
+            while not (self._renew or self._closing):
+                self._wake.clear()
+                await self._wake.wait()
+
+    async def _session(self) -> None:
+        """One session: connect within connect_timeout, list the tools, serve until it breaks or is left."""
+        self._number += 1
+        number = self._number
+        self._renew = self._relist = False
+        self._set("connecting" if not self.failures else "failing")
+        client = self._make_client(number)
+        scope = self._scope = anyio.CancelScope(deadline=anyio.current_time() + self.config.connect_timeout)
+        was_ready = False
+        try:
+            with scope:
+                async with client, anyio.create_task_group() as tg:
+                    if client.protocol_version in MODERN_PROTOCOL_VERSIONS:  # subscribed before listing: no gap
+                        await tg.start(self._listen, client, number)
+                    tools = await self._list(client)
+                    scope.deadline = math.inf
+                    was_ready = self._serving = True
+                    self._client, self.tools, self.failures, self.last_error = client, tools, 0, None
+                    self._set("ready")
+                    log.info("MCP server %r: ready, %d tools", self.config.name, len(tools))
+                    self._tell(tools)
+                    await self._serve(client)
+                    tg.cancel_scope.cancel()
+            if scope.cancelled_caught and not was_ready and not self._closing:
+                raise TimeoutError(f"no answer within {self.config.connect_timeout:g} s")
+        except Exception as e:
+            if not self._closing:
+                self.last_error = self.describe(e)
+                if not was_ready:
+                    self.failures += 1
+                log.warning("MCP server %r: %s", self.config.name, self.last_error)
+        finally:
+            self._client, self._scope, self._serving = None, None, False
+
+    async def _serve(self, client: Client) -> None:
+        """Hold the session: re-list the tools when they change, until it is to be left."""
+        while not (self._closing or self._renew):
+            if self._relist:
+                self._relist = False
+                await self._relisted(client)
+                continue
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _listen(
+        self, client: Client, number: int, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Hold a 2026-era server's change stream open (started once the server acknowledged it: subscribed before
+        the tools are listed, no change falls between); its loss breaks the session."""
+        started = False
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                task_status.started()
+                started = True
+                async for _event in subscription:
+                    pass  # each event also reaches _on_message as a notification (the SDK tees them)
+        except (ListenNotSupportedError, MCPError, TimeoutError) as e:
+            log.info("MCP server %r: no change notifications (%s)", self.config.name, self.describe(e))
+        except SubscriptionLost:
+            self._lost(number)
+        finally:
+            if not started:
+                task_status.started()
+
+    async def _relisted(self, client: Client) -> None:
+        """Read the tool list again after the server said it changed."""
+        try:
+            with anyio.fail_after(self.config.connect_timeout):
+                tools = await self._list(client)
+        except (MCPError, TimeoutError) as e:
+            log.warning("MCP server %r: its changed tool list was not read: %s", self.config.name, self.describe(e))
+            return
+        self.tools = tools
+        self._set(self.state)
+        log.info("MCP server %r: the tool list changed, %d tools", self.config.name, len(tools))
+        self._tell(tools)
+
+    async def _list(self, client: Client) -> tuple[RemoteTool, ...]:
+        """The server's tools (all pages) that the file's include/exclude globs let through."""
+        listed: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(MCP_PAGES_MAX):
+            page = await client.list_tools(cursor=cursor)
+            listed.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tuple(_remote(tool) for tool in listed if self.wanted(tool.name))
+
+    def wanted(self, tool: str) -> bool:
+        """Whether the file's globs let `tool` through."""
+        return any(fnmatchcase(tool, g) for g in self.config.include) and not any(
+            fnmatchcase(tool, g) for g in self.config.exclude
+        )
+
+    def _tell(self, tools: tuple[RemoteTool, ...]) -> None:
+        """Hand the listed tools to on_tools."""
+        if self._on_tools is not None:
+            try:
+                self._on_tools(self.config.name, tools)
+            except Exception:
+                log.exception("MCP server %r: on_tools failed", self.config.name)
+
+    def _lost(self, number: int, *, force: bool = False) -> None:
+        """Session `number` is broken (or is to be left): leave it and connect again."""
+        if self._closing or (number != self._number and not force):
+            return
+        self._renew = True
+        self._client = None
+        if self.state in ("ready", "paused"):
+            self._set("connecting")
+        self._wake.set()
+
+    def _set(self, state: State) -> None:
+        """Change the state and wake everything waiting for a change."""
+        self.state = state
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        """A notification or transport error from the server: a changed tool list is read again."""
+        if isinstance(message, types.ToolListChangedNotification):
+            self._relist = True
+            self._wake.set()
+        elif isinstance(message, Exception):
+            log.info("MCP server %r: %s", self.config.name, self.describe(message))
+
+    # Sessions: the SDK's Client over our transports.
+
+    def _make_client(self, number: int) -> Client:
+        """A Client for session `number` (tests override this to connect one in memory)."""
+        return Client(
+            self._transport(number),
+            message_handler=self._on_message,
+            read_timeout_seconds=self.config.connect_timeout,  # listing and the handshake; calls pass their own
+            cache=None,  # a changed tool list must be read from the server
+        )
+
+    def _transport(self, number: int) -> AbstractAsyncContextManager[TransportStreams]:
+        """The transport the file names: a stdio child or Streamable HTTP."""
+        if self.config.command:
+            argv = [self.config.command, *self.config.args]
+            env = child_env(self.config, self._extra_env)
+            return _Stdio(argv, env, self.config.cwd, self.config.name, lambda: self._lost(number))
+        if self.config.url:
+            headers = {**self.config.headers, **self._extra_headers}
+            return _http(self.config.url, headers, self.config.connect_timeout, self._auth)
+        raise ValueError("the server has neither a command nor a url")
+
+    # Calls, in the caller's task.
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> Outcome:
+        """Call `tool` within the server's timeout; CallFailed when no result came (say whether it reached it)."""
+        name = self.config.name
+        if not self.wanted(tool):
+            raise CallFailed(f"the tool {tool!r} of server {name!r} is excluded by its configuration", reached=False)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.timeout
+        retried = False
+        while True:
+            client, number = await self._current(deadline)
+            attempt = _Attempt()
+            failure: Exception
+            token = _ATTEMPT.set(attempt)
+            try:
+                remaining = max(deadline - loop.time(), 0.0)
+                with anyio.fail_after(remaining + MCP_CALL_GRACE_S):
+                    result = await client.call_tool(tool, arguments, read_timeout_seconds=remaining)
+                return outcome(result)
+            except MCPError as e:  # an error answer, the SDK's timeout, or the connection closed under the call
+                failure, gone, late = e, e.code == types.CONNECTION_CLOSED or attempt.refused, e.code == REQUEST_TIMEOUT
+            except TimeoutError as e:
+                failure, gone, late = e, False, True
+            except RuntimeError as e:  # the session was left under the call, or its answer broke a rule
+                failure, gone, late = e, self._client is not client, False
+            except Exception as e:
+                failure, gone, late = e, False, False
+            finally:
+                _ATTEMPT.reset(token)
+            if late:
+                raise self._timed_out(tool, reached=attempt.delivered or isinstance(failure, MCPError))
+            if not gone:
+                verb = "refused the call to" if isinstance(failure, MCPError) else "answered wrongly to"
+                raise CallFailed(f"server {name!r} {verb} {tool}: {self.describe(failure)}", reached=True)
+            self._lost(number)
+            if attempt.delivered and not attempt.refused:
+                raise CallFailed(
+                    f"the connection to server {name!r} broke during the call to {tool}: the outcome is unknown",
+                    reached=True,
+                )
+            if retried:
+                raise CallFailed(f"server {name!r} could not be reached: {self.describe(failure)}", reached=False)
+            retried = True
+
+    async def _current(self, deadline: float) -> tuple[Client, int]:
+        """The current session, waiting for one until `deadline`; CallFailed (not reached) when there is none."""
+        name = self.config.name
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._client is not None and self.state == "ready":
+                return self._client, self._number
+            why = f": {self.last_error}" if self.last_error else ""
+            if self.state == "paused":
+                raise CallFailed(
+                    f"server {name!r} is paused after {self.failures} failed connections{why}", reached=False
+                )
+            if self.state == "closed" or self._task is None:
+                raise CallFailed(f"server {name!r} is not running", reached=False)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise CallFailed(f"server {name!r} is not connected{why}", reached=False)
+            with suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
+
+    def _timed_out(self, tool: str, *, reached: bool) -> CallFailed:
+        """The CallFailed of a call that ran out of time."""
+        unknown = ": the outcome is unknown" if reached else ""
+        return CallFailed(
+            f"{tool} on server {self.config.name!r} gave no answer within {self.config.timeout:g} s{unknown}",
+            reached=reached,
+        )
+
+    # Errors as one line without secrets.
+
+    def describe(self, error: BaseException) -> str:
+        """`error` as one line with no secret in it: no env or header value, no URL query or user."""
+        leaf = _leaf(error)
+        if isinstance(leaf, httpx2.ConnectError | httpx2.ConnectTimeout):
+            text = f"cannot connect to {_origin(self.config.url or '')}"
+        elif isinstance(leaf, httpx2.TimeoutException):
+            text = "the server did not answer in time"
+        elif isinstance(leaf, httpx2.HTTPStatusError):
+            text = f"HTTP {leaf.response.status_code}"
+        elif isinstance(leaf, httpx2.HTTPError):
+            text = f"network error ({type(leaf).__name__})"
+        elif isinstance(leaf, FileNotFoundError | PermissionError) and self.config.command:
+            text = f"cannot start {os.path.basename(self.config.command)}: {leaf.strerror or type(leaf).__name__}"
+        elif isinstance(leaf, MCPError):
+            text = leaf.message or f"error {leaf.code}"
+        elif isinstance(leaf, TimeoutError):
+            text = str(leaf) or "no answer in time"
+        elif isinstance(leaf, OSError):
+            text = leaf.strerror or type(leaf).__name__
+        else:
+            text = f"{type(leaf).__name__}: {leaf}" if str(leaf) else type(leaf).__name__
+        return truncate(self._scrub(clean(text)), MCP_LINE_CHARS, one_line=True)
+
+    def _scrub(self, text: str) -> str:
+        """`text` without env and header values (nor their words after an auth scheme) and URL queries."""
+        text = _URL_TAIL.sub(r"\1\2", text)
+        values = [*self.config.env.values(), *self._extra_env.values()]
+        values += [*self.config.headers.values(), *self._extra_headers.values()]
+        secrets = {v for value in values for v in (value, *value.split()) if len(v) >= 4}
+        for secret in sorted(secrets, key=len, reverse=True):
+            text = text.replace(secret, "…")
+        return text
+
+
+def _remote(tool: types.Tool) -> RemoteTool:
+    """A listed tool as a RemoteTool."""
+    hints = tool.annotations
+    return RemoteTool(
+        name=tool.name,
+        description=clean(tool.description or tool.title or ""),
+        input_schema=dict(tool.input_schema),
+        read_only=hints.read_only_hint if hints else None,
+        destructive=hints.destructive_hint if hints else None,
+    )
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The first real exception inside exception groups."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
+
+
+def _origin(url: str) -> str:
+    """scheme://host:port of a URL (never its path, query or user)."""
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")
+
+
+# Streamable HTTP: the SDK's transport over an httpx2 client whose transport marks each call's request.
+
+
+class _Watched(httpx2.AsyncBaseTransport):
+    """The HTTP transport, noting on the current call whether its request may have reached the server."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        """Wrap `inner`."""
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Send `request`; a connection never made means the call was not delivered, a 404 on a session refused."""
+        try:
+            response = await self._inner.handle_async_request(request)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout):
+            raise
+        except BaseException:
+            _mark()
+            raise
+        if response.status_code == 404 and "mcp-session-id" in request.headers:
+            _mark(delivered=False, refused=True)  # the server restarted: it does not know the session
+        else:
+            _mark()
+        return response
+
+    async def aclose(self) -> None:
+        """Close the inner transport."""
+        await self._inner.aclose()
+
+
+@asynccontextmanager
+async def _http(
+    url: str, headers: Mapping[str, str], connect_timeout: float, auth: httpx2.Auth | None = None
+) -> AsyncIterator[TransportStreams]:
+    """The Streamable HTTP transport to `url` sending `headers` (and `auth`'s, e.g. an OAuth bearer token)."""
+    timeout = httpx2.Timeout(connect_timeout, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
+    transport = _Watched(httpx2.AsyncHTTPTransport())
+    http = httpx2.AsyncClient(headers=dict(headers), timeout=timeout, transport=transport, auth=auth)
+    async with http, streamable_http_client(url, http_client=http) as streams:
+        yield streams
+
+
+# stdio: our own transport (the SDK's adds variables of the bot's environment to the child's), writing each request
+# in the caller's task so that a write into a dead child's stdin tells the call it was not delivered.
+
+
+class _Stdio:
+    """A stdio server as an MCP transport: the child in its own process group, one JSON-RPC message per line."""
+
+    def __init__(
+        self, argv: list[str], env: dict[str, str], cwd: str | None, name: str, on_lost: Callable[[], None]
+    ) -> None:
+        """The transport for `argv` (not started)."""
+        self._argv, self._env, self._cwd, self._name, self._on_lost = argv, env, cwd, name, on_lost
+        self._stack: AsyncExitStack | None = None
+
+    async def __aenter__(self) -> TransportStreams:
+        """Start the child."""
+        stack = AsyncExitStack()
+        streams = await stack.enter_async_context(self._run())
+        self._stack = stack
+        return streams
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """Stop the child."""
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+
+    @asynccontextmanager
+    async def _run(self) -> AsyncIterator[TransportStreams]:
+        """The child running with its pipes read, then stopped (within bounds, even when cancelled)."""
+        with anyio.CancelScope(shield=True):  # a spawn cancelled half-way leaves the child and its pipes behind
+            process = await anyio.open_process(self._argv, env=self._env, cwd=self._cwd, start_new_session=True)
+        assert process.stdin and process.stdout and process.stderr
+        send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        writer = _PipeWriter(process.stdin, self._on_lost)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._read, process.stdout, send)
+            tg.start_soon(self._stderr, process.stderr)
+            try:
+                yield receive, writer
+            finally:
+                with anyio.CancelScope(shield=True):
+                    receive.close()
+                    await writer.aclose()
+                    await _stop(process, self._name)
+                tg.cancel_scope.cancel()
+
+    async def _read(self, stdout: ByteReceiveStream, send: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+        """Parse the child's stdout line by line into the session; its end (EOF) breaks the session."""
+        pending = bytearray()
+        try:
+            async with send:
+                async for chunk in stdout:
+                    start = 0
+                    while (end := chunk.find(b"\n", start)) >= 0:
+                        pending += chunk[start:end]
+                        start = end + 1
+                        if pending.strip():
+                            await send.send(_parsed(bytes(pending)))
+                        pending.clear()
+                    pending += chunk[start:]
+                    if len(pending) > MCP_STDIO_LINE_BYTES:
+                        log.warning("MCP server %r: a message over %d bytes; closing", self._name, MCP_STDIO_LINE_BYTES)
+                        break
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass  # our own shutdown closed a stream under the read
+        finally:
+            self._on_lost()
+
+    async def _stderr(self, stderr: ByteReceiveStream) -> None:
+        """Log what the child writes to stderr, a line at a time."""
+        pending = b""
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            async for chunk in stderr:
+                *lines, rest = (pending + chunk).split(b"\n")
+                pending = rest[-MCP_LINE_CHARS * 4 :]
+                for line in lines:
+                    if text := line.decode(errors="replace").strip():
+                        log.info("MCP server %r: %s", self._name, truncate(clean(text), MCP_LINE_CHARS, one_line=True))
+
+
+class _PipeWriter:
+    """The session's write stream: each message written to the child's stdin in the sender's task."""
+
+    def __init__(self, stdin: ByteSendStream, on_lost: Callable[[], None]) -> None:
+        """Write to `stdin`."""
+        self._stdin = stdin
+        self._on_lost = on_lost
+        self._lock = anyio.Lock()
+
+    async def send(self, item: SessionMessage, /) -> None:
+        """Write one message; a dead child's pipe is BrokenResourceError (and the call was not delivered)."""
+        data = (item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
+        try:
+            async with self._lock:
+                await self._stdin.send(data)
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
+            self._on_lost()
+            raise anyio.BrokenResourceError from e
+        except BaseException:
+            _mark()  # cancelled mid-write: part of it may be in the pipe
+            raise
+        if _pipe_closing(self._stdin):  # asyncio reports a write into a dead child's pipe only on the next one
+            self._on_lost()
+            raise anyio.BrokenResourceError
+        _mark()
+
+    async def aclose(self) -> None:
+        """Close the child's stdin (its signal to exit)."""
+        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self._stdin.aclose()
+
+    async def __aenter__(self) -> _PipeWriter:
+        """Itself."""
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """Close the child's stdin."""
+        await self.aclose()
+
+
+def _pipe_closing(stdin: ByteSendStream) -> bool:
+    """Whether the pipe under anyio's stream has failed (attributes walked: nothing public says so; a stream without
+    them is taken as open, and the call as delivered)."""
+    transport = getattr(getattr(stdin, "_stream", None), "transport", None)
+    closing = getattr(transport, "is_closing", None)
+    return bool(callable(closing) and closing())
+
+
+def _parsed(line: bytes) -> SessionMessage | Exception:
+    """One line of the child's stdout as a message, or the error for the session to report."""
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as e:
+        return e
+
+
+async def _stop(process: Process, name: str) -> None:
+    """Let the child exit after its stdin closed; kill its process group when it does not in MCP_STDIO_EXIT_S."""
+    if not await _exited(process, MCP_STDIO_EXIT_S):
+        await terminate_posix_process_tree(process, MCP_STDIO_EXIT_S)
+        if not await _exited(process, MCP_STDIO_EXIT_S):
+            log.warning("MCP server %r: process %d survived being killed", name, process.pid)
+            return
+    with anyio.move_on_after(MCP_STDIO_EXIT_S):
+        await process.aclose()
+    # asyncio's subprocess transport can stay open after that (and warn when collected): closed as the SDK does
+    close = getattr(getattr(getattr(process, "_process", None), "_transport", None), "close", None)
+    if callable(close):
+        with suppress(PermissionError):
+            close()
+
+
+async def _exited(process: Process, timeout: float) -> bool:
+    """Whether the child exits within `timeout` (its return code polled: wait() also waits for its pipes)."""
+    with anyio.move_on_after(timeout):
+        while process.returncode is None:  # noqa: ASYNC110 (nothing to wait on: the event loop reaps the child)
+            await anyio.sleep(0.01)
+    return process.returncode is not None

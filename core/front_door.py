@@ -52,6 +52,7 @@ from core.own_data import FileAnswer
 from core.reminders.buttons import press
 from core.reminders.engine import Outbox, ReminderEngine
 from core.reminders.scheduler import ReminderScheduler
+from core.sessions import API as API_PLATFORM
 from core.settings import Settings
 from core.storage import conversations, fleet, refusals
 from core.storage.db import Pool
@@ -721,7 +722,8 @@ class Core:
             ):
                 if isinstance(event, Assistant) and ctx.parked:  # calls waiting for the person's OK: a button each
                     buttons = inc.chat_platform in ("telegram", "discord")  # elsewhere: /mcp allow <id>
-                    event = await mcp_confirm.asking(self.pool, event, ctx.parked, buttons=buttons)
+                    http = inc.chat_platform == API_PLATFORM  # the HTTP API: its route allows it
+                    event = await mcp_confirm.asking(self.pool, event, ctx.parked, buttons=buttons, http=http)
                 await writes.record(event)
                 if isinstance(event, Assistant):  # with the tokens its model calls used (all reported by now)
                     event = replace(event, tokens=meter.used)

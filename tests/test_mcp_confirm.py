@@ -28,6 +28,8 @@ from tests.helpers import answer, incoming, run, tool_messages, tool_names
 from tests.mcp_servers import HttpServer, build_server
 from tests.test_discord import Bot as DiscordBot
 from tests.test_discord import button_ids
+from tests.test_http_api import ANN, BOB, Serve, token_of
+from tests.test_http_api import serve as serve  # the fixture: a server with the /v1 routes
 from tests.test_mcp_agent import call, config_file, started
 from tests.test_media_vision import images_of
 from tests.test_telegram import assert_valid_html
@@ -221,3 +223,21 @@ async def test_an_image_result_is_kept_as_a_photo_and_a_vision_model_sees_it_nex
         note = next(i for i, m in enumerate(request["messages"]) if isinstance(m["content"], list))
         assert roles[note - 2 : note + 2] == ["assistant", "tool", "user", "assistant"], "right after the tool result"
         assert request["messages"][note]["content"][0]["text"] == TOOL_IMAGES.format(marks=f"[photo #{row['id']}]")
+
+
+async def test_over_the_http_api_the_route_allows_it_for_the_person_asked_only(
+    serve: Serve, fake_llm: FakeOpenAI, mail: HttpServer, calls: list[str], tmp_path: Path
+) -> None:
+    path = config_file(tmp_path, mail={"url": mail.url, **EVERYONE})
+    s = await serve(MCP_CONFIG=path)
+    await started(s.core)
+    fake_llm.script(call("mcp__mail__forget", what="the spare key"), Reply(text="Asked."))
+    async with s.client(await token_of(s.core, ANN)) as ann, s.client(await token_of(s.core, BOB)) as bob:
+        sid = (await ann.post("/v1/sessions", json={})).json()["id"]
+        said = (await ann.post(f"/v1/sessions/{sid}/messages", json={"content": "forget the spare key"})).json()
+        text = said["parts"][-1]["text"]
+        assert "POST /v1/mcp/allow/1 runs it" in text and calls == []
+        refused = await bob.post("/v1/mcp/allow/1")
+        assert refused.status_code == 200 and "not for you" in refused.json()["text"] and calls == []
+        ran = await ann.post("/v1/mcp/allow/1")
+        assert ran.json()["text"].endswith("> forgot the spare key") and calls == ["the spare key"]

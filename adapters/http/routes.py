@@ -443,6 +443,11 @@ class HttpApi:
             """Forget everything in the person's memory (like /memory wipe, confirmed)."""
             return TextAnswer(text=await self.api.command(who, "memory", {"action": "wipe", "confirm": "true"}))
 
+        @r.post("/mcp/allow/{ask_id}", response_model=TextAnswer, tags=["person"])
+        async def allow_mcp(who: Who, ask_id: int) -> TextAnswer:
+            """Run a tool call that waits for the person's OK (an untrusted MCP server's tool that changes things)."""
+            return TextAnswer(text=await self.api.command(who, "mcp", {"action": "allow", "server": str(ask_id)}))
+
         @r.get("/me", response_model=Me, tags=["person"])
         async def me(who: Who, request: Request) -> Me:
             """Whom the request acts as; for the web page's sign-in also its CSRF token, for X-CSRF-Token."""

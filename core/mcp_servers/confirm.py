@@ -26,6 +26,7 @@ from core.types import Ask, Assistant
 PARKED = "Waiting for the person's OK: they were asked with a button; do not call it again."
 ASKED_BUTTON = "⏳ Waiting for your OK to run {what} with `{args}`: press its button below."
 ASKED_COMMAND = "⏳ Waiting for your OK to run {what} with `{args}`: send /mcp allow {id} to run it."
+ASKED_HTTP = "⏳ Waiting for your OK to run {what} with `{args}`: POST /v1/mcp/allow/{id} runs it."
 NOT_YOURS = "This button is not for you: only the person who was asked can allow this call."
 DONE = "That call was run already."
 REFUSED = "That call can't be run any more."
@@ -106,9 +107,9 @@ async def park(ctx: ToolContext, server: str, tool: str, arguments: dict[str, An
     return PARKED
 
 
-async def asking(pool: Pool, answer: Assistant, ids: Sequence[int], *, buttons: bool) -> Assistant:
+async def asking(pool: Pool, answer: Assistant, ids: Sequence[int], *, buttons: bool, http: bool = False) -> Assistant:
     """The answer with a line per parked call (what it runs, with which arguments, how to allow it) and, where the
-    front end has `buttons`, a button each."""
+    front end has `buttons`, a button each (`http`: the HTTP API, whose route allows it)."""
     rows = await pool.fetch(
         "SELECT id, server, tool, arguments FROM mcp_confirmations WHERE id = ANY($1::bigint[]) ORDER BY id", list(ids)
     )
@@ -116,7 +117,7 @@ async def asking(pool: Pool, answer: Assistant, ids: Sequence[int], *, buttons: 
     for r in rows:
         args = json.dumps(r["arguments"], ensure_ascii=False, separators=(",", ":")).replace("`", "'")
         args_shown = truncate(args, MCP_LINE_CHARS, one_line=True)
-        line = ASKED_BUTTON if buttons else ASKED_COMMAND
+        line = ASKED_BUTTON if buttons else ASKED_HTTP if http else ASKED_COMMAND
         lines.append(line.format(what=shown(r["server"], r["tool"]), args=args_shown, id=r["id"]))
     asks = tuple(Ask(int(r["id"]), f"Allow {shown(r['server'], r['tool'])}") for r in rows) if buttons else ()
     text = "\n\n".join(part for part in (answer.text.strip(), "\n".join(lines)) if part)

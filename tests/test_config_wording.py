@@ -133,3 +133,20 @@ def test_credentials_in_llm_base_url_are_one_line_at_start_without_the_password(
     problem = config_problem(load_settings(LLM_BASE_URL="http://bob:s3cret@10.0.0.5:8000/v1"))
     assert problem == "LLM_BASE_URL: cannot carry a user name or password (put the key in LLM_API_KEY)"
     assert config_problem(load_settings(LLM_BASE_URL="http://10.0.0.5:8000/v1")) is None
+
+
+async def test_a_wrong_mcp_config_stops_the_start_with_one_line_naming_server_and_key(tmp_path: Path) -> None:
+    """The file is read before anything starts; a variable only in .env is found (the settings read .env too)."""
+    config = tmp_path / "mcp.json"
+    config.write_text('{"mcpServers": {"mail": {"url": "https://mail.example/mcp", "acces": "everyone"}}}')
+    rc, out, err = await bot_cli("ask", "hi", env={"LLM_API_KEY": SECRET, "MCP_CONFIG": str(config)}, cwd=tmp_path)
+    assert (rc, out) == (EXIT_CONFIG, "")
+    assert err.startswith("MCP_CONFIG: server 'mail': acces:") and err.count("\n") == 1 and SECRET not in err
+    config.write_text('{"mcpServers": {"mail": {"url": "https://mail.example/mcp?key=${MAIL_KEY}"}}}')
+    rc, _, err = await bot_cli("ask", "hi", env={"LLM_API_KEY": SECRET, "MCP_CONFIG": str(config)}, cwd=tmp_path)
+    assert rc == EXIT_CONFIG and "MAIL_KEY" in err and err.count("\n") == 1
+    (tmp_path / ".env").write_text("MAIL_KEY=from-the-env-file\n")
+    nowhere = {"DATABASE_URL": f"postgresql://u@127.0.0.1:{closed_port()}/x", "LLM_BASE_URL": "http://127.0.0.1:9/v1"}
+    env = {"LLM_API_KEY": SECRET, "MCP_CONFIG": str(config), **nowhere}  # past the checks, nothing on the network
+    rc, _, err = await bot_cli("ask", "hi", env=env, cwd=tmp_path)
+    assert rc == EXIT_UNREACHABLE and "MCP_CONFIG" not in err, "the variable set only in .env is found"

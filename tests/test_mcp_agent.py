@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from mcp.server.mcpserver import MCPServer
 
@@ -203,3 +204,25 @@ async def test_a_tool_whose_description_changes_is_held_back_too(
     await core.mcp.settled()
     assert core.mcp.held["box"] == ["echo"] and core.registry.get("mcp__box__echo") is None
     assert core.registry.get("mcp__box__pid") is not None, "the unchanged tools stay"
+
+
+async def test_tools_are_pinned_even_when_the_database_connections_were_dropped(
+    make_core: MakeCore, http_server: HttpServer, tmp_path: Path, db_dsn: str
+) -> None:
+    """A failover kills the pool's connections just before a re-listing: the pinning still lands (on fresh ones)."""
+    path = config_file(tmp_path, box={"url": http_server.url, "trust": "trusted"})
+    core = await started(make_core(MCP_CONFIG=path, ADMINS=ADMIN))
+    conn = core.mcp.connections["box"]
+    echo = next(t for t in conn.tools if t.name == "echo")
+    killer = await asyncpg.connect(db_dsn)
+    try:
+        await killer.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await killer.close()
+    changed = replace(echo, description="changed")
+    core.mcp._listed("box", tuple(changed if t.name == "echo" else t for t in conn.tools))
+    await core.mcp.settled()
+    assert core.mcp.held["box"] == ["echo"], "pinned on fresh connections"

@@ -28,7 +28,7 @@ from core.mcp_servers.tools import (
     search_tool,
     tool_name,
 )
-from core.storage.db import Pool
+from core.storage.db import Pool, retry_dropped
 from core.timeutil import Clock
 from core.tools.framework import Tool, ToolContext, ToolError, ToolRegistry
 from core.types import ChatRef, UserRef
@@ -141,14 +141,18 @@ class Hub:
         cfg = self.config[server]
         conn = self._handle(cfg)
         async with self._locks.setdefault(server, asyncio.Lock()):
-            try:
+
+            async def pin() -> list[Any]:
                 async with self.pool.acquire() as conn_db, conn_db.transaction():
                     first = not await conn_db.fetchval(
                         "SELECT EXISTS (SELECT 1 FROM mcp_tool_pins WHERE server = $1)", server
                     )
-                    rows = await conn_db.fetch(
+                    return await conn_db.fetch(
                         _PIN_SQL, server, [t.name for t in tools], [schema_hash(t) for t in tools], first, self.clock()
                     )
+
+            try:
+                rows = await retry_dropped(pin, "pinning MCP tools", pool=self.pool)  # an upsert: safe to repeat
             except Exception as e:  # the database is down: nothing is offered until the next listing
                 log.warning("MCP server %s: its tools could not be pinned (%s)", server, type(e).__name__)
                 return

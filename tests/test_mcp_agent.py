@@ -6,8 +6,6 @@ new tool held back until an admin accepts it."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -23,6 +21,7 @@ from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import answer, incoming, run, tool_messages, tool_names, until
 from tests.mcp_servers import HttpServer
+from tests.test_mcp_connection import kill_and_wait
 
 ADMIN, MEMBER = "telegram:1", "telegram:2"
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,7 +183,7 @@ async def test_a_killed_stdio_server_is_started_again_for_the_next_call(
     fake_llm.script(call("mcp__local__pid"), Reply(text="noted"))
     await run(core, incoming("which process?", user="1", message_id="1"))
     first = int(tool_messages(fake_llm.requests[1])[-1]["result"])
-    os.kill(first, signal.SIGKILL)
+    kill_and_wait(first)  # dead before the next turn (a kill racing a call's write may leave its outcome unknown)
     fake_llm.script(call("mcp__local__pid"), Reply(text="noted again"))
     await run(core, incoming("and now?", user="1", message_id="2"))
     second = tool_messages(fake_llm.requests[3])[-1]

@@ -4,8 +4,8 @@ real PostgreSQL, the fake model answering at once from its own process (the fake
 loop, so its CPU is in the figures). Part 1, the headline, runs sequential turns of 8 users, each alternating
 between a DM and an @mention in a guild channel (the figures in docs/architecture.md: p50 about 9 ms, p99 about 13
 ms, and every message answered); part 2 splits a turn at the core's front door (discord.py and the adapter's share,
-about 1.3 ms in docs/architecture.md); `--profile` adds a cProfile. PostgreSQL: DATABASE_URL (a scratch database
-on it) or an embedded server.
+about 1.3 ms in docs/architecture.md); `--profile` adds a cProfile. Goal: the same as Telegram's, p50 ≤ 10 ms and
+p99 ≤ 20 ms, every message answered. PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server.
 """
 
 from __future__ import annotations

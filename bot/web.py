@@ -189,7 +189,7 @@ class WebServer:
     async def mcp_oauth(self, request: Request) -> Response:
         """The end of /mcp connect: the tool server sent the person here with a code; one line of text for them."""
         query = request.query_params
-        ok, line = await self.core.mcp.finish_oauth(
+        ok, line = await self.core.finish_mcp_oauth(
             query.get("state", ""), query.get("code", ""), query.get("error", ""), query.get("iss")
         )
         headers = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}

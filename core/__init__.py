@@ -2,13 +2,13 @@
 any other import of a core module from them), listed in docs/architecture.md ("The front door"):
 
 - `Core` (what a front end calls) and `open_core` (how bot/ brings it up), with `Delivery`;
-- the types a turn is told in: `Incoming`, `Quoted`, the events, `Step`, `TurnSteps`; reminders' `Outbox`
+- the types a turn is told in: `Incoming`, `Quoted`, the events, `Step`; reminders' `Outbox`
   protocol with `ReminderMessage` and `DeliveryRefused`; `Settings` and the start-up errors;
 - the command catalogue (`COMMANDS`, `Command`, `Option`) and the texts every front end shows the same way.
 """
 
 from core.activity import activity_lines, outcome_of, summary_line
-from core.agent.providers import HOW_TO_CONFIGURE, config_problem, fix_hint
+from core.agent.providers import config_problem, fix_hint
 from core.api import Api
 from core.api_tokens import Bearer
 from core.commands import (
@@ -31,13 +31,11 @@ from core.mcp_servers.oauth import CALLBACK_PATH as MCP_OAUTH_CALLBACK_PATH
 from core.media.images import sticker_text
 from core.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from core.own_data import FileAnswer, file_too_large
-from core.reminders.buttons import BUTTONS
 from core.reminders.engine import DeliveryRefused, Outbox
 from core.reminders.messages import ReminderMessage
 from core.sessions import API as API_PLATFORM
-from core.sessions import REPLY, ErrorPart, Feed, Part, Progress, TextPart, ToolCallPart, ToolResultPart, progress
+from core.sessions import REPLY, ErrorPart, Feed, Part, TextPart, ToolCallPart, ToolResultPart, progress
 from core.sessions import Message as ApiMessage
-from core.sessions import Page as ApiPage
 from core.sessions import Session as ApiSession
 from core.settings import EXIT_UNREACHABLE, Settings, SettingsError, StartupError, load_settings, redact
 from core.startup import open_core
@@ -57,7 +55,6 @@ from core.texts import (
     WIPE_LABEL,
 )
 from core.types import (
-    Ask,
     Assistant,
     AssistantDelta,
     Error,
@@ -68,7 +65,6 @@ from core.types import (
     Step,
     ToolCall,
     ToolResult,
-    TurnSteps,
     Upload,
     UploadKind,
 )
@@ -76,7 +72,6 @@ from core.web_signin import SIGNIN_PATH
 
 __all__ = [
     "API_PLATFORM",
-    "BUTTONS",
     "COMMANDS",
     "CUT_SHORT",
     "EMPTY_ANSWER",
@@ -85,7 +80,6 @@ __all__ = [
     "FORGET_LABEL",
     "FORGET_ME_CONFIRM",
     "HIDE_STEPS",
-    "HOW_TO_CONFIGURE",
     "HTTP_CLOSE_GRACE_S",
     "HTTP_KEEP_ALIVE_S",
     "MCP_OAUTH_CALLBACK_PATH",
@@ -104,9 +98,7 @@ __all__ = [
     "WIPE_LABEL",
     "Api",
     "ApiMessage",
-    "ApiPage",
     "ApiSession",
-    "Ask",
     "Assistant",
     "AssistantDelta",
     "Bearer",
@@ -125,7 +117,6 @@ __all__ = [
     "Option",
     "Outbox",
     "Part",
-    "Progress",
     "Quoted",
     "ReminderMessage",
     "Settings",
@@ -138,7 +129,6 @@ __all__ = [
     "ToolCallPart",
     "ToolResult",
     "ToolResultPart",
-    "TurnSteps",
     "Upload",
     "UploadKind",
     "activity_lines",

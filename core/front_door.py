@@ -138,9 +138,13 @@ class Core:
         # MCP tool servers (MCP_CONFIG): connected in the background by self.mcp.start() (core/startup.py)
         cap = settings.MEDIA_MAX_MB * 1_000_000  # images MCP results bring are kept as the speaker's photos
         self.mcp = Hub(
-            mcp, pool, self.registry, clock, budget_tokens=settings.MCP_SCHEMA_TOKENS,
+            mcp,
+            pool,
+            self.registry,
+            clock,
+            budget_tokens=settings.MCP_SCHEMA_TOKENS,
             keep_images=lambda images, user, chat, now: keep_photos(pool, images, user, chat, now, cap_bytes=cap),
-        )  # fmt: skip
+        )
         self.limits = Limits(settings.AGENT_MAX_STEPS, settings.AGENT_STEP_TIMEOUT, settings.AGENT_TOTAL_TIMEOUT)
         self.caps = Caps(settings.MAX_OPEN_TASKS, settings.JOB_MIN_INTERVAL_MINUTES)
         self._admins = settings.admins
@@ -200,10 +204,14 @@ class Core:
             if action in ("connect", "disconnect"):  # anyone's own account at a per_person server
                 user, _ = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
                 return await self.mcp.personal(
-                    action, options.get("server", ""), account_id=user.account_id, identity=inc.user_key,
-                    is_admin=self.is_admin(inc), private=inc.chat_kind == "private",
+                    action,
+                    options.get("server", ""),
+                    account_id=user.account_id,
+                    identity=inc.user_key,
+                    is_admin=self.is_admin(inc),
+                    private=inc.chat_kind == "private",
                     base_url=self.settings.public_base_url,
-                )  # fmt: skip
+                )
             if action == "allow":  # anyone: a call waiting for their OK (core/mcp_servers/confirm.py)
                 ref = options.get("server", "")
                 if not (ref.isdecimal() and len(ref) < 19):
@@ -335,6 +343,13 @@ class Core:
     def now(self) -> datetime:
         """The core's clock (UTC)."""
         return self.clock()
+
+    async def finish_mcp_oauth(
+        self, state: str, code: str, error: str = "", iss: str | None = None
+    ) -> tuple[bool, str]:
+        """The bot's OAuth callback (/mcp/oauth/callback): a /mcp connect finished; whether it worked, and one line for
+        the page."""
+        return await self.mcp.finish_oauth(state, code, error, iss)
 
     def is_admin(self, inc: Incoming) -> bool:
         """Admins come from ADMINS; the local terminal user is always one (over the HTTP API only when ADMINS names it:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core import HOW_TO_CONFIGURE, config_problem, fix_hint
+from core import config_problem, fix_hint
+from core.agent.providers import HOW_TO_CONFIGURE
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, Settings, SettingsError, StartupError, load_settings
 from core.storage.db import check_database, dsn_problem
 from core.storage.embedded import start_embedded

@@ -123,7 +123,7 @@ def add_web_page(app: FastAPI, http: HttpApi) -> None:
         if login is None:
             return failed(BAD_LINK, 400)
         response = RedirectResponse("./", status_code=303, headers={"Cache-Control": "no-store"})
-        max_age = int((login.expires_at - http.core.clock()).total_seconds())
+        max_age = int((login.expires_at - http.core.now()).total_seconds())
         set_signin_cookie(response, request, base(), login.secret, max_age)
         return response
 

@@ -159,8 +159,11 @@ class Hub:
             accepted = {r["tool"] for r in rows if r["accepted"]}
             held = sorted(t.name for t in tools if t.name not in accepted)
             if held and held != self.held.get(server):
-                log.warning("MCP server %s: new or changed tools held back until an admin accepts them: %s", server,
-                            ", ".join(held))  # fmt: skip
+                log.warning(
+                    "MCP server %s: new or changed tools held back until an admin accepts them: %s",
+                    server,
+                    ", ".join(held),
+                )
             self.held[server] = held
             self._register(cfg, conn, [t for t in tools if t.name in accepted])
 
@@ -371,18 +374,27 @@ class Hub:
         return cfg.access == "everyone" or is_admin
 
     async def personal(
-        self, action: str, server: str, *, account_id: int, identity: str, is_admin: bool, private: bool,
+        self,
+        action: str,
+        server: str,
+        *,
+        account_id: int,
+        identity: str,
+        is_admin: bool,
+        private: bool,
         base_url: str | None,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """/mcp connect <server> (the authorization link, in a private chat) and /mcp disconnect <server> (forget the
         person's tokens), for anyone a per_person server's `access` lets in."""
         mine = sorted(name for name, cfg in self.config.items() if self._may_connect(cfg, identity, is_admin))
         cfg = self.config.get(server)
         if cfg is None or server not in mine:
             offer = f" Servers you can connect: {', '.join(mine)}." if mine else ""
-            return f"There is no server {server!r} that you can connect an account to.{offer}" if server else (
-                f"Use /mcp {action} <server>.{offer}"
-            )  # fmt: skip
+            return (
+                f"There is no server {server!r} that you can connect an account to.{offer}"
+                if server
+                else (f"Use /mcp {action} <server>.{offer}")
+            )
         if action == "disconnect":
             gone = await oauth.forget(self.pool, server, account_id)
             await self._drop((server, account_id))

@@ -95,9 +95,13 @@ class TokenStore:
                    client_info = coalesce(excluded.client_info, mcp_credentials.client_info),
                    connected_at = coalesce(excluded.connected_at, mcp_credentials.connected_at),
                    updated_at = excluded.updated_at""",
-            self.server, self.account_id, tokens.model_dump(mode="json", exclude_none=True), client, self.fresh,
+            self.server,
+            self.account_id,
+            tokens.model_dump(mode="json", exclude_none=True),
+            client,
+            self.fresh,
             self.clock(),
-        )  # fmt: skip
+        )
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         """The person's client registration at the server."""
@@ -113,8 +117,11 @@ class TokenStore:
             return
         await self.pool.execute(
             "UPDATE mcp_credentials SET client_info = $3, updated_at = $4 WHERE server = $1 AND account_id = $2",
-            self.server, self.account_id, client_info.model_dump(mode="json", exclude_none=True), self.clock(),
-        )  # fmt: skip
+            self.server,
+            self.account_id,
+            client_info.model_dump(mode="json", exclude_none=True),
+            self.clock(),
+        )
 
 
 async def connected(pool: Pool, server: str, account_id: int) -> bool:
@@ -158,9 +165,12 @@ class PersonAuth(OAuthClientProvider):
         self.refused = False
         self._store = TokenStore(pool, config.name, account_id, clock)
         super().__init__(
-            config.url or "", _metadata(callback_url), self._store, redirect_handler=self._refuse,
+            config.url or "",
+            _metadata(callback_url),
+            self._store,
+            redirect_handler=self._refuse,
             callback_handler=self._none,
-        )  # fmt: skip
+        )
 
     async def _initialize(self) -> None:
         """The SDK's loading of the stored tokens, and when the access token expires (the SDK keeps no expiry of
@@ -210,8 +220,11 @@ class Authorizations:
             expires = self.clock() + timedelta(seconds=MCP_OAUTH_LINK_S)
             await self.pool.execute(
                 "INSERT INTO mcp_oauth_pending (state, server, account_id, expires_at) VALUES ($1, $2, $3, $4)",
-                state, config.name, account_id, expires,
-            )  # fmt: skip
+                state,
+                config.name,
+                account_id,
+                expires,
+            )
             self._flows[state] = flow_box[0]
             link.set_result(url)
 

@@ -135,6 +135,34 @@ def message_fields(rig: Rig) -> dict[str, Any]:
 # ---------------------------------------------------------------- part 1: a voice note
 
 
+async def against_text(
+    rig: Rig, turns: int, warmup: int, media: Callable[[], dict[str, Any]], expect: str, label: str
+) -> Timings:
+    """`media` turns and text turns interleaved (after `warmup` of each, PAUSE_S apart, not timed): both spreads and
+    what the media turn adds; its pieces are in the returned Timings."""
+    timings = Timings()
+    media_ms: list[float] = []
+    text_ms: list[float] = []
+    with instrumented(rig.core, timings):
+        for i in range(warmup + turns):
+            if i == warmup:
+                timings.clear()
+                media_ms.clear()
+                text_ms.clear()
+            media_ms.append(await media_turn(rig, media(), expect))
+            await asyncio.sleep(PAUSE_S)
+            text = rig.fake.message_update(f"what is on my list for today? (#{i})", **message_fields(rig))
+            text_ms.append(await media_turn(rig, text))
+            await asyncio.sleep(PAUSE_S)
+    media_ms.sort()
+    text_ms.sort()
+    print(f"    {label + ' turn':<44} {spread(media_ms)}")
+    print(f"    {'text turn':<44} {spread(text_ms)}")
+    added = [percentile(media_ms, q) - percentile(text_ms, q) for q in (50, 99)]
+    print(f"    {'added by the ' + label + ' (' + label + ' − text)':<44} p50 {added[0]:6.2f}  p99 {added[1]:6.2f} ms")
+    return timings
+
+
 async def part_voice(rig: Rig, turns: int, warmup: int, voice_kb: int) -> None:
     """Voice and text turns interleaved; the voice turn's extra time and its pieces."""
     if turns <= 0:
@@ -144,27 +172,8 @@ async def part_voice(rig: Rig, turns: int, warmup: int, voice_kb: int) -> None:
         f"after {warmup} warm-up, {PAUSE_S:g} s apart (not timed); the fake model transcribes at once =="
     )
     ogg = b"OggS\x00\x02" + os.urandom(voice_kb * 1024 - 6)
-    timings = Timings()
-    voice_ms: list[float] = []
-    text_ms: list[float] = []
-    with instrumented(rig.core, timings):
-        for i in range(warmup + turns):
-            if i == warmup:
-                timings.clear()
-                voice_ms.clear()
-                text_ms.clear()
-            voice = rig.fake.voice_update(ogg, duration=20, **message_fields(rig))
-            voice_ms.append(await media_turn(rig, voice, f"heard: “{TRANSCRIPT}”"))
-            await asyncio.sleep(PAUSE_S)
-            text = rig.fake.message_update(f"what is on my list for today? (#{i})", **message_fields(rig))
-            text_ms.append(await media_turn(rig, text))
-            await asyncio.sleep(PAUSE_S)
-    voice_ms.sort()
-    text_ms.sort()
-    print(f"    {'voice turn':<44} {spread(voice_ms)}")
-    print(f"    {'text turn':<44} {spread(text_ms)}")
-    added = [percentile(voice_ms, q) - percentile(text_ms, q) for q in (50, 99)]
-    print(f"    {'added by the voice note (voice − text)':<44} p50 {added[0]:6.2f}  p99 {added[1]:6.2f} ms")
+    voice = lambda: rig.fake.voice_update(ogg, duration=20, **message_fields(rig))  # noqa: E731
+    timings = await against_text(rig, turns, warmup, voice, f"heard: “{TRANSCRIPT}”", "voice note")
     print("  inside the voice turns:")
     print(timings.line("download", "download: getFile + GET of the file [adapter]"))
     print(timings.line("transcribe", "upload to /audio/transcriptions [core, SDK]"))
@@ -184,7 +193,8 @@ def camera_jpeg(width: int, height: int) -> bytes:
 
 
 async def part_photo(rig: Rig, turns: int, warmup: int) -> None:
-    """Photo and text turns interleaved; the photo turn's extra time (download, resize, store, the image sent)."""
+    """Photo and text turns interleaved; the photo turn's extra time (download, resize, store, the image sent; the
+    text turns send the 3 newest photos again)."""
     if turns <= 0:
         return
     data = camera_jpeg(4000, 3000)
@@ -192,27 +202,8 @@ async def part_photo(rig: Rig, turns: int, warmup: int) -> None:
         f"== 1b. A 12 MP camera photo ({len(data) / 1024:.0f} KB JPEG), push → sendMessage, against a text turn: "
         f"{turns} of each interleaved after {warmup} warm-up; the fake model answers at once =="
     )
-    timings = Timings()
-    photo_ms: list[float] = []
-    text_ms: list[float] = []
-    with instrumented(rig.core, timings):
-        for i in range(warmup + turns):
-            if i == warmup:
-                timings.clear()
-                photo_ms.clear()
-                text_ms.clear()
-            photo = rig.fake.photo_update([(4000, 3000, data)], caption="what is this?", **message_fields(rig))
-            photo_ms.append(await media_turn(rig, photo))
-            await asyncio.sleep(PAUSE_S)
-            text = rig.fake.message_update(f"and what is on my list? (#{i})", **message_fields(rig))
-            text_ms.append(await media_turn(rig, text))
-            await asyncio.sleep(PAUSE_S)
-    photo_ms.sort()
-    text_ms.sort()
-    print(f"    {'photo turn':<44} {spread(photo_ms)}")
-    print(f"    {'text turn (the 3 newest photos sent again)':<44} {spread(text_ms)}")
-    added = [percentile(photo_ms, q) - percentile(text_ms, q) for q in (50, 99)]
-    print(f"    {'added by the photo (photo − text)':<44} p50 {added[0]:6.2f}  p99 {added[1]:6.2f} ms")
+    photo = lambda: rig.fake.photo_update([(4000, 3000, data)], caption="what is this?", **message_fields(rig))  # noqa: E731
+    timings = await against_text(rig, turns, warmup, photo, "ok", "photo")
     print(timings.line("download", "download: getFile + GET of the file [adapter]"))
     print(timings.line("intake", "whole intake: decode, resize, JPEG, store [core]"))
     print()

@@ -99,6 +99,7 @@ class Hub:
         self.keep_images = keep_images
         self.connections: dict[str, Connection] = {}
         self._tools: dict[str, tuple[ServerConfig, Tool]] = {}  # agent tool name → its server and tool
+        self._tokens: dict[str, int] = {}  # agent tool name → what its schema costs in the prompt (measured once)
         self.held: dict[str, list[str]] = {}  # server → its tools held back (new or changed since pinned)
         self._locks: dict[str, asyncio.Lock] = {}
         self._pinning: set[asyncio.Task[None]] = set()
@@ -144,9 +145,7 @@ class Hub:
 
             async def pin() -> list[Any]:
                 async with self.pool.acquire() as conn_db, conn_db.transaction():
-                    first = not await conn_db.fetchval(
-                        "SELECT EXISTS (SELECT 1 FROM mcp_tool_pins WHERE server = $1)", server
-                    )
+                    first = not await conn_db.fetchval(_KNOWN_SQL, server)
                     return await conn_db.fetch(
                         _PIN_SQL, server, [t.name for t in tools], [schema_hash(t) for t in tools], first, self.clock()
                     )
@@ -171,6 +170,7 @@ class Hub:
         """Put the server's accepted tools in the registry (sorted: a stable order), its others out."""
         for name in [n for n, (c, _) in self._tools.items() if c.name == cfg.name]:
             del self._tools[name]
+            self._tokens.pop(name, None)
             self.registry.remove(name)
         for remote in sorted(tools, key=lambda t: t.name):
             tool = agent_tool(cfg, remote, conn, keep=self.keep_images)
@@ -180,6 +180,7 @@ class Hub:
                 log.warning("MCP server %s: tool %s left out: the name %s is taken", cfg.name, remote.name, tool.name)
                 continue
             self._tools[tool.name] = (cfg, tool)
+            self._tokens[tool.name] = schema_tokens([tool])
             self.registry.add(tool)
 
     def usable_names(self) -> list[str]:
@@ -197,7 +198,7 @@ class Hub:
             return tools
         own = [t for t in tools if not t.name.startswith(PREFIX) and t.name != SEARCH]
         usable = self.usable(ctx)
-        if schema_tokens(usable) <= self.budget:
+        if sum(self._tokens[t.name] for t in usable) <= self.budget:
             return own + usable
         return [*own, self.search, *(t for t in usable if t.name in ctx.found)]
 
@@ -245,10 +246,10 @@ class Hub:
 
     async def reconnect(self, server: str) -> str:
         """An admin reconnects a server."""
-        conns = [self.connections[server]] if server in self.connections else []
-        conns += [c for (name, _), c in self.people.items() if name == server]
         if server not in self.config:
             return f"There is no MCP server named {server!r}."
+        conns = [self.connections[server]] if server in self.connections else []
+        conns += [c for (name, _), c in self.people.items() if name == server]
         for conn in conns:
             await conn.reconnect()
         return f"Reconnecting {server}."

@@ -7,6 +7,8 @@ import itertools
 import logging
 import os
 import queue
+import shutil
+import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -38,17 +40,24 @@ def with_database(dsn: str, name: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_server() -> Iterator[str]:
     """A PostgreSQL server for the whole session: TEST_DATABASE_URL, or an embedded one."""
     url = os.environ.get("TEST_DATABASE_URL")
     if url:
         yield url
         return
-    server = start_embedded(tmp_path_factory.mktemp("pgdata"), delete_on_stop=True)
+    # Not under pytest's per-user temp folder: another pytest run by the same user tightens its permissions, and the
+    # embedded server (running as another user when we are root) could then no longer reach its own data.
+    home = Path(tempfile.mkdtemp(prefix="bot-test-pg-"))
+    home.chmod(0o755)
     try:
-        yield server.uri
+        server = start_embedded(home, delete_on_stop=True)
+        try:
+            yield server.uri
+        finally:
+            server.stop()
     finally:
-        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -54,6 +54,7 @@ from core.texts import (
     TEXT_ONLY,
     WIPE_LABEL,
 )
+from core.textsafe import clean_json, strip_nul
 from core.types import (
     Assistant,
     AssistantDelta,
@@ -133,6 +134,7 @@ __all__ = [
     "UploadKind",
     "activity_lines",
     "app_version",
+    "clean_json",
     "config_problem",
     "file_too_large",
     "fix_hint",
@@ -144,5 +146,6 @@ __all__ = [
     "progress",
     "redact",
     "sticker_text",
+    "strip_nul",
     "summary_line",
 ]

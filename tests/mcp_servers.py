@@ -35,7 +35,30 @@ from mcp.types import ToolAnnotations
 from pydantic import AnyHttpUrl
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+# Two stdio servers in plain Python (no SDK to import: they start in milliseconds), each noting its start in the file
+# named by its first argument: one exits before answering anything, one answers the handshake and the tool list and
+# then exits (a server that crashes right after connecting).
+DIES_AT_ONCE = "import sys; open(sys.argv[1], 'a').write('.')"
+DIES_AFTER_LISTING = """
+import json, sys
+open(sys.argv[1], 'a').write('.')
+for line in sys.stdin:
+    m = json.loads(line)
+    if 'id' not in m:
+        continue
+    if m['method'] == 'initialize':
+        version, info = m['params']['protocolVersion'], {'name': 'brief', 'version': '1'}
+        r = {'result': {'protocolVersion': version, 'capabilities': {'tools': {}}, 'serverInfo': info}}
+    elif m['method'] == 'tools/list':
+        r = {'result': {'tools': []}}
+    else:
+        r = {'error': {'code': -32601, 'message': 'Method not found'}}
+    print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], **r}), flush=True)
+    if m['method'] == 'tools/list':
+        break
+"""
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000")  # the start of a PNG: enough here
 TAGGED = "sum\U000e0049\U000e0047\U000e004e\U000e004f\U000e0052\U000e0045 is 3\u200b\u202e"  # "IGNORE" in tag chars
 
@@ -122,6 +145,35 @@ def build_server(name: str = "test", calls: list[str] | None = None) -> MCPServe
     return mcp
 
 
+class _SaysBadRequest:
+    """ASGI middleware: the app's 404 to a request that names a session becomes the TypeScript SDK examples' 400."""
+
+    BODY = b'{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}'
+
+    def __init__(self, app: ASGIApp) -> None:
+        """Wrap `app`."""
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve the request, turning a lost session's 404 into a 400."""
+        if scope["type"] != "http" or b"mcp-session-id" not in dict(scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        replaced = False
+
+        async def answer(message: Message) -> None:
+            nonlocal replaced
+            if message["type"] == "http.response.start" and message["status"] == 404:
+                replaced = True
+                headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(self.BODY))]
+                await send({"type": "http.response.start", "status": 400, "headers": headers})
+                await send({"type": "http.response.body", "body": self.BODY})
+            elif not replaced:
+                await send(message)
+
+        await self.app(scope, receive, answer)
+
+
 def free_port() -> int:
     """A port nothing listens on (bound and released)."""
     with socket.socket() as s:
@@ -133,10 +185,15 @@ class HttpServer:
     """build_server() over Streamable HTTP on 127.0.0.1 (uvicorn in the test's loop); stop() and start() again on
     the same port is a restarted server: a new process as far as the client can tell (its sessions are gone)."""
 
-    def __init__(self, port: int | None = None, build: Callable[[], MCPServer] | None = None) -> None:
-        """Not started; `port` 0/None: a free one; `build` makes the server (default: build_server("http"))."""
+    def __init__(
+        self, port: int | None = None, build: Callable[[], MCPServer] | None = None, *, lost_session: int = 404
+    ) -> None:
+        """Not started; `port` 0/None: a free one; `build` makes the server (default: build_server("http"));
+        `lost_session` 400: a session it does not know is answered as the TypeScript SDK's servers do
+        (server-everything: 400 "Bad Request: No valid session ID provided"), not with the Python SDK's 404."""
         self.port = port or free_port()
         self.build = build or (lambda: build_server("http"))
+        self.lost_session = lost_session
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -147,7 +204,9 @@ class HttpServer:
 
     async def start(self) -> None:
         """Serve a fresh server on the port."""
-        app = self.build().streamable_http_app()
+        app: ASGIApp = self.build().streamable_http_app()
+        if self.lost_session == 400:
+            app = _SaysBadRequest(app)
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, lifespan="on")  # logging: ours
         config.timeout_graceful_shutdown = 0
         self._server = uvicorn.Server(config)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import os
 import signal
 import sys
@@ -24,13 +25,14 @@ from core.constants import MCP_RESULT_CHARS
 from core.mcp_servers.config import ServerConfig
 from core.mcp_servers.connection import CallFailed, Connection, RemoteTool
 from core.mcp_servers.results import cap, clean, outcome
-from tests.mcp_servers import PNG, HttpServer, build_server, free_port
+from tests.mcp_servers import DIES_AFTER_LISTING, DIES_AT_ONCE, PNG, HttpServer, build_server, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = ServerConfig(
     name="kid", command=sys.executable, args=("-m", "tests.mcp_servers", "stdio"), cwd=str(ROOT), env={"KID": "on"}
 )
 FAST: dict[str, Any] = {"backoff": (0.001,), "pause_s": 0.05}  # no real waiting between attempts
+LOGGER = "core.mcp_servers.connection"
 
 
 class MemoryConnection(Connection):
@@ -261,6 +263,51 @@ async def test_close_while_connecting_and_a_server_that_never_answers() -> None:
     assert failed.value.reached is False
 
 
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The warning lines the connections logged."""
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno >= logging.WARNING]
+
+
+async def test_a_child_that_dies_while_connecting_gets_the_backoff_and_the_pause(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 31, 4: its death is noticed by the transport first (the session "lost"), which must not skip the wait."""
+    starts = tmp_path / "starts"
+    dying = ServerConfig(name="dying", command=sys.executable, args=("-c", DIES_AT_ONCE, str(starts)))
+    conn = Connection(dying, backoff=(0.05,), pause_s=30)
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    conn.start()
+    try:
+        await until(lambda: conn.state == "paused", "paused")
+        await asyncio.sleep(0.3)  # a loop without the pause would start dozens more meanwhile
+        assert (starts.read_text(), conn.failures, conn.state) == ("...", 3, "paused")
+        assert warnings(caplog) == [f"MCP server 'dying': {conn.last_error}"], "one line for the whole streak"
+        await conn.reconnect()  # the operator's /mcp reconnect does not wait for the pause
+        await until(lambda: starts.read_text() == "....", "a fourth start")
+    finally:
+        await conn.close()
+
+
+async def test_a_server_that_dies_after_each_handshake_gets_the_backoff_and_the_pause(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ready and gone at once, again and again: the first time it is connected again at once (a restart), from the
+    second on the sessions count as failures."""
+    starts = tmp_path / "starts"
+    brief = ServerConfig(name="brief", command=sys.executable, args=("-c", DIES_AFTER_LISTING, str(starts)))
+    conn = Connection(brief, backoff=(0.05,), pause_s=30, stable_s=5)
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    conn.start()
+    try:
+        await until(lambda: conn.state == "paused", "paused")
+        await asyncio.sleep(0.3)
+        assert (starts.read_text(), conn.failures, conn.state) == ("....", 3, "paused")
+        assert conn.last_error is not None and conn.last_error.endswith("after connecting, 4 times in a row")
+        assert len(warnings(caplog)) == 1
+    finally:
+        await conn.close()
+
+
 async def test_errors_are_one_line_without_secrets() -> None:
     config = ServerConfig(
         name="gone", command="/nonexistent/bin/mcp-thing", env={"API_TOKEN": "s3cret-value"}, headers={}
@@ -296,6 +343,20 @@ async def test_http_sends_the_headers_and_survives_a_restart(kind: type[Connecti
             await server.start()
             assert await conn.ready(5)
             assert await text(conn, "echo", text="back") == "back"
+
+
+async def test_a_restarted_server_that_says_400_for_the_lost_session_is_reached_again() -> None:
+    """Issue 31, 5: server-everything answers a session it does not know with 400 "No valid session ID provided";
+    the call never ran, so it goes again on a new session (once)."""
+    calls: list[str] = []
+    async with HttpServer(build=lambda: build_server("http", calls), lost_session=400) as server:
+        config = ServerConfig(name="web", url=server.url)
+        async with running(LegacyConnection(config, **FAST)) as conn:
+            assert await text(conn, "forget", what="before") == "forgot before"
+            await server.stop()
+            await server.start()
+            assert await text(conn, "forget", what="after") == "forgot after"
+            assert calls == ["before", "after"] and conn.state == "ready"
 
 
 async def test_a_server_that_is_down_pauses_after_three_failures_then_comes_back() -> None:

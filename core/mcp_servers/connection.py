@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 State = Literal["connecting", "ready", "failing", "paused", "closed"]
 OnTools = Callable[[str, "tuple[RemoteTool, ...]"], None]
 INHERITED_ENV = ("PATH", "HOME", "LANG")  # all a stdio server gets of the bot's own environment
+# A 400 whose body says this names a lost session (the TypeScript SDK's servers: "No valid session ID provided", "Server
+# not initialized"); the Python SDK's say 404.
+_SESSION_LOST = re.compile(r"session|not initiali[sz]ed", re.IGNORECASE)
+_SESSION_BODY_BYTES = 64 * 1024  # of a 400's body, read to look for those words
 _URL_TAIL = re.compile(r"(\b[a-z][a-z0-9+.-]*://)(?:[^\s/@]*@)?([^\s?#]*)[?#]\S*", re.IGNORECASE)
 
 
@@ -94,7 +98,7 @@ class _Attempt:
     """What the transport saw of one call's request."""
 
     delivered: bool = False  # it may have reached the server
-    refused: bool = False  # the server turned it away unread: its session is gone (HTTP 404)
+    refused: bool = False  # the server turned it away unread: its session is gone (HTTP 404, or 400 naming it)
 
 
 # The call the current task is making: the transports mark it (the SDK writes a request in the caller's task, and the
@@ -127,12 +131,14 @@ class Connection:
         *,
         backoff: Sequence[float] = (1, 2, 5, 10, 30),
         pause_s: float = 60.0,
+        stable_s: float = 10.0,
         on_tools: OnTools | None = None,
         extra_env: Mapping[str, str] | None = None,
         extra_headers: Mapping[str, str] | None = None,
         auth: httpx2.Auth | None = None,
     ) -> None:
-        """A connection to `config`'s server, not started yet (`auth`: an HTTP server's OAuth, e.g. a person's)."""
+        """A connection to `config`'s server, not started yet (`auth`: an HTTP server's OAuth, e.g. a person's;
+        sessions the server ends within `stable_s` of being ready count as failures from the second in a row)."""
         self.config = config
         self.state: State = "connecting"
         self.tools: tuple[RemoteTool, ...] = ()
@@ -140,6 +146,7 @@ class Connection:
         self.failures = 0
         self._backoff = tuple(backoff) or (0.0,)
         self._pause_s = pause_s
+        self._stable_s = stable_s
         self._on_tools = on_tools
         self._extra_env = dict(extra_env or {})
         self._extra_headers = dict(extra_headers or {})
@@ -151,6 +158,8 @@ class Connection:
         self._serving = False
         self._closing = False
         self._renew = False  # leave the session and connect again
+        self._now = False  # reconnect() was asked: no backoff or pause before the next attempt
+        self._brief = 0  # sessions in a row that ended on their own within stable_s of being ready
         self._relist = False
         self._wake = asyncio.Event()  # the task: something above changed
         self._changed = asyncio.Event()  # waiters on the state (replaced on every change)
@@ -178,7 +187,8 @@ class Connection:
         """Leave the current session (or pause) and connect again now."""
         if self._closing:
             return
-        self.failures = 0
+        self.failures = self._brief = 0
+        self._now = True
         self._lost(self._number, force=True)
 
     async def close(self) -> None:
@@ -212,9 +222,10 @@ class Connection:
             self._set("closed")
 
     async def _rest(self, seconds: float) -> None:
-        """Wait `seconds`, or less when reconnect() or close() is called."""
+        """Wait `seconds`, or less when reconnect() or close() is called (a session lost meanwhile does not count:
+        a child that dies while connecting must not start the next attempt at once)."""
         with anyio.move_on_after(seconds):
-            while not (self._renew or self._closing):
+            while not (self._now or self._closing):
                 self._wake.clear()
                 await self._wake.wait()
 
@@ -222,11 +233,12 @@ class Connection:
         """One session: connect within connect_timeout, list the tools, serve until it breaks or is left."""
         self._number += 1
         number = self._number
-        self._renew = self._relist = False
+        self._renew = self._relist = self._now = False
         self._set("connecting" if not self.failures else "failing")
         client = self._make_client(number)
         scope = self._scope = anyio.CancelScope(deadline=anyio.current_time() + self.config.connect_timeout)
-        was_ready = False
+        ready_at: float | None = None
+        error: str | None = None
         try:
             with scope:
                 async with client, anyio.create_task_group() as tg:
@@ -234,23 +246,44 @@ class Connection:
                         await tg.start(self._listen, client, number)
                     tools = await self._list(client)
                     scope.deadline = math.inf
-                    was_ready = self._serving = True
+                    self._serving = True
+                    ready_at = anyio.current_time()
                     self._client, self.tools, self.failures, self.last_error = client, tools, 0, None
                     self._set("ready")
-                    log.info("MCP server %r: ready, %d tools", self.config.name, len(tools))
+                    level = logging.DEBUG if self._brief > 1 else logging.INFO  # a streak of brief sessions: logged
+                    log.log(level, "MCP server %r: ready, %d tools", self.config.name, len(tools))
                     self._tell(tools)
                     await self._serve(client)
                     tg.cancel_scope.cancel()
-            if scope.cancelled_caught and not was_ready and not self._closing:
+            if scope.cancelled_caught and ready_at is None and not self._closing:
                 raise TimeoutError(f"no answer within {self.config.connect_timeout:g} s")
         except Exception as e:
-            if not self._closing:
-                self.last_error = self.describe(e)
-                if not was_ready:
-                    self.failures += 1
-                log.warning("MCP server %r: %s", self.config.name, self.last_error)
+            error = self.describe(e)
         finally:
             self._client, self._scope, self._serving = None, None, False
+        if not self._closing:
+            self._ended(ready_at, error)
+
+    def _ended(self, ready_at: float | None, error: str | None) -> None:
+        """Count the session that ended in the failures (the backoff and pause go by them): one that never became
+        ready, and one the server ended soon after it was ready when the one before ended so too (a server that
+        dies right after its handshake); a streak of failures is logged once."""
+        if ready_at is None:
+            self.failures += 1
+            error = error or "the connection closed while connecting"
+        elif self._now or anyio.current_time() - ready_at >= self._stable_s:
+            self._brief = 0  # left on purpose, or it served a while: connect again at once
+        else:
+            self._brief += 1
+            self.failures = self._brief - 1
+            if self.failures:
+                lasted = anyio.current_time() - ready_at
+                error = f"{error or 'the session ended'} {lasted:.1f} s after connecting, {self._brief} times in a row"
+        if error is None:
+            return
+        self.last_error = error
+        level = logging.WARNING if self.failures <= 1 else logging.DEBUG  # the rest of the streak: /status shows it
+        log.log(level, "MCP server %r: %s", self.config.name, error)
 
     async def _serve(self, client: Client) -> None:
         """Hold the session: re-list the tools when they change, until it is to be left."""
@@ -514,7 +547,8 @@ class _Watched(httpx2.AsyncBaseTransport):
         self._inner = inner
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        """Send `request`; a connection never made means the call was not delivered, a 404 on a session refused."""
+        """Send `request`; a connection never made means the call was not delivered, a session the server does not
+        know (a 404, or a 400 that names it) refused."""
         try:
             response = await self._inner.handle_async_request(request)
         except (httpx2.ConnectError, httpx2.ConnectTimeout):
@@ -522,7 +556,14 @@ class _Watched(httpx2.AsyncBaseTransport):
         except BaseException:
             _mark()
             raise
-        if response.status_code == 404 and "mcp-session-id" in request.headers:
+        lost = False
+        if "mcp-session-id" in request.headers and response.status_code in (400, 404):
+            if response.status_code == 400:
+                response, body = await _read_small(response, request)
+                lost = bool(_SESSION_LOST.search(body))
+            else:
+                lost = True
+        if lost:
             _mark(delivered=False, refused=True)  # the server restarted: it does not know the session
         else:
             _mark()
@@ -531,6 +572,23 @@ class _Watched(httpx2.AsyncBaseTransport):
     async def aclose(self) -> None:
         """Close the inner transport."""
         await self._inner.aclose()
+
+
+async def _read_small(response: httpx2.Response, request: httpx2.Request) -> tuple[httpx2.Response, str]:
+    """An error response read whole (its body, decoded, kept for the SDK to read again) and its text to look at; a body
+    over _SESSION_BODY_BYTES is no session's error: passed on unread, with no text."""
+    if int(response.headers.get("content-length") or 0) > _SESSION_BODY_BYTES:
+        return response, ""
+    try:
+        body = await response.aread()
+    finally:
+        await response.aclose()
+    drop = ("content-encoding", "content-length", "transfer-encoding")  # the body is decoded now
+    headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in drop]
+    again = httpx2.Response(
+        response.status_code, headers=headers, content=body, request=request, extensions=response.extensions
+    )
+    return again, body[:_SESSION_BODY_BYTES].decode(errors="replace")
 
 
 @asynccontextmanager

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import getpass
 import os
-import re
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -13,7 +12,6 @@ from pathlib import Path
 from typing import TextIO
 
 from core import (
-    COMMANDS,
     Assistant,
     CommandName,
     Core,
@@ -25,14 +23,12 @@ from core import (
     activity_lines,
     fix_hint,
     summary_line,
+    typed_command,
 )
 
 PROMPT = "you › "
 BOT = "bot › "
 QUIT = ("/quit", "/exit")
-BY_NAME: dict[str, CommandName] = {f"/{n}": c.name for c in COMMANDS for n in (c.name, *c.aliases)}
-COMMAND_WORD = re.compile(r"/\w+")  # what a chat takes for a command: "/usr/bin/env is…" is a message
-UNKNOWN_COMMAND = "Unknown command {word} — try /help."
 READ_SIZE = 65536  # bytes read from standard input at a time
 MIN_WIDTH = 20  # columns Markdown is laid out in, however narrow the terminal
 EXPORTS = "exports"  # /export writes its file into this folder of DATA_DIR
@@ -192,13 +188,13 @@ async def chat_loop(core: Core, lines: AsyncIterator[str], write: Write, show: S
     write("Terminal chat — type a message; /help for the commands, /reset for a fresh conversation, /quit to leave.\n")
     async for line in lines:
         text = line.strip()
-        word, _, arg = text.partition(" ")
+        typed = typed_command(text)  # the catalogue's commands are found as the HTTP API finds them (core)
         if text.lower() in QUIT:
             return
-        if word.lower() in BY_NAME:
-            write(f"{await command(core, BY_NAME[word.lower()], arg, show, BOT)}\n")
-        elif COMMAND_WORD.fullmatch(word):
-            write(f"{BOT}{UNKNOWN_COMMAND.format(word=word)}\n")
+        if typed is not None and typed.command is not None:
+            write(f"{await command(core, typed.command.name, typed.args, show, BOT)}\n")
+        elif typed is not None:
+            write(f"{BOT}{typed.unknown()}\n")
         elif text:
             answer, _ = await ask(core, console_incoming(text), show, BOT)
             write(f"{answer}\n")

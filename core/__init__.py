@@ -20,7 +20,9 @@ from core.commands import (
     CommandArgs,
     CommandName,
     Option,
+    TypedCommand,
     app_version,
+    typed_command,
 )
 from core.constants import HTTP_CLOSE_GRACE_S, HTTP_KEEP_ALIVE_S
 from core.front_door import Core
@@ -130,6 +132,7 @@ __all__ = [
     "ToolCallPart",
     "ToolResult",
     "ToolResultPart",
+    "TypedCommand",
     "Upload",
     "UploadKind",
     "activity_lines",
@@ -148,4 +151,5 @@ __all__ = [
     "sticker_text",
     "strip_nul",
     "summary_line",
+    "typed_command",
 ]

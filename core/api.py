@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 from core import api_tokens, sessions, web_signin
 from core.api_tokens import Bearer
-from core.commands import COMMAND, CommandName
+from core.commands import CommandArgs, CommandName, TypedCommand, typed_command
 from core.own_data import FileAnswer
 from core.reminders.engine import DeliveryRefused
 from core.reminders.messages import ReminderMessage
 from core.sessions import API, Feed, Feeds, Message, Page, Session
 from core.texts import FAILED
-from core.types import Error, Incoming, Upload
+from core.types import Assistant, AssistantDelta, Error, Incoming, Upload
 from core.web_signin import WebLogin
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 HOME = "home:"  # the chat id of an identity's API commands made outside any session (/v1/tasks, /v1/memory)
 UNKNOWN_MODEL = "Unknown model `{name}`: pick one of {names}."
 SESSION_GONE = "the session was deleted"
+FILE_ELSEWHERE = "The file itself comes only in a chat with the bot (Telegram, Discord or the terminal)."
 
 
 class Api:
@@ -173,7 +174,8 @@ class Api:
         self.feeds.add(feed)
         inc = self._incoming(who, session.id, content, message_id=message_id, model=model, title=session.title)
         inc = replace(inc, uploads=uploads) if uploads else inc
-        task = asyncio.create_task(self._run(inc, feed))
+        typed = None if uploads else typed_command(content)
+        task = asyncio.create_task(self._run(inc, feed) if typed is None else self._run_command(inc, feed, typed))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         return feed
@@ -189,6 +191,24 @@ class Api:
                 log.exception("an API turn failed")
             else:  # deleted while it ran: its writes had nowhere to go
                 log.info("an API turn ended without its session (deleted while it ran)")
+            if feed.answer is None:
+                feed.push(Error("failed", FAILED))
+        finally:
+            feed.finish()
+
+    async def _run_command(self, inc: Incoming, feed: Feed, typed: TypedCommand) -> None:
+        """A /command said in a session, answered as the terminal answers it (the catalogue's answer, or a hint for a
+        /word it lacks) into the feed as the answer's text; like the chats' commands, it is not part of the session's
+        conversation with the model (nothing of it is stored)."""
+        try:
+            said = typed.unknown() if typed.command is None else await self._answer(inc, typed.command.name, typed.args)
+            if isinstance(said, Error):
+                feed.push(said)
+            else:
+                feed.push(AssistantDelta(said))
+                feed.push(Assistant(said, None))
+        except Exception:
+            log.exception("an API command failed")
             if feed.answer is None:
                 feed.push(Error("failed", FAILED))
         finally:
@@ -210,12 +230,16 @@ class Api:
         """A command of the catalogue as the caller's private chat answers it (in the session, or outside any)."""
         chat = session.id if session is not None else f"{HOME}{who.identity_id}"
         inc = self._incoming(who, chat, f"/{name}", title=session.title if session is not None else "")
-        answer = await self.core.command(inc, name, args or {}, must_answer=True)
-        if isinstance(answer, Error):
-            return answer.message
-        if isinstance(answer, FileAnswer) or answer is None:
-            return COMMAND[name].summary
-        return answer
+        answer = await self._answer(inc, name, args or {})
+        return answer.message if isinstance(answer, Error) else answer
+
+    async def _answer(self, inc: Incoming, name: CommandName, args: CommandArgs | str) -> str | Error:
+        """A command's answer as the API shows it (`args`: by name, or the text typed after it): its Markdown, or
+        the refusal; a file (/export) is described, not sent."""
+        answer = await self.core.command(inc, name, args, must_answer=True)
+        if isinstance(answer, FileAnswer):
+            return f"{answer.text}\n\n{FILE_ELSEWHERE}"
+        return answer or ""
 
     # ---- reminders into sessions (the Outbox of platform "api") -----------------------------------------------------
 

@@ -4,6 +4,7 @@ terminal chat), and the answers the core gives them without the LLM, as platform
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -236,6 +237,31 @@ COMMANDS: tuple[Command, ...] = (
     Command("help", "how to use me", "this help", aliases=("start",)),
 )
 COMMAND = {c.name: c for c in COMMANDS}
+COMMAND_WORD = re.compile(r"/\w+")  # what a chat takes for a command: "/usr/bin/env is…" is a message
+UNKNOWN_COMMAND = "Unknown command {word} — try /help."
+_BY_WORD = {f"/{n}": c for c in COMMANDS for n in (c.name, *c.aliases)}
+
+
+@dataclass(frozen=True)
+class TypedCommand:
+    """A /word a message starts with, as the text chats take it: the catalogue's command (None: not one of its) and
+    the text after it."""
+
+    word: str
+    command: Command | None
+    args: str
+
+    def unknown(self) -> str:
+        """What a chat answers a /word the catalogue does not have."""
+        return UNKNOWN_COMMAND.format(word=self.word)
+
+
+def typed_command(text: str) -> TypedCommand | None:
+    """The command a typed message is (the terminal, the HTTP API), or None when it is a message for the model."""
+    word, *rest = text.strip().split(None, 1) or [""]
+    if not COMMAND_WORD.fullmatch(word):
+        return None
+    return TypedCommand(word, _BY_WORD.get(word.lower()), rest[0] if rest else "")
 
 
 HELP = (
@@ -254,6 +280,7 @@ MEMORY_WIPE_ASK = "This erases everything I remember about you: {lines} and {arc
 MEMORY_WIPE_HOW = {  # how to confirm, per platform (the chat adapters put a button under the question)
     "telegram": "To go ahead, press the button below or send /memory wipe confirm.",
     "discord": "To go ahead, press the button below or use /memory action:wipe confirm:True.",
+    "api": "To go ahead, send /memory wipe confirm (or POST /v1/memory/wipe).",
 }
 MEMORY_WIPED = (
     "Done — I erased {lines} and {archival}{files}. Our conversation history is not memory and stays as it is."
@@ -546,7 +573,7 @@ class Commands:
         if action == "wipe":
             overview = await memory_overview(self.core.pool, user.account_id)
             lines = sum(len(block.lines) for block in overview.blocks)
-            how = MEMORY_WIPE_HOW.get(inc.platform, "To go ahead, send /memory wipe confirm.")
+            how = MEMORY_WIPE_HOW.get(inc.chat_platform, "To go ahead, send /memory wipe confirm.")
             counts = {
                 "lines": _count(lines, "line"),
                 "archival": _count(overview.archival, "archival entry"),
@@ -580,7 +607,7 @@ class Commands:
             notes = [n for n, on in (("the default", choice == choices[0]), ("yours", choice == current)) if on]
             lines.append(f"- `{choice.name}`" + (f" ({', '.join(notes)})" if notes else ""))
         example = next(c.name for c in choices if c != current)
-        how = MODEL_HOW.get(inc.platform, "Switch with /model <name>, e.g. /model {example}.")
+        how = MODEL_HOW.get(inc.chat_platform, "Switch with /model <name>, e.g. /model {example}.")
         return "\n".join([*lines, how.format(example=example)])
 
     async def _your_model(self, inc: Incoming) -> str:
@@ -612,7 +639,7 @@ class Commands:
             return FORGOTTEN.format(what=_held(gone))
         user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
         held = await summary(self.core.pool, user.account_id)
-        how = FORGET_ME_HOW.get(inc.platform, "To go ahead, send /forget_me confirm.")
+        how = FORGET_ME_HOW.get(inc.chat_platform, "To go ahead, send /forget_me confirm.")
         return FORGET_ME_ASK.format(what=_held(held), identities=", ".join(held.identities)) + how
 
     async def status(self, board: StatusBoard, inc: Incoming | None = None, spend: str | None = None) -> str:

@@ -219,3 +219,29 @@ async def test_ask_server_failures_are_one_line(
     code, out, err = await ask("--token", secret)
     assert code == 2 and "--token and --session need --server URL" in err
     assert secret not in capsys.readouterr().err
+
+
+async def test_ask_server_runs_a_command_as_the_terminal_does(
+    serve: Serve, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    s = await serve()
+    secret = await token_of(s.core, ANN)
+    fake_llm.script(Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Buy milk"})]), Reply(text="Ok."))
+    async with s.client(secret) as c:
+        await c.post("/v1/one-shot", json={"prompt": "add buy milk"})
+        tasks = (await c.get("/v1/tasks")).json()["text"]
+    asked = len(fake_llm.requests)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOT_API_TOKEN": secret}
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "bot", "ask", "--server", s.url, "/tasks"),
+        cwd=tmp_path,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT_S)
+    assert proc.returncode == 0, err.decode()
+    assert "Buy milk" in tasks and out.decode() == tasks + "\n", "the task list, as /tasks answers it"
+    assert re.fullmatch(r"\(session (ses_\S+): --session \1 continues it\)\n", err.decode()), err
+    assert len(fake_llm.requests) == asked, "the command did not go to the model"

@@ -472,3 +472,52 @@ async def test_a_stream_says_it_is_alive_while_the_model_thinks() -> None:
 
     await asyncio.wait_for(read(), 5)
     assert got.count(sse.KEEPALIVE) >= 2 and got[-1].startswith(b"id: msg_1:2\nevent: message.completed")
+
+
+async def test_commands_in_a_session_are_answered_as_the_terminal_answers_them(
+    serve: Serve, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    s = await serve(ADMINS=f"telegram:{ANN}")
+    fake_llm.script(Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Call mum"})]), Reply(text="Ok."))
+    async with s.client(await token_of(s.core, ANN)) as c:
+        sid = (await c.post("/v1/sessions", json={})).json()["id"]
+        await c.post(f"/v1/sessions/{sid}/messages", json={"content": "remind me to call mum"})
+        asked = len(fake_llm.requests)
+        listed = await c.post(f"/v1/sessions/{sid}/messages", json={"content": "  /tasks  "})
+        assert listed.status_code == 200, listed.text
+        answer = listed.json()
+        assert answer["role"] == "assistant" and answer["status"] == "done" and answer["session_id"] == sid
+        [part] = answer["parts"]
+        assert part["type"] == "text" and "Call mum" in part["text"]
+        assert part["text"] == (await c.get("/v1/tasks")).json()["text"], "the chats' own /tasks answer"
+        async with c.stream(
+            "POST", f"/v1/sessions/{sid}/messages", json={"content": "/help"}, headers={"Accept": "text/event-stream"}
+        ) as r:
+            events = await sse_events(r)
+        kinds = ["message.created", "message.created", "message.part.delta", "message.completed"]
+        assert [e[1] for e in events] == kinds
+        helped = events[-1][2]["message"]
+        assert helped["status"] == "done" and helped["parts"][0]["text"].startswith("I'm your personal assistant")
+        assert events[2][2]["delta"] == helped["parts"][0]["text"]
+        said = (await c.post(f"/v1/sessions/{sid}/messages", json={"content": "/nope at all"})).json()
+        assert said["parts"] == [{"type": "text", "text": "Unknown command /nope — try /help."}]
+        mcp = (await c.post(f"/v1/sessions/{sid}/messages", json={"content": "/mcp reconnect nosuch"})).json()
+        assert mcp["status"] == "done" and "nosuch" in mcp["parts"][0]["text"]
+        # a confirmation is said as the API takes it (no button under a Telegram identity's answer here)
+        wipe = (await c.post(f"/v1/sessions/{sid}/messages", json={"content": "/memory wipe"})).json()
+        text = wipe["parts"][0]["text"]
+        assert "/memory wipe confirm" in text and "POST /v1/memory/wipe" in text and "button" not in text
+        shot = (await c.post("/v1/one-shot", json={"prompt": "/TASKS"})).json()
+        assert shot["status"] == "done" and "Call mum" in shot["parts"][0]["text"]
+        assert len(fake_llm.requests) == asked, "no command went to the model"
+        # a path is a message, not a command; commands are not part of the session's conversation
+        fake_llm.script(Reply(text="That is a path."))
+        path = (await c.post(f"/v1/sessions/{sid}/messages", json={"content": "/usr/bin/env is what?"})).json()
+        assert path["parts"] == [{"type": "text", "text": "That is a path."}]
+        sent = json.dumps(fake_llm.requests[-1]["messages"])
+        assert "/tasks" not in sent and "/help" not in sent
+        stored = (await c.get(f"/v1/sessions/{sid}/messages")).json()["messages"]
+        assert [m["parts"][0]["text"] for m in stored if m["role"] == "user"] == [
+            "remind me to call mum",
+            "/usr/bin/env is what?",
+        ]

@@ -47,7 +47,20 @@ from adapters.http.models import (
 )
 from adapters.http.signin_cookie import CSRF_HEADER, UNSAFE_METHODS, signin_secret
 from adapters.http.uploads import UploadRefused, message_files, uploads_of
-from core import REPLY, Api, ApiMessage, ApiSession, Bearer, Core, ErrorPart, Feed, Upload
+from core import (
+    REPLY,
+    Api,
+    ApiMessage,
+    ApiSession,
+    Assistant,
+    Bearer,
+    Core,
+    Error,
+    ErrorPart,
+    Feed,
+    TextPart,
+    Upload,
+)
 
 UNAUTHORIZED = "Send Authorization: Bearer <token>; /token new <name> in a private chat with the bot makes one."
 SIGNED_OUT = "Signed out: send /web to the bot in a private chat for a new sign-in link."
@@ -254,13 +267,18 @@ class HttpApi:
         return found
 
     async def final(self, who: Bearer, feed: Feed) -> MessageOut:
-        """An answer once its feed ended, as stored (or, when nothing was stored, its error)."""
+        """An answer once its feed ended, as stored (or, when nothing was stored, its error; a command's answer, which
+        is never stored, as its text)."""
         stored = await self.api.stored_turn(who, feed.session_id, feed.message_id) or ()
         reply = next((m for m in stored if m.role == "assistant"), None)
         if reply is None:
             answer = feed.answer
-            parts = (ErrorPart(answer.code, answer.message),) if answer is not None and answer.type == "error" else ()
-            reply = ApiMessage(feed.message_id + REPLY, "assistant", feed.started_at, parts, "failed")
+            if isinstance(answer, Assistant) and answer.turn_id is None:  # a command's (a turn's has its id)
+                said = (TextPart(answer.text),) if answer.text else ()
+                reply = ApiMessage(feed.message_id + REPLY, "assistant", feed.started_at, said, "done")
+            else:
+                parts = (ErrorPart(answer.code, answer.message),) if isinstance(answer, Error) else ()
+                reply = ApiMessage(feed.message_id + REPLY, "assistant", feed.started_at, parts, "failed")
         return MessageOut.of(reply, feed.session_id)
 
     async def answer(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
@@ -28,7 +28,7 @@ from core.reminders.engine import Outbox
 from core.reminders.messages import SUPERSEDED
 from core.reminders.queries import replan_zones
 from core.settings import Settings
-from core.storage import conversations, fleet
+from core.storage import conversations, dead_letters, fleet
 from core.storage.db import Pool
 from core.timeutil import Clock, fmt_local, system_clock, valid_zone, zone
 from core.tools.framework import ToolError
@@ -642,9 +642,9 @@ class Commands:
         how = FORGET_ME_HOW.get(inc.chat_platform, "To go ahead, send /forget_me confirm.")
         return FORGET_ME_ASK.format(what=_held(held), identities=", ".join(held.identities)) + how
 
-    async def status(self, board: StatusBoard, inc: Incoming | None = None, spend: str | None = None) -> str:
-        """Version, uptime, model (and the asker's), adapters, last successful polls, pending reminders, the bot's
-        spend today (`spend`: the admins' line), then the fleet."""
+    async def status(self, board: StatusBoard, inc: Incoming | None = None, admin: Sequence[str] = ()) -> str:
+        """Version, uptime, model (and the asker's), adapters, last successful polls, pending reminders, the lines
+        only admins see (the bot's spend today, dead letters), then the fleet."""
         pending = await self.core.pool.fetchval(
             "SELECT count(*) FROM tasks WHERE status IN ('pending', 'in_progress') AND due_at IS NOT NULL"
         )
@@ -668,7 +668,7 @@ class Commands:
                 f"- failed reminder deliveries (7 days): {failed}"
                 + (f" ({board.failed_deliveries} since this start)" if board.failed_deliveries else "")
             )
-        lines += [spend] if spend else []
+        lines += admin
         lines += await self._fleet(board.process_id)
         return "\n".join(lines)
 
@@ -698,3 +698,15 @@ class Commands:
         )
         assert row is not None
         return int(row["failed"]), int(row["retrying"])
+
+
+async def dead_letter_lines(pool: Pool) -> list[str]:
+    """The admins' /status line about updates kept as dead letters (none when there are none)."""
+    kept = await dead_letters.summary(pool)
+    if not kept.count or kept.newest_at is None:
+        return []
+    ago = _uptime((system_clock() - kept.newest_at).total_seconds())
+    return [
+        f"- dead letters (updates that could not be stored or read): {kept.count}, newest {ago} ago: "
+        f"{kept.newest_reason}"
+    ]

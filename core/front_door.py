@@ -31,6 +31,7 @@ from core.commands import (
     StatusBoard,
     app_version,
     chosen_model,
+    dead_letter_lines,
     model_token,
 )
 from core.constants import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, READY_DB_TIMEOUT_S, REFUSAL_EVERY_S
@@ -190,7 +191,9 @@ class Core:
         if name == "timezone":
             return await self._commands.timezone(inc, options.get("zone", ""))
         if name == "status":
-            spend = await self.spending.status_line() if self.is_admin(inc) else None
+            spend = (
+                [await self.spending.status_line(), *await dead_letter_lines(self.pool)] if self.is_admin(inc) else []
+            )
             return await self._commands.status(self.status_board, inc, spend)
         if name == "usage":  # core/usage.py
             user, _ = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
@@ -413,6 +416,11 @@ class Core:
         """Store a platform update before the platform is told it arrived (False: stored before, a redelivery); it is
         handled once, in order per `chat_key`, by this process (at once when it can) or another one (see serve)."""
         return await self.inbox.receive(platform, update_id, chat_key, payload, update)
+
+    async def quarantine(self, platform: str, update_id: int | None, reason: str, payload: Any) -> None:
+        """Keep an update its adapter could not parse as a dead letter, so the platform can be told it arrived and
+        the chats behind it go on (raises while the database is away: the platform sends it again)."""
+        await self.inbox.quarantine(platform, update_id, reason, payload, "parse")
 
     def serve(self, platform: str, parse: Parse, handler: Handler) -> None:
         """Hand `platform`'s stored updates to `handler` as Deliveries (`parse` turns a stored payload back into the

@@ -21,8 +21,9 @@ from core.constants import (
     INBOX_RETRY_S,
 )
 from core.metrics import Metrics
+from core.storage import dead_letters
 from core.storage import inbox_table as store
-from core.storage.db import Pool, connect_like, retry_dropped
+from core.storage.db import Pool, connect_like, is_dropped, retry_dropped
 from core.storage.inbox_table import InboxItem
 from core.storage.listen import ChangeListener
 
@@ -86,21 +87,38 @@ class Inbox:
         self._listener = ChangeListener(CHANNEL, lambda: connect_like(pool), self._notified)
 
     async def receive(self, platform: str, update_id: int, chat_key: str, payload: dict[str, Any], update: Any) -> bool:
-        """Store an update (committed when this returns: only then may the platform be told); False for a redelivery.
+        """Store an update (committed when this returns: only then may the platform be told); False for a redelivery,
+        or for an update that cannot be stored (kept as a dead letter: the chats behind it go on).
         When this process serves the platform, has room and the chat has nothing open, it takes the update in the
         same statement and starts `update` (the payload already parsed) here; otherwise the stored row wakes the
         processes. A dropped connection is retried: storing twice stores once."""
         take = self._taking and platform in self._handlers and len(self._leases) < self.concurrency
         claimer = self.owner if take else None
         claimed = time.monotonic()
-        stored, item = await retry_dropped(
-            lambda: store.receive(self.pool, platform, update_id, chat_key, payload, claimer, self.lease_s),
-            "storing an update",
-            pool=self.pool,
-        )
+        try:
+            stored, item = await retry_dropped(
+                lambda: store.receive(self.pool, platform, update_id, chat_key, payload, claimer, self.lease_s),
+                "storing an update",
+                pool=self.pool,
+            )
+        except Exception as e:
+            if is_dropped(e):
+                raise  # the database is away: the platform is not told, and sends it again
+            await self.quarantine(platform, update_id, f"could not be stored: {_reason(e)}", payload, "store")
+            return False
         if item is not None and item.update_id not in self._leases:  # ours (also when a retry found our own claim)
             self._start(item, claimed, update)
         return stored
+
+    async def quarantine(self, platform: str, update_id: int | None, reason: str, payload: Any, stage: str) -> None:
+        """Keep an update that cannot be stored or parsed as a dead letter (raises while the database is away, so
+        the platform sends it again); logged once per update, counted by `stage`."""
+        new = await retry_dropped(
+            lambda: dead_letters.add(self.pool, platform, update_id, reason, payload), "keeping a dead letter"
+        )
+        if new:
+            self.metrics.dead_letters.labels(platform.partition(":")[0], stage).inc()
+            log.warning("%s update %s quarantined as a dead letter: %s", platform, update_id, reason)
 
     def serve(self, platform: str, parse: Parse, handler: Handler) -> None:
         """Run `platform`'s stored updates in this process: `parse` turns a stored payload into the adapter's update
@@ -234,12 +252,9 @@ class Inbox:
         parse, handler = served
         try:
             if item.failed_attempts >= INBOX_MAX_ATTEMPTS:  # it took down every process that tried it: give up on it
-                log.warning(
-                    "%s update %d given up after %d attempts", item.platform, item.update_id, item.failed_attempts
-                )
-            else:
-                if delivery.update is None:
-                    delivery.update = parse(item.payload)
+                why = f"given up after {item.failed_attempts} attempts whose process died or stalled"
+                await self.quarantine(item.platform, item.update_id, why, item.payload, "gave_up")
+            elif await self._parsed(item, delivery, parse):
                 await handler(delivery)
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -261,6 +276,18 @@ class Inbox:
             self._forget(item.update_id)
             if more or full:  # the chat's next update may go now, or a slot came free for waiting ones
                 self._wake.set()
+
+    async def _parsed(self, item: InboxItem, delivery: Delivery, parse: Parse) -> bool:
+        """Parse the stored payload unless the receiver did; False (kept as a dead letter) when it cannot be."""
+        if delivery.update is None:
+            try:
+                delivery.update = parse(item.payload)
+            except Exception as e:
+                await self.quarantine(
+                    item.platform, item.update_id, f"could not be parsed: {_reason(e)}", item.payload, "parse"
+                )
+                return False
+        return True
 
     async def _hand_back(self, item: InboxItem) -> None:
         """Give a claimed update back unhandled (not counted as a failed attempt)."""

@@ -58,6 +58,9 @@ class Metrics:
             "bot_inbox_wait_seconds", "From storing an update to a process taking it (s)", INBOX_WAIT_BUCKETS
         )
         self.inbox_retaken = counter("bot_inbox_retaken", "Updates taken again (lease ran out or handed back)")
+        self.dead_letters = counter(
+            "bot_dead_letters", "Updates quarantined as dead letters, by platform and why", ["platform", "stage"]
+        )
 
     def exposition(self) -> bytes:
         """Every metric of this process in the Prometheus text format (CONTENT_TYPE)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from core.textsafe import clean_fields
+
 ChatKind = Literal["private", "group"]
 QuotedKind = Literal["forward", "quote", "reply", "job", "file", "photo"]
 JOB_MESSAGE_PREFIX = "job:"  # the platform message id of a scheduled agent job's turn starts with this
@@ -24,6 +26,10 @@ class Quoted:
     origin: str  # who wrote it, as the platform names them ("Alice", "channel News", "a hidden user")
     text: str
 
+    def __post_init__(self) -> None:
+        """Nothing PostgreSQL cannot store (core/textsafe.py)."""
+        clean_fields(self)
+
 
 UploadKind = Literal["voice", "audio", "photo", "document", "sticker"]
 
@@ -40,6 +46,10 @@ class Upload:
     platform_ref: str | None = None
     duration_s: float | None = None
     refused: str | None = None
+
+    def __post_init__(self) -> None:
+        """Nothing PostgreSQL cannot store in the file's name (core/textsafe.py)."""
+        clean_fields(self)
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,10 @@ class Incoming:
     via: str = ""  # the front end that carried it when not the speaker's own platform ("api"): the chat is its
     model: str | None = None  # a model of LLM_MODELS asked for this message only (the HTTP API), else the account's
     uploads: tuple[Upload, ...] = ()  # files that came with it (voice notes, documents), fetched by the adapter
+
+    def __post_init__(self) -> None:
+        """Nothing PostgreSQL cannot store, from whichever front end (a NUL in a name must not stop a chat)."""
+        clean_fields(self)
 
     @property
     def user_key(self) -> str:

@@ -15,7 +15,7 @@ from telegram import Update
 
 from adapters.telegram.limits import TELEGRAM_POLL_RETRY_MAX_S
 from adapters.telegram.request import TelegramBot, one_line
-from core import Core
+from core import Core, clean_json
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,8 @@ class Receiver:
         while True:
             try:
                 for payload in await self.bot.updates_as_sent(offset, self.poll_timeout, HANDLED_UPDATES):
-                    update = self.parse(payload)
-                    await self._store(payload, update)
-                    offset = update.update_id + 1
+                    taken = await self._take(payload)
+                    offset = max(offset, taken + 1) if taken is not None else offset
                 pause = 0.0
             except Exception as e:
                 log.warning("Telegram polling error (will retry in %g s): %s", pause, one_line(e))
@@ -54,22 +53,38 @@ class Receiver:
                 pause = min(max(pause * 2, 1.0), TELEGRAM_POLL_RETRY_MAX_S)
 
     async def on_webhook(self, request: Request) -> Response:
-        """Telegram's POST of one update: 403 without the right secret; 200 only once it is stored in the inbox
-        (503 while the database is away: Telegram delivers it again later)."""
+        """Telegram's POST of one update: 403 without the right secret; 200 only once it is stored in the inbox, or
+        kept as a dead letter when it cannot be (503 while the database is away: Telegram delivers it again later)."""
         given = request.headers.get(SECRET_HEADER, "").encode()
         if not hmac.compare_digest(given, self._secret):
             return PlainTextResponse("wrong or missing secret token", 403)
+        body = await request.body()
         try:
-            payload = json.loads(await request.body())
-            update = self.parse(payload)
-        except Exception:
-            return PlainTextResponse("not a Telegram update", 400)
+            payload: Any = json.loads(body)
+        except ValueError:
+            payload = body.decode(errors="replace")
         try:
-            await self._store(payload, update)
+            await self._take(payload)
         except Exception as e:
             log.warning("could not store a Telegram update (%s); Telegram will deliver it again", one_line(e))
             return PlainTextResponse("try again later", 503)
         return PlainTextResponse("ok")
+
+    async def _take(self, payload: Any) -> int | None:
+        """Store one update as Telegram sent it, cleaned of what PostgreSQL cannot hold; one that cannot be parsed
+        is kept as a dead letter instead (never retried for ever). Returns its update id (None: it had none)."""
+        payload = clean_json(payload)
+        given = payload.get("update_id") if isinstance(payload, dict) else None
+        update_id = given if isinstance(given, int) and not isinstance(given, bool) else None
+        try:
+            if not isinstance(payload, dict):
+                raise ValueError("not a JSON object")
+            update = self.parse(payload)
+        except Exception as e:
+            await self.core.quarantine(self.source, update_id, f"not a Telegram update ({one_line(e)})", payload)
+            return update_id
+        await self._store(payload, update)
+        return update.update_id
 
     async def _store(self, payload: dict[str, Any], update: Update) -> None:
         """Put an update in the inbox under its chat (a chat's updates are handled one at a time, in order); the

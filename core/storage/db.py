@@ -14,6 +14,7 @@ import asyncpg
 
 from core.constants import CONNECT_TIMEOUT_S, DISCARD_CLOSE_TIMEOUT_S, DROP_RETRY_DELAYS, POOL_MAX_SIZE, POOL_MIN_SIZE
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
+from core.textsafe import clean_json
 
 log = logging.getLogger(__name__)
 
@@ -110,13 +111,33 @@ def untrusted_sql_connection(conn: Any, *, discard: bool = False) -> None:
     conn.mark_untrusted(discard)  # a PoolConnectionProxy forwards the call to its BotConnection
 
 
+def json_for_pg(value: Any) -> str:
+    """JSON text PostgreSQL takes: a U+0000 or a lone surrogate anywhere in `value` (say, a platform payload) is
+    cleaned away instead of failing the statement (checked on the dumped text: the common case costs one scan)."""
+    text = json.dumps(value, ensure_ascii=False)
+    if "\\u0000" in text or not _utf8_ok(text):
+        text = json.dumps(clean_json(value), ensure_ascii=False)
+    return text
+
+
+def _utf8_ok(text: str) -> bool:
+    """Whether `text` encodes as UTF-8 (no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 async def create_pool(dsn: str, *, min_size: int = POOL_MIN_SIZE, max_size: int = POOL_MAX_SIZE) -> Pool:
     """Create the asyncpg pool with JSON codecs for json/jsonb."""
 
     async def init(conn: asyncpg.Connection) -> None:
 
         for typ in ("json", "jsonb"):
-            await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+            await conn.set_type_codec(typ, encoder=json_for_pg, decoder=json.loads, schema="pg_catalog")
 
     async def reset(conn: asyncpg.Connection) -> None:
         # asyncpg's default reset (advisory unlock, CLOSE ALL, UNLISTEN *, RESET ALL) plus what it misses:

@@ -1,9 +1,9 @@
 """Retention: rows that would otherwise pile up for ever are deleted after their time, in small batches.
 
-Reminder occurrences that ended (delivered, failed, skipped) go after RETENTION_DAYS, refusal notices after a
-day. Two more tables forget on their own: `processes` (core/storage/fleet.py, each beat) and handled `inbox`
-rows (core/storage/inbox.forget_done, the inbox's renewal loop). Conversations, tasks and memory are the
-user's and are never pruned.
+Reminder occurrences that ended (delivered, failed, skipped) and dead letters (updates that could not be stored)
+go after RETENTION_DAYS, refusal notices after a day. Two more tables forget on their own: `processes`
+(core/storage/fleet.py, each beat) and handled `inbox` rows (core/storage/inbox.forget_done, the inbox's renewal
+loop). Conversations, tasks and memory are the user's and are never pruned.
 """
 
 from __future__ import annotations
@@ -45,6 +45,12 @@ DELETE FROM mcp_confirmations WHERE expires_at < $1 AND ctid = ANY(ARRAY(
     SELECT ctid FROM mcp_confirmations WHERE expires_at < $1 LIMIT $2))
 """
 
+# Updates quarantined as dead letters (sql/035), kept as long as the history of reminders.
+_DEAD_LETTERS_SQL = """
+DELETE FROM dead_letters WHERE created_at < $1 AND ctid = ANY(ARRAY(
+    SELECT ctid FROM dead_letters WHERE created_at < $1 LIMIT $2))
+"""
+
 
 @dataclass(frozen=True)
 class Pruned:
@@ -53,6 +59,7 @@ class Pruned:
     occurrences: int = 0
     refusal_notices: int = 0
     confirmations: int = 0
+    dead_letters: int = 0
 
 
 async def _delete_in_batches(pool: Pool, sql: str, cutoff: datetime, batch: int, rounds: int) -> int:
@@ -76,13 +83,14 @@ async def prune(
     batch: int = RETENTION_BATCH,
     rounds: int = RETENTION_ROUNDS,
 ) -> Pruned:
-    """Delete ended occurrences scheduled before `now - keep_occurrences` (and parked MCP calls that expired then),
-    and refusal notices older than `now - keep_notices`, at most `batch` rows per statement and `rounds` statements
-    per table."""
+    """Delete ended occurrences scheduled before `now - keep_occurrences` (and parked MCP calls that expired then, and
+    dead letters kept since then), and refusal notices older than `now - keep_notices`, at most `batch` rows per
+    statement and `rounds` statements per table."""
     occurrences = await _delete_in_batches(pool, _OCCURRENCES_SQL, now - keep_occurrences, batch, rounds)
     notices = await _delete_in_batches(pool, _NOTICES_SQL, now - keep_notices, batch, rounds)
     confirmations = await _delete_in_batches(pool, _CONFIRMATIONS_SQL, now - keep_occurrences, batch, rounds)
-    return Pruned(occurrences, notices, confirmations)
+    dead = await _delete_in_batches(pool, _DEAD_LETTERS_SQL, now - keep_occurrences, batch, rounds)
+    return Pruned(occurrences, notices, confirmations, dead)
 
 
 async def _prune_once(pool: Pool, clock: Clock, keep_occurrences: timedelta) -> None:

@@ -59,6 +59,7 @@ from core.storage import conversations, fleet, refusals
 from core.storage.db import Pool
 from core.storage.retention import pruning
 from core.texts import RESTARTING
+from core.textsafe import clean_json, strip_nul
 from core.timeutil import Clock, system_clock, zone
 from core.tools.framework import Caps, Tool, ToolContext, ToolRegistry
 from core.tools.sql import EXECUTE_SQL
@@ -185,7 +186,7 @@ class Core:
         by name, or the text typed after the command."""
         if not self.is_allowed(inc):
             return Error("not_allowed", self.refusal_text(inc)) if must_answer else await self.refusal(inc)
-        options = COMMAND[name].parse(args) if isinstance(args, str) else args
+        options = COMMAND[name].parse(strip_nul(args)) if isinstance(args, str) else clean_json(args)
         if name == "tasks":
             return await self._commands.tasks(inc)
         if name == "timezone":

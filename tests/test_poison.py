@@ -238,3 +238,40 @@ async def test_a_dead_letter_keeps_any_reason_and_a_capped_payload(pool: Pool, r
     [dead] = await dead_letters(pool)
     assert len(dead["payload"]) <= store.PAYLOAD_CHARS + 1 and dead["payload"].startswith('{"text": "\\u0000zz')
     assert len(dead["reason"]) <= store.REASON_CHARS
+
+
+# ---- text from the model, the speech server and commands ----------------------------------------------------------
+
+
+async def test_nul_in_the_models_answer_and_tool_arguments_is_not_a_failed_turn(tgbot: TgBot) -> None:  # noqa: F811
+    bot = tgbot
+    bot.llm.script(
+        Reply(
+            tool_calls=[("manage_tasks", {"action": "create", "title": "Call\x00 mum", "due_at": "2030-01-02T10:00"})]
+        ),
+        Reply(text="Done\x00 — noted."),
+    )
+    [sent] = await bot.say("note it")
+    assert sent["text"].startswith("Done — noted.")
+    assert await bot.pool.fetchval("SELECT title FROM tasks") == "Call mum"
+    assert await bot.pool.fetchval("SELECT content FROM messages WHERE role = 'assistant' AND content <> ''") == (
+        "Done — noted."
+    )
+
+
+async def test_a_transcript_with_nul_is_heard_without_it(tgbot: TgBot) -> None:  # noqa: F811
+    bot = tgbot
+    bot.llm.script_transcripts(Reply(text="water\x00 the plants"))
+    bot.llm.script(Reply(text="ok"))
+    before = len(bot.tg.sent)
+    bot.tg.push_update(bot.tg.voice_update(b"OggS\x00\x02" + bytes(range(50)), duration=1))
+    await bot.tg.wait_sent(before + 1)
+    assert last_user_text(bot.llm) == "water the plants"
+    assert await bot.pool.fetchval("SELECT pages FROM attachments") == ["water the plants"]
+
+
+async def test_a_command_argument_with_nul_is_read_without_it(tgbot: TgBot) -> None:  # noqa: F811
+    bot = tgbot
+    [sent] = await bot.say("/timezone Europe/Par\x00is")
+    assert "Europe/Paris" in sent["text"]
+    assert await bot.pool.fetchval("SELECT timezone FROM accounts") == "Europe/Paris"

@@ -20,6 +20,7 @@ from core.agent.providers import PROVIDERS, ModelChoice, ProviderInfo
 from core.metrics import Metrics
 from core.openai_client import failure_detail, openai_client, server_host
 from core.settings import Settings
+from core.textsafe import strip_nul
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,8 @@ def _parse_whole(resp: Any) -> LLMReply:
             for c in (msg.tool_calls or [])
             if isinstance(c, ChatCompletionMessageFunctionToolCall)
         ]
-        return LLMReply(msg.content, calls, choice.finish_reason, usage=_usage(getattr(resp, "usage", None)))
+        content = strip_nul(msg.content) if isinstance(msg.content, str) else msg.content
+        return LLMReply(content, calls, choice.finish_reason, usage=_usage(getattr(resp, "usage", None)))
     except (TypeError, AttributeError, IndexError):
         return LLMReply(content=None, finish_reason=MALFORMED)
 
@@ -334,7 +336,7 @@ class LLM:
                     for ch in _objects(chunk.get("choices")):
                         delta = ch.get("delta") or {}
                         content = delta.get("content") if isinstance(delta, dict) else None
-                        if isinstance(content, str) and content:
+                        if isinstance(content, str) and (content := strip_nul(content)):
                             parts.append(content)
                             yield content
                         for tc in _objects(delta.get("tool_calls") if isinstance(delta, dict) else None):

@@ -12,6 +12,7 @@ import openai
 from core.constants import SPEECH_INPUT_CHARS, SPEECH_VOICE
 from core.openai_client import failure_detail, openai_client, server_host
 from core.settings import Settings
+from core.textsafe import strip_nul
 
 NO_TRANSCRIPTION = (
     "Voice notes need a transcription model, and none is set up here (the operator can set TRANSCRIPTION_MODEL); "
@@ -135,7 +136,7 @@ class Audio:
         text = getattr(result, "text", None)
         if not isinstance(text, str) or not text.strip():
             raise AudioRefused(NOTHING_HEARD)
-        return text.strip()
+        return strip_nul(text).strip()
 
     async def speak(self, text: str) -> bytes:
         """`text` spoken as an OGG/Opus voice note (cut to the API's input limit); AudioRefused says in one line why

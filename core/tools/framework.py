@@ -25,6 +25,7 @@ from core.constants import (
 )
 from core.quoting import truncate
 from core.storage.db import Pool
+from core.textsafe import clean_json
 from core.timeutil import Clock, zone
 from core.types import ChatRef, UserRef
 
@@ -255,7 +256,7 @@ class ToolRegistry:
             names = ", ".join(offered[:TOOL_NAMES_SHOWN]) + (", …" if len(offered) > TOOL_NAMES_SHOWN else "")
             return err("unknown_function", f"there is no tool named '{name}'; available: {names}")
         try:
-            data = json.loads(raw_args) if raw_args.strip() else {}
+            data = clean_json(json.loads(raw_args)) if raw_args.strip() else {}  # a \u0000 escape: not stored
         except json.JSONDecodeError as e:
             return err("invalid_args", f"arguments are not valid JSON ({e.msg} at position {e.pos})")
         if not isinstance(data, dict):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import os
 import secrets
@@ -17,6 +18,7 @@ from typing import Any, Self
 
 import anyio
 import uvicorn
+from mcp import types
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import (
     AccessToken,
@@ -32,6 +34,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from mcp.types import ToolAnnotations
+from PIL import Image as PILImage
 from pydantic import AnyHttpUrl
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -60,12 +63,36 @@ for line in sys.stdin:
         break
 """
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000")  # the start of a PNG: enough here
+
+
+def png_with_a_bad_profile() -> bytes:
+    """A 4×4 PNG whose colour profile chunk (iCCP) has a wrong checksum, as server-everything's sample image has."""
+    out = io.BytesIO()
+    PILImage.new("RGB", (4, 4), "red").save(out, "PNG", icc_profile=b"a profile of no use")
+    data = bytearray(out.getvalue())
+    at = data.index(b"iCCP")
+    data[at + 4 + int.from_bytes(data[at - 4 : at], "big")] ^= 0xFF  # the first byte of its checksum
+    return bytes(data)
+
+
+BAD_PROFILE_PNG = png_with_a_bad_profile()
 TAGGED = "sum\U000e0049\U000e0047\U000e004e\U000e004f\U000e0052\U000e0045 is 3\u200b\u202e"  # "IGNORE" in tag chars
+
+
+class _Server(MCPServer):
+    """MCPServer whose `research` tool says it can only be called as a task (as server-everything's
+    simulate-research-query does; MCPServer's own tools cannot say it)."""
+
+    async def list_tools(self) -> list[types.Tool]:
+        """The tools, `research` marked taskSupport required (seen by 2025-11-25 clients only)."""
+        tools = await super().list_tools()
+        task = types.ToolExecution(task_support="required")
+        return [t.model_copy(update={"execution": task}) if t.name == "research" else t for t in tools]
 
 
 def build_server(name: str = "test", calls: list[str] | None = None) -> MCPServer:
     """A server with the tools the tests call (`calls`: where `forget` notes each call it gets)."""
-    mcp = MCPServer(name, log_level="WARNING")
+    mcp = _Server(name, log_level="WARNING")
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=True))
     def echo(text: str) -> str:
@@ -126,6 +153,28 @@ def build_server(name: str = "test", calls: list[str] | None = None) -> MCPServe
     def picture() -> list[Any]:
         """A caption and an image."""
         return ["a dot", Image(data=PNG, format="png")]
+
+    @mcp.tool()
+    def research(topic: str) -> str:
+        """Only as a task (see _Server)."""
+        return f"researched {topic}"
+
+    @mcp.tool(structured_output=False)
+    def profiled() -> list[Any]:
+        """An image whose colour profile's checksum is wrong."""
+        return [Image(data=BAD_PROFILE_PNG, format="png")]
+
+    @mcp.tool(structured_output=False)
+    def embedded() -> list[Any]:
+        """A text resource and a binary one, embedded."""
+        note = types.TextResourceContents(uri="mem://note.md", mime_type="text/markdown", text="# Note\nbody")
+        blob = types.BlobResourceContents(uri="mem://a.bin", mime_type="application/octet-stream", blob="AAEC")
+        return [types.EmbeddedResource(type="resource", resource=r) for r in (note, blob)]
+
+    @mcp.tool()
+    def nul() -> dict[str, Any]:
+        """Structured content with U+0000 in a key and a value."""
+        return {"na\x00me": "a\x00b"}
 
     @mcp.tool()
     async def grow(tool: str, ctx: Context) -> str:

@@ -246,6 +246,19 @@ def test_a_disabled_server_needs_no_variables(tmp_path: Path) -> None:
     assert (server.enabled, dict(server.env)) == (False, {"TOKEN": ""})
 
 
+def test_disabled_as_other_clients_write_it_is_read(tmp_path: Path) -> None:
+    """Issue 31, 6: Claude Desktop's `"disabled": false` loads; true parks the server; disagreeing with enabled is one
+    line."""
+    on = only(load(tmp_path, {"fs": {"command": "npx", "disabled": False}}))
+    off = only(load(tmp_path, {"fs": {"command": "npx", "env": {"T": "${T}"}, "disabled": True}}))
+    both = only(load(tmp_path, {"fs": {"command": "npx", "disabled": True, "enabled": False}}))
+    assert (on.enabled, off.enabled, dict(off.env), both.enabled) == (True, False, {"T": ""}, False)
+    line = error(tmp_path, {"fs": {"command": "npx", "disabled": True, "enabled": True}})
+    assert line == "MCP_CONFIG: server 'fs': disabled: says the opposite of enabled: keep one of them"
+    line = error(tmp_path, {"fs": {"command": "npx", "disabled": "yes"}})
+    assert line == "MCP_CONFIG: server 'fs': disabled: must be true or false"
+
+
 def test_a_literal_secret_gets_a_warning_and_a_variable_none(tmp_path: Path) -> None:
     """Keys that look like secrets, in env, headers and the url: a written value is a warning (its value never in
     the line); ${VAR}, `Bearer ${VAR}` and non-secret keys are not."""
@@ -277,8 +290,8 @@ def test_unknown_keys_are_named(tmp_path: Path) -> None:
     """A typo is not silently ignored; keys of other clients get a hint."""
     line = error(tmp_path, {"fs": {"command": "npx", "acess": "everyone"}})
     assert line == "MCP_CONFIG: server 'fs': acess: unknown key (the keys are listed in docs/mcp.md)"
-    line = error(tmp_path, {"fs": {"command": "npx", "disabled": True}})
-    assert line == "MCP_CONFIG: server 'fs': disabled: unknown key (write \"enabled\": false)"
+    line = error(tmp_path, {"fs": {"command": "npx", "include": ["a*"]}})
+    assert line == 'MCP_CONFIG: server \'fs\': include: unknown key (write "tools": {"include": [...]})'
     line = error(tmp_path, {"fs": {"command": "npx", "tools": {"include": ["*"], "allow": ["x"]}}})
     assert line == "MCP_CONFIG: server 'fs': tools.allow: unknown key (tools takes include and exclude)"
 

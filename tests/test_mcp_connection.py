@@ -23,8 +23,9 @@ from mcp.shared.exceptions import MCPError
 
 from core.constants import MCP_RESULT_CHARS
 from core.mcp_servers.config import ServerConfig
-from core.mcp_servers.connection import CallFailed, Connection, RemoteTool
+from core.mcp_servers.connection import INHERITED_ENV, CallFailed, Connection, RemoteTool
 from core.mcp_servers.results import cap, clean, outcome
+from core.media.images import prepare
 from tests.mcp_servers import DIES_AFTER_LISTING, DIES_AT_ONCE, PNG, HttpServer, build_server, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,6 +123,14 @@ async def test_tools_are_listed_filtered_and_called(mode: str) -> None:
         assert failed.value.reached is False
 
 
+async def test_a_tool_that_needs_task_support_is_not_offered() -> None:
+    """Issue 31, 6: a 2025-11-25 tool marked taskSupport required (server-everything's simulate-research-query) can
+    only be called as a task, which the bot does not do."""
+    async with running(MemoryConnection(ServerConfig(name="mem"), "legacy")) as conn:
+        names = {t.name for t in conn.tools}
+        assert "echo" in names and "research" not in names
+
+
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_a_changed_tool_list_is_read_again(mode: str) -> None:
     seen: list[tuple[RemoteTool, ...]] = []
@@ -148,6 +157,38 @@ async def test_results_are_made_safe_for_the_prompt() -> None:
         assert picture.text.startswith("a dot")
 
 
+async def test_an_image_with_a_bad_checksum_in_its_colour_profile_is_kept() -> None:
+    """Issue 31, 6: server-everything's sample PNG (a wrong iCCP checksum): image viewers skip that chunk, Pillow
+    refused the whole file ("not an image"); it is made ready for the model like a photo now."""
+    async with running(MemoryConnection(ServerConfig(name="mem"))) as conn:
+        profiled = await conn.call("profiled", {})
+        assert profiled.ok and len(profiled.images) == 1
+        photo = await prepare(profiled.images[0][0])  # the media store's own step before keeping it
+        assert (photo.width, photo.height) == (4, 4)
+
+
+async def test_an_embedded_text_resource_comes_with_its_text() -> None:
+    """Issue 31, 6: the model reads the text; a binary resource stays a line."""
+    async with running(MemoryConnection(ServerConfig(name="mem"))) as conn:
+        assert await text(conn, "embedded") == "\n".join(
+            [
+                "[resource: mem://note.md (text/markdown)]",
+                "# Note",
+                "body",
+                "[resource: mem://a.bin (application/octet-stream)]",
+            ]
+        )
+
+
+async def test_a_result_holds_no_nul_character() -> None:
+    """Issue 31, 1: U+0000 in structured content (a key, a value) is gone, not kept as the JSON escape \\u0000 that
+    PostgreSQL's jsonb refuses."""
+    async with running(MemoryConnection(ServerConfig(name="mem"))) as conn:
+        assert await text(conn, "nul") == '{"name":"ab"}'
+    raw = types.CallToolResult(content=[types.TextContent(type="text", text="a\x00b")], structured_content={"k": 1})
+    assert outcome(raw).text == 'ab\n{"k":1}'
+
+
 async def test_reconnect_leaves_the_session_and_lists_again() -> None:
     seen: list[tuple[RemoteTool, ...]] = []
     async with running(MemoryConnection(ServerConfig(name="mem"), on_tools=lambda _, t: seen.append(t))) as conn:
@@ -164,7 +205,7 @@ def test_outcome_mentions_resources_and_keeps_structured_content_beside_other_te
             types.ResourceLink(type="resource_link", name="notes.md", uri="file:///notes.md?x=1\nnext"),
             types.EmbeddedResource(
                 type="resource",
-                resource=types.TextResourceContents(uri="mem://a", mime_type="text/plain", text="ignored"),
+                resource=types.TextResourceContents(uri="mem://a", mime_type="text/plain", text="the note"),
             ),
             types.ImageContent(type="image", data="not base64!", mime_type="image/png"),
         ],
@@ -175,6 +216,7 @@ def test_outcome_mentions_resources_and_keeps_structured_content_beside_other_te
         "found 2",
         "[resource link: notes.md file:///notes.md?x=1 next]",
         "[resource: mem://a (text/plain)]",
+        "the note",
         "[an image (image/png) that could not be read]",
         '{"count":2,"names":["a","b"]}',
     ]
@@ -196,13 +238,23 @@ def test_the_cap_keeps_head_and_tail_and_says_the_cut() -> None:
 # A stdio child: its environment, a timeout, a kill between calls and one during a call.
 
 
-async def test_a_stdio_child_gets_only_its_own_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_stdio_child_gets_only_its_own_environment_and_the_ways_to_the_network(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing of the bot's but PATH, HOME, LANG and, when set, the certificate and proxy variables (issue 31, 6: uvx
+    and npx behind a proxy or a private CA)."""
     for name in ("LLM_API_KEY", "TELEGRAM_BOT_TOKEN", "DATABASE_URL", "SHELL", "USER", "LOGNAME"):
         monkeypatch.setenv(name, "parent-secret")
+    for name in INHERITED_ENV[3:]:
+        monkeypatch.delenv(name, raising=False)
+    network = {"SSL_CERT_FILE": "/etc/ca.pem", "NODE_EXTRA_CA_CERTS": "/etc/ca.pem", "HTTPS_PROXY": "http://p:3128"}
+    for name, value in {**network, "no_proxy": "localhost"}.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("LANG", "C.UTF-8")  # not C: the child's Python adds no LC_CTYPE of its own
     async with running(Connection(CHILD, extra_env={"PERSON_TOKEN": "p"})) as conn:
         keys = set((await text(conn, "env_keys")).split())
-        assert keys == {"PATH", "LANG", "KID", "PERSON_TOKEN"} | ({"HOME"} & set(os.environ))
+        expected = {"PATH", "LANG", "KID", "PERSON_TOKEN", "no_proxy", *network}
+        assert keys == expected | ({"HOME"} & set(os.environ))
 
 
 async def test_a_slow_tool_times_out_and_the_session_stays_usable() -> None:

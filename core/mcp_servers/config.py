@@ -39,6 +39,7 @@ KEYS = (
     "type",
     "transport",
     "enabled",
+    "disabled",  # Claude Desktop's and Cursor's way of writing enabled: false
     "access",
     "credentials",
     "trust",
@@ -48,7 +49,6 @@ KEYS = (
     "connect_timeout",
 )
 HINTS = {  # keys other clients use, and what to write here instead
-    "disabled": 'write "enabled": false',
     "include": 'write "tools": {"include": [...]}',
     "exclude": 'write "tools": {"exclude": [...]}',
 }
@@ -73,7 +73,7 @@ class ServerConfig:
     name: str
     command: str | None = None  # stdio server: command, args, env, cwd
     args: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=_no_env)  # ONLY these (+ PATH, HOME, LANG) reach the child
+    env: Mapping[str, str] = field(default_factory=_no_env)  # ONLY these (+ connection.INHERITED_ENV) reach the child
     cwd: str | None = None
     url: str | None = None  # Streamable HTTP server: url, headers
     headers: Mapping[str, str] = field(default_factory=_no_env)
@@ -186,6 +186,16 @@ class _Server:
             self.fail(key, "must be true or false")
         return value
 
+    def enabled(self) -> bool:
+        """`enabled`, or `disabled` (true: off) as other clients write it; both given must agree."""
+        enabled = self.flag("enabled", True)
+        if "disabled" not in self.raw:
+            return enabled
+        disabled = self.flag("disabled", False)
+        if "enabled" in self.raw and enabled == disabled:
+            self.fail("disabled", "says the opposite of enabled: keep one of them")
+        return not disabled
+
     def choice(self, key: str, options: tuple[str, ...], default: str) -> str:
         """One of `options` (any case; - for _)."""
         value = self.raw.get(key, default)
@@ -290,7 +300,7 @@ class _Server:
             shown = ", ".join(_label(k) for k in unknown)
             hint = "; ".join(HINTS[k] for k in unknown if k in HINTS) or "the keys are listed in docs/mcp.md"
             self.fail(shown, f"unknown key ({hint})")
-        enabled = self.flag("enabled", True)
+        enabled = self.enabled()
         self.lenient = not enabled
         kind = self.transport()
         has_command, has_url = "command" in self.raw, "url" in self.raw

@@ -52,7 +52,13 @@ log = logging.getLogger(__name__)
 
 State = Literal["connecting", "ready", "failing", "paused", "closed"]
 OnTools = Callable[[str, "tuple[RemoteTool, ...]"], None]
-INHERITED_ENV = ("PATH", "HOME", "LANG")  # all a stdio server gets of the bot's own environment
+# All a stdio server gets of the bot's own environment (those set): where programs are, and how this machine reaches
+# the network (its certificate authorities and proxies: uvx and npx fetch packages through them)
+INHERITED_ENV = (
+    *("PATH", "HOME", "LANG"),
+    *("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"),
+    *("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"),
+)
 # A 400 whose body says this names a lost session (the TypeScript SDK's servers: "No valid session ID provided", "Server
 # not initialized"); the Python SDK's say 404.
 _SESSION_LOST = re.compile(r"session|not initiali[sz]ed", re.IGNORECASE)
@@ -115,7 +121,7 @@ def _mark(delivered: bool = True, refused: bool = False) -> None:
 
 
 def child_env(config: ServerConfig, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A stdio server's whole environment: PATH, HOME and LANG of ours, then the file's `env`, then `extra`."""
+    """A stdio server's whole environment: INHERITED_ENV of ours, then the file's `env`, then `extra`."""
     env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
     env.update(config.env)
     env.update(extra or {})
@@ -329,7 +335,8 @@ class Connection:
         self._tell(tools)
 
     async def _list(self, client: Client) -> tuple[RemoteTool, ...]:
-        """The server's tools (all pages) that the file's include/exclude globs let through."""
+        """The server's tools (all pages) that the file's include/exclude globs let through, without those that need
+        what the bot lacks."""
         listed: list[types.Tool] = []
         cursor: str | None = None
         for _ in range(MCP_PAGES_MAX):
@@ -338,7 +345,15 @@ class Connection:
             cursor = page.next_cursor
             if not cursor:
                 break
-        return tuple(_remote(tool) for tool in listed if self.wanted(tool.name))
+        wanted = [tool for tool in listed if self.wanted(tool.name)]
+        unfit = [tool.name for tool in wanted if _needs_tasks(tool)]
+        if unfit:
+            log.info(
+                "MCP server %r: left out %s: task-augmented calls needed, which the bot does not make",
+                self.config.name,
+                truncate(clean(", ".join(unfit)), MCP_LINE_CHARS, one_line=True),
+            )
+        return tuple(_remote(tool) for tool in wanted if not _needs_tasks(tool))
 
     def wanted(self, tool: str) -> bool:
         """Whether the file's globs let `tool` through."""
@@ -520,6 +535,12 @@ def _remote(tool: types.Tool) -> RemoteTool:
         read_only=hints.read_only_hint if hints else None,
         destructive=hints.destructive_hint if hints else None,
     )
+
+
+def _needs_tasks(tool: types.Tool) -> bool:
+    """Whether a tool can only be called as a task (2025-11-25 `execution.taskSupport: required`), which the bot
+    does not do: its plain call would fail."""
+    return tool.execution is not None and tool.execution.task_support == "required"
 
 
 def _leaf(error: BaseException) -> BaseException:

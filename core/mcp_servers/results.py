@@ -1,6 +1,6 @@
-"""A tool result from an MCP server made safe for the prompt: someone else's text, with its invisible characters
-stripped, its structured content as compact JSON, its images kept as bytes, and the whole cut at a cap with its head
-and tail kept."""
+"""A tool result from an MCP server made safe for the prompt and the database: someone else's text, with its invisible
+characters (and U+0000, which PostgreSQL refuses) stripped, its structured content as compact JSON, its embedded text
+resources' text, its images kept as bytes, and the whole cut at a cap with its head and tail kept."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import base64
 import binascii
 import json
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from mcp import types
 
 from core.constants import MCP_LINE_CHARS, MCP_RESULT_CHARS
 from core.quoting import truncate
+from core.textsafe import clean_json, strip_nul
 
 # Invisible characters that can hide instructions from the person reading along: Unicode tag characters (U+E0000 to
 # U+E007F, "ASCII smuggling"), the variation selectors supplement (U+E0100 to U+E01EF, data hidden in emoji), zero-width
@@ -27,6 +29,7 @@ _INVISIBLE = re.compile(
 
 
 _NOT_JSON = object()
+_PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,9 @@ class Outcome:
 
 
 def clean(text: str) -> str:
-    """`text` without tag characters, zero-width and bidi controls or other invisible control characters."""
-    return _INVISIBLE.sub("", text)
+    """`text` without tag characters, zero-width and bidi controls or other invisible control characters, and holding
+    nothing PostgreSQL refuses."""
+    return strip_nul(_INVISIBLE.sub("", text))
 
 
 def cap(text: str, limit: int = MCP_RESULT_CHARS) -> str:
@@ -60,9 +64,10 @@ def cap(text: str, limit: int = MCP_RESULT_CHARS) -> str:
 
 def outcome(result: types.CallToolResult, limit: int = MCP_RESULT_CHARS) -> Outcome:
     """The Outcome of a CallToolResult."""
-    structured = result.structured_content
+    given = result.structured_content
     texts = [b.text for b in result.content if isinstance(b, types.TextContent)]
-    copies = {i for i, text in enumerate(texts) if structured is not None and _json_of(text) == structured}
+    copies = {i for i, text in enumerate(texts) if given is not None and _json_of(text) == given}
+    structured = clean_json(given)  # JSON would keep a U+0000 as \u0000, which jsonb refuses
     parts: list[str] = []
     images: list[tuple[bytes, str]] = []
     seen = 0
@@ -73,6 +78,8 @@ def outcome(result: types.CallToolResult, limit: int = MCP_RESULT_CHARS) -> Outc
             seen += 1
         elif isinstance(block, types.ImageContent):
             data = _decoded(block.data)
+            if data is not None and data.startswith(_PNG):
+                data = _png_mended(data)
             if data is None:
                 parts.append(f"[an image ({_flat(block.mime_type)}) that could not be read]")
             else:
@@ -83,9 +90,12 @@ def outcome(result: types.CallToolResult, limit: int = MCP_RESULT_CHARS) -> Outc
         elif isinstance(block, types.ResourceLink):
             parts.append(f"[resource link: {_flat(block.name)} {_flat(block.uri)}]")
         elif isinstance(block, types.EmbeddedResource):
-            mime = f" ({_flat(block.resource.mime_type)})" if block.resource.mime_type else ""
-            parts.append(f"[resource: {_flat(block.resource.uri)}{mime}]")
-    if structured is not None and (copies or not _wraps(structured, texts)):
+            resource = block.resource
+            mime = f" ({_flat(resource.mime_type)})" if resource.mime_type else ""
+            parts.append(f"[resource: {_flat(resource.uri)}{mime}]")
+            if isinstance(resource, types.TextResourceContents):  # a binary one stays its line
+                parts.append(resource.text)
+    if structured is not None and (copies or not _wraps(given, texts)):
         parts.append(json.dumps(structured, ensure_ascii=False, separators=(",", ":"), default=str))
     return Outcome(ok=not result.is_error, text=cap(clean("\n".join(parts)), limit), images=tuple(images))
 
@@ -113,6 +123,23 @@ def _decoded(data: str) -> bytes | None:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         return None
+
+
+def _png_mended(data: bytes) -> bytes:
+    """A PNG without its ancillary chunks whose checksum is wrong (e.g. a colour profile, iCCP), which image viewers
+    skip so where Pillow refuses the whole file; the same bytes when none is wrong."""
+    kept, pos, dropped = [data[: len(_PNG)]], len(_PNG), False
+    while pos + 12 <= len(data):
+        end = pos + 12 + int.from_bytes(data[pos : pos + 4], "big")
+        if end > len(data):
+            break
+        ancillary = data[pos + 4] & 0x20  # a lower-case first letter: the image can do without it
+        if ancillary and zlib.crc32(data[pos + 4 : end - 4]) != int.from_bytes(data[end - 4 : end], "big"):
+            dropped = True
+        else:
+            kept.append(data[pos:end])
+        pos = end
+    return b"".join([*kept, data[pos:]]) if dropped else data
 
 
 def _flat(text: str) -> str:

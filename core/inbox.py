@@ -23,7 +23,7 @@ from core.constants import (
 from core.metrics import Metrics
 from core.storage import dead_letters
 from core.storage import inbox_table as store
-from core.storage.db import Pool, connect_like, is_dropped, retry_dropped
+from core.storage.db import Pool, connect_like, is_transient, retry_dropped
 from core.storage.inbox_table import InboxItem
 from core.storage.listen import ChangeListener
 
@@ -102,8 +102,8 @@ class Inbox:
                 pool=self.pool,
             )
         except Exception as e:
-            if is_dropped(e):
-                raise  # the database is away: the platform is not told, and sends it again
+            if is_transient(e):
+                raise  # the database is away or busy: the platform is not told, and sends it again
             await self.quarantine(platform, update_id, f"could not be stored: {_reason(e)}", payload, "store")
             return False
         if item is not None and item.update_id not in self._leases:  # ours (also when a retry found our own claim)

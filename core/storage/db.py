@@ -53,6 +53,22 @@ def is_dropped(e: BaseException) -> bool:
     )
 
 
+# Errors that say "not now" about the server rather than "never" about the statement: out of connections, disk or
+# memory, cancelled or shutting down, a deadlock or serialization failure, a read-only server during a failover.
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    TimeoutError,
+    asyncpg.InsufficientResourcesError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.TransactionRollbackError,
+    asyncpg.ReadOnlySQLTransactionError,
+)
+
+
+def is_transient(e: BaseException) -> bool:
+    """Whether the same statement may well succeed later (the database is away or busy), so it is worth retrying."""
+    return is_dropped(e) or isinstance(e, _TRANSIENT)
+
+
 async def retry_dropped(
     op: Callable[[], Awaitable[T]],
     what: str = "database call",

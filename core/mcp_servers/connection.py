@@ -61,7 +61,7 @@ INHERITED_ENV = (
 )
 # A 400 whose body says this names a lost session (the TypeScript SDK's servers: "No valid session ID provided", "Server
 # not initialized"); the Python SDK's say 404.
-_SESSION_LOST = re.compile(r"session|not initiali[sz]ed", re.IGNORECASE)
+_SESSION_LOST = re.compile(r"\bsession\b|not initiali[sz]ed", re.IGNORECASE)  # not a parameter "session_id"
 _SESSION_BODY_BYTES = 64 * 1024  # of a 400's body, read to look for those words
 _URL_TAIL = re.compile(r"(\b[a-z][a-z0-9+.-]*://)(?:[^\s/@]*@)?([^\s?#]*)[?#]\S*", re.IGNORECASE)
 
@@ -598,7 +598,8 @@ class _Watched(httpx2.AsyncBaseTransport):
 async def _read_small(response: httpx2.Response, request: httpx2.Request) -> tuple[httpx2.Response, str]:
     """An error response read whole (its body, decoded, kept for the SDK to read again) and its text to look at; a body
     over _SESSION_BODY_BYTES is no session's error: passed on unread, with no text."""
-    if int(response.headers.get("content-length") or 0) > _SESSION_BODY_BYTES:
+    length = response.headers.get("content-length", "")
+    if length.isdigit() and int(length) > _SESSION_BODY_BYTES:
         return response, ""
     try:
         body = await response.aread()

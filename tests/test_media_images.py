@@ -192,14 +192,21 @@ async def test_a_format_outside_the_list_is_not_decoded() -> None:
     assert str(refused.value) == images.NOT_AN_IMAGE
 
 
+def bad_header_checksum(png: bytes) -> bytes:
+    """A PNG whose IHDR chunk (required) has a wrong CRC: Pillow cannot even identify it."""
+    crc_at = 8 + 8 + 13  # signature, IHDR's length and type, its 13 bytes of data
+    return png[:crc_at] + bytes(b ^ 0xFF for b in png[crc_at : crc_at + 4]) + png[crc_at + 4 :]
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
         (b"Dear bot,\nthis is a text file, not a photo.\n", images.NOT_AN_IMAGE),
         (encoded(noise(300, 200), "PNG")[:5000], images.DAMAGED),  # cut short after the header
         (b"\xff\xd8\xff\xe0" + os.urandom(3000), images.DAMAGED),  # a JPEG start, then garbage
+        (bad_header_checksum(encoded(noise(30, 20), "PNG")), images.DAMAGED),  # a PNG, but not "not an image"
     ],
-    ids=["text", "truncated-png", "garbage-jpeg"],
+    ids=["text", "truncated-png", "garbage-jpeg", "png-bad-ihdr-crc"],
 )
 async def test_a_bad_file_is_refused_in_one_line(data: bytes, message: str) -> None:
     """Not an image, or damaged: ImageRefused with one clear line, never Pillow's exception."""

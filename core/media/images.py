@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 # Only these decoders ever see a file (no EPS/Ghostscript, no TIFF codecs, ...); GIF, WebP, PNG (APNG) give frame 0.
 FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP") + (("AVIF",) if features.check_module("avif") else ())  # JPEG: MPO too
 
+# How the files of FORMATS start (WebP and AVIF sit in containers whose first bytes say less: left out)
+IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
+
 TOO_LARGE = "That image is over {mb} MB, more than I take: send a smaller one."
 NOT_AN_IMAGE = "That file isn't an image I can read (I take JPEG, PNG, GIF, WebP, BMP and AVIF)."
 TOO_MANY_PIXELS = "That image is {w}×{h} pixels, more than I open (at most {mp:g} million): send a smaller one."
@@ -105,8 +108,8 @@ def _prepare(data: bytes, *, max_side: int, max_bytes: int, max_pixels: int, max
             return _convert(img, max_side=max_side, max_bytes=max_bytes, max_pixels=max_pixels)
     except ImageRefused:
         raise
-    except UnidentifiedImageError:
-        raise ImageRefused(NOT_AN_IMAGE) from None
+    except UnidentifiedImageError:  # also a file of a format we take whose header Pillow finds broken
+        raise ImageRefused(DAMAGED if data.startswith(IMAGE_MAGIC) else NOT_AN_IMAGE) from None
     except Image.DecompressionBombError:  # over twice Pillow's own cap: refused by Image.open from the header
         raise ImageRefused(FAR_TOO_MANY_PIXELS.format(mp=max_pixels / 1_000_000)) from None
     except Exception as e:  # Pillow's decoders raise many kinds (OSError, SyntaxError, ValueError, struct.error, ...)

@@ -24,6 +24,7 @@ from core.constants import (
     API_SESSION_TITLE_CHARS,
 )
 from core.storage.db import Pool
+from core.textsafe import NUL, strip_nul
 from core.timeutil import Clock
 from core.types import Assistant, AssistantDelta, Error, Event, ToolCall, ToolResult
 
@@ -124,8 +125,8 @@ def message_key(idempotency_key: str | None) -> str:
 
 
 def clean_title(title: str | None) -> str:
-    """A session title on one line, cut to API_SESSION_TITLE_CHARS."""
-    return " ".join((title or "").split())[:API_SESSION_TITLE_CHARS]
+    """A session title on one line (without NUL, which PostgreSQL refuses), cut to API_SESSION_TITLE_CHARS."""
+    return " ".join(strip_nul(title or "").split())[:API_SESSION_TITLE_CHARS]
 
 
 def shown_result(envelope_json: str) -> tuple[str, bool]:
@@ -199,6 +200,8 @@ async def listed(pool: Pool, account_id: int, limit: int) -> list[Session]:
 
 async def find(pool: Pool, account_id: int, session_id: str) -> tuple[int, Session] | None:
     """The account's session of that id with its chat row id; None for another account's or none (no difference)."""
+    if NUL in session_id:  # no session has it (ids come from a request's path)
+        return None
     row = await pool.fetchrow(
         f"SELECT {_SESSION_COLUMNS} FROM chats c WHERE {_OWNED} AND c.platform_chat_id = $2",
         account_id,
@@ -209,11 +212,15 @@ async def find(pool: Pool, account_id: int, session_id: str) -> tuple[int, Sessi
 
 async def exists(pool: Pool, session_id: str) -> bool:
     """Whether a session of that id exists (anyone's)."""
+    if NUL in session_id:
+        return False
     return bool(await pool.fetchval("SELECT 1 FROM chats WHERE platform = 'api' AND platform_chat_id = $1", session_id))
 
 
 async def delete(pool: Pool, account_id: int, session_id: str) -> bool:
     """Delete the account's session with its turns, messages and the tasks' link to it (False: none such)."""
+    if NUL in session_id:
+        return False
     status = await pool.execute(
         f"DELETE FROM chats c WHERE {_OWNED} AND c.platform_chat_id = $2", account_id, session_id
     )
@@ -251,6 +258,8 @@ _TURN_SQL = _MESSAGES_SQL.format(pmid="AND t.platform_message_id = $4").replace(
 async def turn_of(pool: Pool, account_id: int, session_id: str, message_id: str) -> tuple[Message, ...] | None:
     """The messages of the turn whose platform message id is `message_id` in the account's session (None: no such
     turn, or not the account's), in one round trip."""
+    if NUL in session_id + message_id:
+        return None
     rows = await pool.fetch(_TURN_SQL, account_id, 2**62, 1, message_id, session_id)
     return tuple(turn_messages(rows[0], session_id)) if rows else None
 
@@ -305,7 +314,7 @@ async def artifact(pool: Pool, account_id: int, artifact: str) -> tuple[str, str
     """A whole tool result by its artifact id: (the tool's name, the result JSON); None when not the account's."""
     session_id, _, rest = artifact.partition(".")
     message_id, _, index = rest.rpartition(".")
-    if not index.isdecimal() or len(index) > 6:
+    if not index.isdecimal() or len(index) > 6 or NUL in artifact:
         return None
     row = await pool.fetchrow(
         f"SELECT m.tool_name, m.content FROM chats c JOIN turns t ON t.chat_id = c.id"

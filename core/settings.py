@@ -145,6 +145,7 @@ class Settings(BaseSettings):
     MAX_MESSAGE_CHARS: int = Field(default=16000, ge=100)  # a longer incoming message is refused, not stored
     MEDIA_MAX_MB: int = Field(default=200, ge=1)  # what the files one person sent may take here (transcripts, pages)
     API_REQUESTS_PER_MINUTE: int = Field(default=120, ge=1)  # HTTP API requests per token (or web sign-in) a minute
+    API_STRANGER_REQUESTS_PER_MINUTE: int = Field(default=30, ge=1)  # API requests without a valid token, per address
     USER_MESSAGES_PER_MINUTE: int = Field(default=20, ge=1)  # past this, one polite note; the model is not called
     CHAT_MESSAGES_PER_MINUTE: int = Field(default=40, ge=1)  # the same for one chat (a group) as a whole
     MAX_OPEN_TASKS: int = Field(default=200, ge=1)  # open tasks and reminders per account

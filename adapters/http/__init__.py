@@ -3,6 +3,7 @@ web page, served on the process's one HTTP server (bot/web.py)."""
 
 from fastapi import FastAPI
 
+from adapters.http.gate import CallerFirst
 from adapters.http.routes import HttpApi, install_errors
 from adapters.http.web_page import add_web_page
 from core import Core, app_version
@@ -17,6 +18,7 @@ def serve_api(app: FastAPI, core: Core) -> HttpApi:
     app.title, app.version = API_TITLE, app_version()
     install_errors(app)
     app.include_router(http.router())
+    app.add_middleware(CallerFirst, http=http)  # the caller before the body (adapters/http/gate.py)
     add_web_page(app, http)
     return http
 

@@ -13,3 +13,10 @@ HTTP_UPLOAD_MAX_BYTES = 20 << 20  # the files of one message at most, decoded (T
 HTTP_UPLOAD_MAX_FILES = 5  # files in one message at most
 # the body of a route that takes files: base64 makes 4 bytes of every 3, plus the message's text and JSON around them
 UPLOAD_BODY_BYTES = HTTP_UPLOAD_MAX_BYTES * 4 // 3 + MAX_BODY_BYTES
+PARSE_OFF_LOOP_BYTES = 64 << 10  # a JSON body larger than this is parsed in a worker thread (adapters/http/body.py)
+# brackets and commas a JSON body may hold (upper bounds of its containers and values): parsing and validating that
+# many takes tens of milliseconds, and json.loads and pydantic each hold the GIL (the event loop) for all of it;
+# 5,000 objects is an Open WebUI chat of a few thousand messages
+JSON_CONTAINERS_MAX = 5_000
+JSON_VALUES_MAX = 50_000
+SCAN_STEP_BYTES = 1 << 20  # a large body is measured (and base64 decoded) in steps of this size: the loop runs between

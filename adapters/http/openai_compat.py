@@ -33,6 +33,7 @@ from core import (
     ToolResult,
     Upload,
     activity_lines,
+    strip_nul,
     summary_line,
 )
 
@@ -171,7 +172,7 @@ def turn_text(messages: list[ChatMessage]) -> tuple[str, list[Sent]]:
             raise refused(e) from None
     if not text.strip() and not files:
         raise ApiError(400, "invalid_request", NO_TEXT)
-    return text, files
+    return strip_nul(text), files
 
 
 def file_of(part: ContentPart, where: str) -> Sent | None:

@@ -12,11 +12,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from adapters.http import sse
+from adapters.http.body import OffLoopRoute
 from adapters.http.limits import (
     HTTP_UPLOAD_MAX_BYTES,
     MAX_BODY_BYTES,
@@ -60,6 +63,7 @@ from core import (
     Feed,
     TextPart,
     Upload,
+    strip_nul,
 )
 
 UNAUTHORIZED = "Send Authorization: Bearer <token>; /token new <name> in a private chat with the bot makes one."
@@ -69,11 +73,13 @@ NO_SESSION = "No such session."
 NO_MESSAGE = "No such message in this session."
 NO_ARTIFACT = "No such artifact."
 TOO_LARGE = f"The request body is larger than {MAX_BODY_BYTES:,} bytes."
+STARLETTE_TOO_LARGE = "Content Too Large"  # the detail of Starlette's body limit (the body.py limit has its own)
 UPLOAD_TOO_LARGE = (
     f"The request body is larger than {UPLOAD_BODY_BYTES:,} bytes: a message's files may hold "
     f"{HTTP_UPLOAD_MAX_BYTES:,} bytes in all (base64 makes them a third larger)."
 )
 RATE = "Too many requests: at most {n} a minute per token. Try again in {s} s."
+STRANGERS_RATE = "Too many requests without a valid token from this address: try again in {s} s."
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 429)}
 STREAMED: dict[int | str, dict[str, Any]] = {
     200: {
@@ -124,7 +130,7 @@ def install_errors(app: FastAPI) -> None:
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         message = exc.detail if isinstance(exc.detail, str) else "Request refused."
-        if exc.status_code == 413:
+        if exc.status_code == 413 and message == STARLETTE_TOO_LARGE:  # the body limit's own: say which limit
             message = too_large(request.scope)
         kind = _KINDS.get(exc.status_code, "error")
         return error_response(exc.status_code, kind, message, dict(exc.headers or {}) or None)
@@ -186,14 +192,17 @@ class RateLimit:
         self.per_minute = per_minute
         self._seen: dict[str, deque[float]] = {}
 
-    def retry_after(self, key: str) -> int | None:
-        """Count a request of `key`: None when it may go on, else the seconds until it may."""
+    def retry_after(self, key: str, count: bool = True) -> int | None:
+        """Count a request of `key` (not with count=False: only ask): None when it may go on, else the seconds until
+        it may."""
         now = time.monotonic()
         seen = self._seen.setdefault(key, deque())
         while seen and now - seen[0] >= RATE_WINDOW_S:
             seen.popleft()
         if len(seen) >= self.per_minute:
             return max(1, int(RATE_WINDOW_S - (now - seen[0])) + 1)
+        if not count:
+            return None
         seen.append(now)
         if len(self._seen) > 10_000:  # forget idle callers
             self._seen = {k: v for k, v in self._seen.items() if v and now - v[-1] < RATE_WINDOW_S}
@@ -213,26 +222,45 @@ class HttpApi:
         self.core = core
         self.api = Api(core)
         self.limit = RateLimit(core.settings.API_REQUESTS_PER_MINUTE)
+        self.strangers = RateLimit(core.settings.API_STRANGER_REQUESTS_PER_MINUTE)  # 401s, per client address
+        self._gated: list[APIRoute] = []  # the routes that act for a caller (CallerFirst settles it before the body)
 
     async def caller(self, request: Request) -> Bearer:
-        """Whom the request acts as: its bearer token or, without an Authorization header, the web page's sign-in
-        cookie (401 without a valid one; 403 no longer allowed, or a cookie's change without the CSRF token; 429 past
-        the rate, counted per token or sign-in)."""
-        header = request.headers.get("authorization")
-        cookie = signin_secret(request, self.core.settings.public_base_url) if header is None else None
-        if cookie is not None:
-            who = await self.web_caller(request, cookie)
-            key = "web:" + hashlib.sha256(cookie.encode()).hexdigest()[:32]
-            if who is None:
-                raise ApiError(401, "unauthorized", SIGNED_OUT, {"WWW-Authenticate": 'Bearer realm="api"'})
-        else:
-            scheme, _, secret = (header or "").strip().partition(" ")
-            session_id = request.path_params.get("session_id")
-            found = await self.api.caller(secret.strip(), session_id) if scheme.lower() == "bearer" else None
-            if found is None:
-                raise ApiError(401, "unauthorized", UNAUTHORIZED, {"WWW-Authenticate": 'Bearer realm="api"'})
-            who, request.state.session = found  # the route's session, looked up with the token (one round trip)
-            key = f"token:{who.token_id}"
+        """Whom the request acts as (settled by `identify` before its body was read; see adapters/http/gate.py)."""
+        who = getattr(request.state, "caller", None)
+        if isinstance(who, Bearer):
+            return who
+        return await self.identify(request, request.path_params.get("session_id"))
+
+    def _acts_for_caller(self, route: APIRoute) -> bool:
+        """Whether a route depends on `caller` (acts for a person)."""
+        return any(d.call == self.caller for d in route.dependant.dependencies)
+
+    def gated(self, scope: Scope) -> dict[str, Any] | None:
+        """The path parameters of the route that acts for a caller this request is for (None: no such route)."""
+        for route in self._gated:
+            match, child = route.matches(scope)
+            if match is Match.FULL:
+                params: dict[str, Any] = child.get("path_params", {})
+                return params
+        return None
+
+    async def identify(self, request: Request, session_id: str | None) -> Bearer:
+        """Whom the request acts as, from its headers alone: its bearer token or, without an Authorization header,
+        the web page's sign-in cookie (401 without a valid one; 403 no longer allowed, or a cookie's change without
+        the CSRF token; 429 past the rate, counted per token or sign-in, and per client address for requests without
+        a valid one, which past API_STRANGER_REQUESTS_PER_MINUTE are refused before any lookup). Kept in
+        `request.state.caller`, with the session `session_id` when the token's lookup found it."""
+        address = f"addr:{request.client.host if request.client else '?'}"
+        wait = self.strangers.retry_after(address, count=False)
+        if wait is not None:
+            raise ApiError(429, "rate_limited", STRANGERS_RATE.format(s=wait), {"Retry-After": str(wait)})
+        try:
+            who, key = await self._credentials(request, session_id)
+        except ApiError as e:
+            if e.status == 401:
+                self.strangers.retry_after(address)
+            raise
         refusal = self.api.refusal(who)
         if refusal is not None:
             raise ApiError(403, "forbidden", refusal)
@@ -240,7 +268,28 @@ class HttpApi:
         if wait is not None:
             n = self.limit.per_minute
             raise ApiError(429, "rate_limited", RATE.format(n=n, s=wait), {"Retry-After": str(wait)})
+        request.state.caller = who
         return who
+
+    async def _credentials(self, request: Request, session_id: str | None) -> tuple[Bearer, str]:
+        """Whom the token or sign-in cookie acts as, and the key its rate is counted by (401: neither is valid)."""
+        header = request.headers.get("authorization")
+        cookie = signin_secret(request, self.core.settings.public_base_url) if header is None else None
+        if cookie is not None:
+            who = await self.web_caller(request, cookie)
+            if who is None:
+                raise ApiError(401, "unauthorized", SIGNED_OUT, {"WWW-Authenticate": 'Bearer realm="api"'})
+            return who, "web:" + hashlib.sha256(cookie.encode()).hexdigest()[:32]
+        scheme, _, secret = (header or "").strip().partition(" ")
+        if session_id is not None and "\x00" in session_id:  # no session has it (and PostgreSQL takes no NUL)
+            request.state.session, session_id = None, None
+        found = await self.api.caller(secret.strip(), session_id) if scheme.lower() == "bearer" else None
+        if found is None:
+            raise ApiError(401, "unauthorized", UNAUTHORIZED, {"WWW-Authenticate": 'Bearer realm="api"'})
+        who, session = found
+        if session_id is not None:
+            request.state.session = session  # the route's session, looked up with the token (one round trip)
+        return who, f"token:{who.token_id}"
 
     async def web_caller(self, request: Request, secret: str) -> Bearer | None:
         """Whom a sign-in cookie acts as (None: ended); a change without the sign-in's CSRF token is refused (403).
@@ -313,7 +362,7 @@ class HttpApi:
         """A message's text and files (400 or 413 when its files are refused)."""
         try:
             text, files = message_files(content, field)
-            return text, await uploads_of(files)
+            return strip_nul(text), await uploads_of(files)
         except UploadRefused as e:
             raise refused(e) from None
 
@@ -348,7 +397,7 @@ class HttpApi:
 
     def router(self) -> APIRouter:
         """The /v1 routes."""
-        r = APIRouter(prefix="/v1", max_body_size=MAX_BODY_BYTES, responses=ERRORS)
+        r = APIRouter(prefix="/v1", max_body_size=MAX_BODY_BYTES, responses=ERRORS, route_class=OffLoopRoute)
         Who = Annotated[Bearer, Depends(self.caller)]
 
         @r.get("/sessions", response_model=SessionList, tags=["sessions"])
@@ -480,6 +529,7 @@ class HttpApi:
         from adapters.http.openai_compat import add_chat_completions  # here: it imports this module
 
         add_chat_completions(r, self)
+        self._gated = [route for route in r.routes if isinstance(route, APIRoute) and self._acts_for_caller(route)]
         return r
 
 

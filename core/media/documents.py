@@ -37,6 +37,7 @@ from core.constants import (
     MEDIA_ZIP_MAX_RATIO,
     MEDIA_ZIP_RATIO_FROM_BYTES,
 )
+from core.textsafe import strip_nul
 
 log = logging.getLogger(__name__)
 
@@ -289,8 +290,9 @@ def _decode(data: bytes) -> tuple[str, str]:
 
 
 def _paged(kind: Kind, text: str, max_chars: int, encoding: str | None) -> Document:
-    """Text cut to max_chars and split into pages; total_pages counts the pages of the whole text."""
-    text = re.sub(r"\n{3,}", "\n\n", text.strip())
+    """Text cut to max_chars and split into pages (without NUL: a stray one in a text file, or in a PDF's text, is
+    no character PostgreSQL can store); total_pages counts the pages of the whole text."""
+    text = re.sub(r"\n{3,}", "\n\n", strip_nul(text).strip())
     if not text:
         raise DocumentRefused(NO_TEXT)
     cut = len(text) > max_chars

@@ -5,6 +5,7 @@ from fastapi import FastAPI
 
 from adapters.http.gate import CallerFirst
 from adapters.http.routes import HttpApi, install_errors
+from adapters.http.schema import describe
 from adapters.http.web_page import add_web_page
 from core import Core, app_version
 
@@ -18,6 +19,7 @@ def serve_api(app: FastAPI, core: Core) -> HttpApi:
     app.title, app.version = API_TITLE, app_version()
     install_errors(app)
     app.include_router(http.router())
+    describe(app, http.api.models())  # /openapi.json as the server behaves (adapters/http/schema.py)
     app.add_middleware(CallerFirst, http=http)  # the caller before the body (adapters/http/gate.py)
     add_web_page(app, http)
     return http

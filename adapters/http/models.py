@@ -7,7 +7,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from adapters.http.limits import HTTP_UPLOAD_MAX_FILES
 from core import ApiMessage, ApiSession, ErrorPart, Part, TextPart, ToolCallPart, ToolResultPart
+
+_B64 = r"[A-Za-z0-9+/]\s*"
+BASE64 = rf"^\s*(?:(?:{_B64}){{4}})*(?:(?:{_B64}){{4}}|(?:{_B64}){{3}}=\s*|(?:{_B64}){{2}}=\s*=\s*)$"  # 1 byte or more
 
 
 class Strict(BaseModel):
@@ -42,12 +46,26 @@ class FilePartIn(Strict):
         "and audio/webm a voice note), image/* a photo, anything else a document.",
     )
     data: str = Field(
-        min_length=1, description="The file's bytes, base64-encoded.", json_schema_extra={"contentEncoding": "base64"}
+        min_length=1,
+        description="The file's bytes, base64-encoded (line breaks and spaces between are fine).",
+        json_schema_extra={"contentEncoding": "base64", "pattern": BASE64},
     )
 
 
 PartIn = Annotated[TextPartIn | FilePartIn, Field(discriminator="type")]
-Said = Annotated[str, Field(min_length=1)] | Annotated[list[PartIn], Field(min_length=1)]
+SAYS_SOMETHING = {"anyOf": [{"properties": {"type": {"const": "file"}}}, {"properties": {"text": {"pattern": r"\S"}}}]}
+FILES = {
+    "contains": {"properties": {"type": {"const": "file"}}},
+    "minContains": 0,
+    "maxContains": HTTP_UPLOAD_MAX_FILES,
+}
+Said = (
+    Annotated[str, Field(min_length=1)]
+    | Annotated[
+        list[PartIn],  # a file, or some text; at most HTTP_UPLOAD_MAX_FILES files (else 400)
+        Field(min_length=1, json_schema_extra={"allOf": [{"contains": SAYS_SOMETHING}, FILES]}),
+    ]
+)
 
 
 class NewMessage(Strict):
@@ -213,3 +231,51 @@ class ModelList(BaseModel):
 
     object: Literal["list"] = "list"
     data: list[Model]
+
+
+class MessageEvent(BaseModel):
+    """The data of `message.created` (the person's message, then the answer, running) and `message.completed` (the
+    answer as GET …/messages has it)."""
+
+    message: MessageOut
+
+
+class DeltaEvent(BaseModel):
+    """The data of `message.part.delta`: text the model wrote, added to the answer's part `part`."""
+
+    message_id: str
+    part: int
+    type: Literal["text"] = "text"
+    delta: str
+
+
+class ToolCallEvent(ToolCallPartOut):
+    """The data of `tool.call`: the answer's new part `part`."""
+
+    message_id: str
+    part: int
+
+
+class ToolResultEvent(ToolResultPartOut):
+    """The data of `tool.result`: the answer's new part `part`."""
+
+    message_id: str
+    part: int
+
+
+class ErrorEvent(BaseModel):
+    """The data of `error`: why the answer stopped (its part `part`), or that the message named is unknown."""
+
+    message_id: str | None = None
+    part: int | None = None
+    error: ErrorBody.Detail
+
+
+SESSION_EVENTS: dict[str, type[BaseModel]] = {
+    "message.created": MessageEvent,
+    "message.part.delta": DeltaEvent,
+    "tool.call": ToolCallEvent,
+    "tool.result": ToolResultEvent,
+    "error": ErrorEvent,
+    "message.completed": MessageEvent,
+}

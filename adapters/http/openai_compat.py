@@ -47,6 +47,35 @@ DONE = b"data: [DONE]\n\n"
 NO_CACHE = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+# what `messages` must hold (a user message with something in it): described here, checked by turn_text
+SAID_BY_USER: dict[str, Any] = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"const": "user"},
+        "content": {
+            "anyOf": [
+                {"type": "string", "pattern": r"\S"},
+                {
+                    "type": "array",
+                    "contains": {
+                        "anyOf": [
+                            {
+                                "required": ["type", "text"],
+                                "properties": {"type": {"const": "text"}, "text": {"pattern": r"\S"}},
+                            },
+                            {"required": ["type", "image_url"], "properties": {"type": {"const": "image_url"}}},
+                            {"required": ["type", "input_audio"], "properties": {"type": {"const": "input_audio"}}},
+                            {"required": ["type", "file"], "properties": {"type": {"const": "file"}}},
+                        ]
+                    },
+                },
+            ]
+        },
+    },
+}
+
+
 class Lenient(BaseModel):
     """A part of a client's request: fields the bot does not use (temperature, tools, user…) are ignored."""
 
@@ -102,7 +131,11 @@ class ChatRequest(Lenient):
     """POST /v1/chat/completions (OpenAI's shape; only the last user message is read)."""
 
     model: str = Field(description="One of GET /v1/models (LLM_MODELS).")
-    messages: list[ChatMessage] = Field(min_length=1, description="The last user message is the turn.")
+    messages: list[ChatMessage] = Field(
+        min_length=1,
+        description="The last user message is the turn: its text, or a file.",
+        json_schema_extra={"contains": SAID_BY_USER},
+    )
     stream: bool = False
     stream_options: StreamOptions | None = None
 

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
-from starlette.routing import Match
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from adapters.http import sse
@@ -72,6 +72,7 @@ NO_CSRF = f"A change by the web page must carry its sign-in's {CSRF_HEADER} head
 NO_SESSION = "No such session."
 NO_MESSAGE = "No such message in this session."
 NO_ARTIFACT = "No such artifact."
+NO_MODEL = "No such model here; GET /v1/models lists them: {names}."
 TOO_LARGE = f"The request body is larger than {MAX_BODY_BYTES:,} bytes."
 STARLETTE_TOO_LARGE = "Content Too Large"  # the detail of Starlette's body limit (the body.py limit has its own)
 UPLOAD_TOO_LARGE = (
@@ -133,7 +134,10 @@ def install_errors(app: FastAPI) -> None:
         if exc.status_code == 413 and message == STARLETTE_TOO_LARGE:  # the body limit's own: say which limit
             message = too_large(request.scope)
         kind = _KINDS.get(exc.status_code, "error")
-        return error_response(exc.status_code, kind, message, dict(exc.headers or {}) or None)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # Starlette names the methods of the first route of the path only
+            headers["Allow"] = allowed_methods(request.app, request.scope)
+        return error_response(exc.status_code, kind, message, headers or None)
 
     async def invalid(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
@@ -177,6 +181,18 @@ class TooLargeInShape:
                 await send(message)
 
         await self.app(scope, receive, rewrite)
+
+
+def allowed_methods(app: FastAPI, scope: Scope) -> str:
+    """The methods of every route of the request's path, for a 405's Allow."""
+    methods = {m for route in app.router.routes if route.matches(scope)[0] is not Match.NONE for m in _methods(route)}
+    return ", ".join(sorted(methods))
+
+
+def _methods(route: BaseRoute) -> set[str]:
+    """The methods a route answers (none: a mount or a websocket)."""
+    found = getattr(route, "methods", None)
+    return set(found) if found else set()
 
 
 def _json(start: Message) -> bool:
@@ -525,6 +541,13 @@ class HttpApi:
         async def models(who: Who) -> ModelList:
             """The models a message may ask for (LLM_MODELS), in OpenAI's shape."""
             return ModelList(data=[Model(id=name) for name in self.api.models()])
+
+        @r.get("/models/{model_id}", response_model=Model, tags=["openai"])
+        async def model(who: Who, model_id: str) -> Model:
+            """One of the models a message may ask for (404 for any other), in OpenAI's shape."""
+            if model_id not in self.api.models():
+                raise ApiError(404, "not_found", NO_MODEL.format(names=", ".join(self.api.models())))
+            return Model(id=model_id)
 
         from adapters.http.openai_compat import add_chat_completions  # here: it imports this module
 

@@ -237,3 +237,28 @@ async def test_open_webui_chat_id_keeps_one_session_per_chat_and_person(serve: S
         )
         assert theirs.headers["X-Session-Id"] != first.headers["X-Session-Id"], "the same chat id: Bob's own session"
         assert "Heliotrope" not in json.dumps(fake_llm.requests[-1]["messages"])
+
+
+async def test_every_message_follows_the_described_rules_not_only_the_last(serve: Serve, fake_llm: FakeOpenAI) -> None:
+    """The description cannot say "the last user message", so the server checks every message the same way."""
+    s = await serve()
+    fake_llm.default = Reply(text="ok")
+    secret = await token_of(s.core, ANN)
+    ok_png = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    async with sdk(s, secret) as client:
+        for history, error in [
+            ([{"type": "image_url", "image_url": {"url": "https://x/y.png"}}], "Links are not fetched"),
+            ([{"type": "file", "file": {"file_id": "file-1"}}], "file ids are not known here"),
+            ([{"type": "input_audio", "input_audio": {"data": "not base64!", "format": "wav"}}], "not valid base64"),
+            ([{"type": "text", "text": " \t"}], "a user message has neither text nor a file"),
+            ([ok_png] * 6, "At most 5 files"),
+        ]:
+            with pytest.raises(openai.BadRequestError, match=error):
+                await client.chat.completions.create(
+                    model="fake-model",
+                    messages=[{"role": "user", "content": history}, {"role": "user", "content": "now this"}],
+                )
+        done = await client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": [ok_png]}, {"role": "user", "content": "hi"}]
+        )
+    assert done.choices[0].message.content == "ok"

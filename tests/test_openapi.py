@@ -46,3 +46,29 @@ async def test_openapi_is_valid_versioned_and_lists_every_route(serve: Serve) ->
     }
     error = doc["paths"]["/v1/sessions/{session_id}"]["get"]["responses"]["404"]
     assert error["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+
+
+async def test_what_the_description_says_the_server_does(serve: Serve) -> None:
+    """Bearer auth described; no 422 anywhere; a 405's Allow names every method of the path; GET /v1/models/{id}."""
+    s = await serve(LLM_MODELS="fake-model,other-model")
+    secret = await test_http_api.token_of(s.core, test_http_api.ANN)
+    auth = {"Authorization": f"Bearer {secret}"}
+    async with httpx.AsyncClient(base_url=s.url, headers=auth) as c:
+        doc: dict[str, Any] = (await c.get("/openapi.json")).json()
+        assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+        assert doc["security"] == [{"bearer": []}]
+        assert not any("422" in op["responses"] for ops in doc["paths"].values() for op in ops.values())
+        for path, ops in doc["paths"].items():
+            if "{" in path:
+                continue
+            r = await c.request("PATCH", path)
+            assert r.status_code == 405, path
+            assert set(r.headers["Allow"].replace(" ", "").split(",")) == {m.upper() for m in ops}, path
+        r = await c.request("PUT", "/v1/sessions/whatever")
+        assert set(r.headers["Allow"].replace(" ", "").split(",")) == {"GET", "DELETE"}
+        model = await c.get("/v1/models/other-model")
+        assert model.status_code == 200 and model.json()["id"] == "other-model"
+        assert (await c.get("/v1/models/gpt-secret")).status_code == 404
+    chat = doc["components"]["schemas"]["ChatRequest"]["properties"]["model"]
+    assert chat["enum"] == ["fake-model", "other-model"]
+    assert "text/event-stream" in doc["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]["content"]

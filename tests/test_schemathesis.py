@@ -24,11 +24,6 @@ TIMEOUT_S = 120.0  # the run ends within this even on a busy machine, else the t
 UNLIMITED = 1_000_000  # the rate limits are not what is tested here
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="POST /v1/chat/completions: its lenient OpenAI request schema allows file parts the server refuses (400: "
-    "a file part without file_data, an image_url that is no data: URL); the one failure left (ST202)",
-)
 async def test_schemathesis_finds_the_description_true(serve: Serve, fake_llm: FakeOpenAI, tmp_path: Path) -> None:
     s = await serve(
         API_REQUESTS_PER_MINUTE=UNLIMITED,

@@ -10,8 +10,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from adapters.http.limits import HTTP_UPLOAD_MAX_FILES
 from core import ApiMessage, ApiSession, ErrorPart, Part, TextPart, ToolCallPart, ToolResultPart
 
-_B64 = r"[A-Za-z0-9+/]\s*"
-BASE64 = rf"^\s*(?:(?:{_B64}){{4}})*(?:(?:{_B64}){{4}}|(?:{_B64}){{3}}=\s*|(?:{_B64}){{2}}=\s*=\s*)$"  # 1 byte or more
+# White space as JSON Schema's regular expressions (ECMA-262 `\s`) count it, and so as the server counts it where the
+# description says what it takes (Python's `\s` and str.strip() take a few more characters, such as U+001C and U+0085)
+SPACE = r"[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+SPACE_CHARS = (
+    "\t\n\v\f\r \u00a0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+VISIBLE = "[^" + SPACE.removeprefix("[")  # a character that is no white space
+_B64 = rf"[A-Za-z0-9+/]{SPACE}*"
+_LAST = rf"(?:{_B64}){{4}}|(?:{_B64}){{3}}={SPACE}*|(?:{_B64}){{2}}={SPACE}*={SPACE}*"  # the last 4 (padded) characters
+BASE64 = rf"^{SPACE}*(?:(?:{_B64}){{4}})*(?:{_LAST})$"  # 1 byte or more
 
 
 class Strict(BaseModel):

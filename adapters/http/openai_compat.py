@@ -9,6 +9,7 @@ then); a turn's error is its text, like the chats show it. Errors of the request
 import html
 import json
 import mimetypes
+import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -17,9 +18,10 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from adapters.http import sse
-from adapters.http.limits import KEEPALIVE_S, ONE_SHOT_TITLE_CHARS, UPLOAD_BODY_BYTES
+from adapters.http.limits import HTTP_UPLOAD_MAX_FILES, KEEPALIVE_S, ONE_SHOT_TITLE_CHARS, UPLOAD_BODY_BYTES
+from adapters.http.models import BASE64, SPACE, SPACE_CHARS, VISIBLE
 from adapters.http.routes import ApiError, HttpApi, refused
-from adapters.http.uploads import Sent, UploadRefused, data_url, uploads_of
+from adapters.http.uploads import TOO_MANY, Sent, UploadRefused, data_url, uploads_of
 from core import (
     EMPTY_ANSWER,
     Assistant,
@@ -38,7 +40,7 @@ from core import (
 )
 
 NO_USER_MESSAGE = "messages: there is no user message; the last one is what the bot answers."
-NO_TEXT = "The last user message has neither text nor a file (image_url, input_audio or file parts as data)."
+NO_TEXT = "a user message has neither text nor a file (image_url, input_audio or file parts as data)."
 NO_FILE_ID = "{where}: file ids are not known here; send the file itself as file_data (a data: URL)."
 BAD_FORMAT = "{where}: an audio format is a short name like wav or mp3."
 AUDIO_MIMES = {"wav": "audio/wav", "mp3": "audio/mpeg"}  # input_audio's formats (others: audio/<format>)
@@ -47,33 +49,111 @@ DONE = b"data: [DONE]\n\n"
 NO_CACHE = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-# what `messages` must hold (a user message with something in it): described here, checked by turn_text
-SAID_BY_USER: dict[str, Any] = {
-    "type": "object",
-    "required": ["role", "content"],
-    "properties": {
-        "role": {"const": "user"},
-        "content": {
-            "anyOf": [
-                {"type": "string", "pattern": r"\S"},
-                {
-                    "type": "array",
-                    "contains": {
-                        "anyOf": [
-                            {
-                                "required": ["type", "text"],
-                                "properties": {"type": {"const": "text"}, "text": {"pattern": r"\S"}},
-                            },
-                            {"required": ["type", "image_url"], "properties": {"type": {"const": "image_url"}}},
-                            {"required": ["type", "input_audio"], "properties": {"type": {"const": "input_audio"}}},
-                            {"required": ["type", "file"], "properties": {"type": {"const": "file"}}},
-                        ]
-                    },
-                },
-            ]
-        },
-    },
+# The rules every message's content follows, described here and checked by check_message (for every message, not
+# only the last user message that is answered: a description cannot say "the last one", so the server does not
+# either). A part with something to say: text, or a file; a file part: its data a base64 data: URL (links are not
+# fetched), an audio format a short name; at most HTTP_UPLOAD_MAX_FILES files in one message.
+DATA_URL = rf"^data:[^,]*;{SPACE}*[Bb][Aa][Ss][Ee]64{SPACE}*(?:;[^,]*)?," + BASE64.removeprefix("^")
+AUDIO_FORMAT = rf"^{SPACE}*[A-Za-z0-9]{{1,10}}{SPACE}*$"
+_VISIBLE = re.compile(VISIBLE)
+_NOT_NULL: dict[str, Any] = {"not": {"type": "null"}}
+FILE_PART: dict[str, Any] = {
+    "anyOf": [
+        {"required": ["type", kind], "properties": {"type": {"const": kind}, kind: _NOT_NULL}}
+        for kind in ("image_url", "input_audio", "file")
+    ]
 }
+SAYS_SOMETHING: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "pattern": VISIBLE},
+        {
+            "type": "array",
+            "contains": {
+                "anyOf": [
+                    {"required": ["text"], "properties": {"text": {"type": "string", "pattern": VISIBLE}}},
+                    FILE_PART,
+                ]
+            },
+        },
+    ]
+}
+PART_RULES: dict[str, Any] = {
+    "allOf": [
+        {
+            "if": {"required": ["type"], "properties": {"type": {"const": "image_url"}}},
+            "then": {
+                "properties": {
+                    "image_url": {
+                        "anyOf": [
+                            {"type": "null"},
+                            {"type": "string", "pattern": DATA_URL},
+                            {
+                                "type": "object",
+                                "required": ["url"],
+                                "properties": {"url": {"type": "string", "pattern": DATA_URL}},
+                            },
+                        ]
+                    }
+                }
+            },
+        },
+        {
+            "if": {"required": ["type"], "properties": {"type": {"const": "input_audio"}}},
+            "then": {
+                "properties": {
+                    "input_audio": {
+                        "anyOf": [
+                            {"type": "null"},
+                            {
+                                "type": "object",
+                                "required": ["data", "format"],
+                                "properties": {
+                                    "data": {"type": "string", "pattern": BASE64},
+                                    "format": {"type": "string", "pattern": AUDIO_FORMAT},
+                                },
+                            },
+                        ]
+                    }
+                }
+            },
+        },
+        {
+            "if": {"required": ["type"], "properties": {"type": {"const": "file"}}},
+            "then": {
+                "properties": {
+                    "file": {
+                        "anyOf": [
+                            {"type": "null"},
+                            {
+                                "type": "object",
+                                "required": ["file_data"],
+                                "properties": {"file_data": {"type": "string", "pattern": DATA_URL}},
+                            },
+                        ]
+                    }
+                }
+            },
+        },
+    ]
+}
+MESSAGE_RULES: dict[str, Any] = {
+    "allOf": [
+        {
+            "if": {"required": ["role"], "properties": {"role": {"const": "user"}}},
+            "then": {"required": ["content"], "properties": {"content": SAYS_SOMETHING}},
+        },
+        {
+            "properties": {
+                "content": {
+                    "if": {"type": "array"},
+                    "then": {"contains": FILE_PART, "minContains": 0, "maxContains": HTTP_UPLOAD_MAX_FILES},
+                }
+            }
+        },
+    ]
+}
+# what `messages` must hold: a user message (the last one is answered)
+SAID_BY_USER: dict[str, Any] = {"required": ["role"], "properties": {"role": {"const": "user"}}}
 
 
 class Lenient(BaseModel):
@@ -107,6 +187,8 @@ class ContentPart(Lenient):
     """A part of a message's content: `text`, and of the last user message also `image_url` (a data: URL, a photo),
     `input_audio` (transcribed) and `file` (file_data as a data: URL; a document is read)."""
 
+    model_config = ConfigDict(extra="allow", json_schema_extra=PART_RULES)
+
     type: str
     text: str | None = None
     image_url: ImageUrl | str | None = None
@@ -116,6 +198,8 @@ class ContentPart(Lenient):
 
 class ChatMessage(Lenient):
     """A message of the conversation as the client has it."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=MESSAGE_RULES)
 
     role: str
     content: str | list[ContentPart] | None = None
@@ -189,23 +273,32 @@ STREAMED: dict[int | str, dict[str, Any]] = {
 }
 
 
-def turn_text(messages: list[ChatMessage]) -> tuple[str, list[Sent]]:
-    """The text and files of the last user message (earlier ones are history the client resends; 400 when there is
-    none, or it holds neither text nor a file)."""
+def turn_text(messages: list[ChatMessage]) -> tuple[str, list[Sent], list[Sent]]:
+    """The text and files of the last user message, and the files of the others (checked, not used): every message
+    follows the rules the description states (400 when one does not, or there is no user message)."""
     n, said = next(((i, m) for i, m in reversed(list(enumerate(messages))) if m.role == "user"), (0, None))
     if said is None:
         raise ApiError(400, "invalid_request", NO_USER_MESSAGE)
-    content = said.content
+    try:
+        checked = [check_message(m, i) for i, m in enumerate(messages)]
+    except UploadRefused as e:
+        raise refused(e) from None
+    text, files = checked[n]
+    return strip_nul(text), files, [f for i, (_, sent) in enumerate(checked) if i != n for f in sent]
+
+
+def check_message(message: ChatMessage, n: int) -> tuple[str, list[Sent]]:
+    """A message's text and files, by the rules of MESSAGE_RULES (UploadRefused when it breaks one)."""
+    content = message.content
     text = content if isinstance(content, str) else "\n".join(p.text for p in content or [] if p.text)
     files: list[Sent] = []
     if isinstance(content, list):
-        try:
-            files = [f for i, p in enumerate(content) if (f := file_of(p, f"messages[{n}].content[{i}]")) is not None]
-        except UploadRefused as e:
-            raise refused(e) from None
-    if not text.strip() and not files:
-        raise ApiError(400, "invalid_request", NO_TEXT)
-    return strip_nul(text), files
+        files = [f for i, p in enumerate(content) if (f := file_of(p, f"messages[{n}].content[{i}]")) is not None]
+    if len(files) > HTTP_UPLOAD_MAX_FILES:
+        raise UploadRefused(400, f"messages[{n}]: {TOO_MANY}")
+    if message.role == "user" and not _VISIBLE.search(text) and not files:
+        raise UploadRefused(400, f"messages[{n}]: {NO_TEXT}")
+    return text, files
 
 
 def file_of(part: ContentPart, where: str) -> Sent | None:
@@ -215,8 +308,8 @@ def file_of(part: ContentPart, where: str) -> Sent | None:
         mime, data = data_url(url, f"{where}.image_url.url")
         return Sent(f"{where}.image_url.url", "image" + (mimetypes.guess_extension(mime or "") or ""), mime, data)
     if part.type == "input_audio" and part.input_audio is not None:
-        fmt = part.input_audio.format.strip().lower()
-        if not fmt.isalnum() or len(fmt) > 10:
+        fmt = part.input_audio.format.strip(SPACE_CHARS).lower()
+        if not (fmt.isascii() and fmt.isalnum()) or len(fmt) > 10:
             raise UploadRefused(400, BAD_FORMAT.format(where=f"{where}.input_audio.format"))
         mime = AUDIO_MIMES.get(fmt, f"audio/{fmt}")
         return Sent(f"{where}.input_audio.data", f"audio.{fmt}", mime, part.input_audio.data)
@@ -393,10 +486,10 @@ def add_chat_completions(router: APIRouter, http: HttpApi) -> None:
         problem = http.api.model_problem(body.model)
         if problem is not None:
             raise ApiError(400, "invalid_request", problem)
-        text, files = turn_text(body.messages)
+        text, files, history = turn_text(body.messages)
         uploads: tuple[Upload, ...] = ()
         try:
-            uploads = await uploads_of(files)
+            uploads = await uploads_of(files, also_check=history)
         except UploadRefused as e:
             raise refused(e) from None
         title = text or ", ".join(up.name for up in uploads)

@@ -7,6 +7,7 @@ import hashlib
 import json
 import time
 from collections import deque
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
@@ -185,8 +186,20 @@ class TooLargeInShape:
 
 def allowed_methods(app: FastAPI, scope: Scope) -> str:
     """The methods of every route of the request's path, for a 405's Allow."""
-    methods = {m for route in app.router.routes if route.matches(scope)[0] is not Match.NONE for m in _methods(route)}
+    methods = {
+        m for route in _plain(app.router.routes) if route.matches(scope)[0] is not Match.NONE for m in _methods(route)
+    }
     return ", ".join(sorted(methods))
+
+
+def _plain(routes: Sequence[BaseRoute]) -> Iterator[BaseRoute]:
+    """The routes, with those of an included router (FastAPI keeps it whole, under no prefix here) in its place."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _plain(inner.routes)
+        else:
+            yield route
 
 
 def _methods(route: BaseRoute) -> set[str]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from adapters.http.limits import HTTP_UPLOAD_MAX_BYTES, HTTP_UPLOAD_MAX_FILES, SCAN_STEP_BYTES
-from adapters.http.models import FilePartIn, TextPartIn
+from adapters.http.models import SPACE, SPACE_CHARS, FilePartIn, TextPartIn
 from core import Upload, UploadKind, strip_nul
 
 VOICE_MIMES = frozenset({"audio/ogg", "audio/opus", "audio/webm"})  # what phones and browsers record voice notes as
@@ -24,7 +24,7 @@ TOO_BIG = "The files hold {n:,} bytes; a message's files may hold {most:,} bytes
 NOTHING = "The message has neither text nor a file."
 NOT_FETCHED = "Links are not fetched: send the file itself, as a data: URL (data:image/png;base64,…)."
 NOT_BASE64_URL = "{where}: a data: URL must be base64-encoded (data:<type>;base64,<data>)."
-_SPACE = re.compile(r"\s+")
+_SPACE = re.compile(SPACE + "+")  # as the description's BASE64 pattern counts white space
 
 
 class UploadRefused(Exception):
@@ -83,7 +83,7 @@ def data_url(url: str, where: str) -> tuple[str | None, str]:
         raise UploadRefused(400, NOT_FETCHED)
     meta, comma, data = url[5:].partition(",")
     mime, *params = meta.split(";")
-    if not comma or "base64" not in (p.strip().lower() for p in params):
+    if not comma or "base64" not in (p.strip(SPACE_CHARS).lower() for p in params):
         raise UploadRefused(400, NOT_BASE64_URL.format(where=where))
     return mime.strip() or None, data
 
@@ -101,14 +101,20 @@ def message_files(content: str | Sequence[TextPartIn | FilePartIn], field: str) 
     return text, files
 
 
-async def uploads_of(sent: Sequence[Sent]) -> tuple[Upload, ...]:
+async def uploads_of(sent: Sequence[Sent], also_check: Sequence[Sent] = ()) -> tuple[Upload, ...]:
     """The core's uploads of the files sent, decoded off the event loop (400: too many files or bad base64; 413:
-    more bytes than HTTP_UPLOAD_MAX_BYTES in all)."""
-    if not sent:
-        return ()
+    more bytes than HTTP_UPLOAD_MAX_BYTES in all); `also_check`: files only checked to be base64 (a resent history)."""
     if len(sent) > HTTP_UPLOAD_MAX_FILES:
         raise UploadRefused(400, TOO_MANY)
-    datas = await asyncio.to_thread(lambda: [decode(s.data, s.where) for s in sent])
+    if not sent and not also_check:
+        return ()
+
+    def decoded() -> list[bytes]:
+        for s in also_check:  # one at a time, let go at once
+            decode(s.data, s.where)
+        return [decode(s.data, s.where) for s in sent]
+
+    datas = await asyncio.to_thread(decoded)
     total = sum(len(d) for d in datas)
     if total > HTTP_UPLOAD_MAX_BYTES:
         raise UploadRefused(413, TOO_BIG.format(n=total, most=HTTP_UPLOAD_MAX_BYTES))

@@ -108,12 +108,18 @@ def render(event: Assistant | Error, settings: Settings, show: Show = as_written
 
 
 async def ask_once(core: Core, text: str, *, fresh: bool = True) -> tuple[str, bool]:
-    """`bot ask`: answer in the ask conversation, started afresh unless `fresh` is False (`--continue`); Markdown
-    rendered when standard output is a terminal, as written when it is not."""
+    """`bot ask`: answer in the ask conversation, started afresh unless `fresh` is False (`--continue`), or a command of
+    the catalogue without the model; Markdown rendered when standard output is a terminal, as written when it is not."""
+    show = markdown_for(sys.stdout)
+    typed = typed_command(text)  # a command of the catalogue is answered as the terminal chat answers it
+    if typed is not None and typed.command is not None:
+        return await command(core, typed.command.name, typed.args, show), True
+    if typed is not None:
+        return typed.unknown(), False
     inc = console_incoming(text, ASK_CHAT)
     if fresh:
         await core.reset(inc)
-    return await ask(core, inc, markdown_for(sys.stdout))
+    return await ask(core, inc, show)
 
 
 async def ask(core: Core, inc: Incoming, show: Show = as_written, prefix: str = "") -> tuple[str, bool]:

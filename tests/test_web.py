@@ -342,7 +342,7 @@ async def test_stop_lets_a_request_under_way_finish_and_takes_no_new_ones(
     server.close_grace_s = 30.0
     port = server.port
     asked = asyncio.create_task(http.get(f"http://127.0.0.1:{port}/slow"))
-    await asyncio.wait_for(entered.wait(), 5)
+    await asyncio.wait_for(entered.wait(), 10)
     stopping = asyncio.create_task(server.stop())
     done, _ = await asyncio.wait({stopping}, timeout=0.1)  # room for a stop that does not wait
     assert not done

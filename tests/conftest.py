@@ -62,7 +62,9 @@ def own_folder(prefix: str) -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     """Give this run's tmp_path folders a base of their own (unless --basetemp chose one)."""
     if config.option.basetemp is None:
-        config.option.basetemp = str(own_folder("bot-test-tmp-") / "run")
+        base = own_folder("bot-test-tmp-")
+        config.option.basetemp = str(base / "run")
+        config.add_cleanup(lambda: shutil.rmtree(base, ignore_errors=True))  # runs without a session too (--help)
 
 
 def postgres_servers(under: Path) -> list[int]:

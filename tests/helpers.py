@@ -13,6 +13,9 @@ import asyncpg
 
 from core.front_door import Core
 from core.types import Assistant, Error, Event, Incoming
+from tests.conftest import connect_server
+
+WAIT_S = 10.0  # a wait of a test for something the code under test does (room for a machine whose cores are busy)
 
 
 def incoming(
@@ -70,13 +73,17 @@ def tool_names(request: dict[str, Any]) -> list[str]:
 
 async def drop_blocked_statement(dsn: str, holder: asyncpg.Connection) -> None:
     """Wait until a pooled backend waits for `holder`'s lock, then terminate every backend but the holder's."""
-    conn = await asyncpg.connect(dsn)
+    conn = await connect_server(dsn)
     try:
-        await conn.execute(
-            "DO $$ BEGIN WHILE NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock')"
-            " LOOP PERFORM pg_sleep(0.002); PERFORM pg_stat_clear_snapshot(); END LOOP; END $$"
-        )
+        try:
+            await conn.execute(
+                "DO $$ BEGIN WHILE NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock')"
+                " LOOP PERFORM pg_sleep(0.002); PERFORM pg_stat_clear_snapshot(); END LOOP; END $$",
+                timeout=WAIT_S,
+            )
+        except TimeoutError:
+            raise AssertionError(f"no statement waited for the holder's lock within {WAIT_S:g} s") from None
         await conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
             " AND pid NOT IN (pg_backend_pid(), $1)",
@@ -87,7 +94,7 @@ async def drop_blocked_statement(dsn: str, holder: asyncpg.Connection) -> None:
     await holder.execute("ROLLBACK")
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+async def until(predicate: Callable[[], bool], timeout: float = WAIT_S) -> None:
     """Wait in tiny steps until `predicate()` holds (fails after `timeout` s: room for a busy machine)."""
     deadline = time.monotonic() + timeout
     while not predicate():

@@ -12,14 +12,13 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from bot.__main__ import LIBRARY_LOGGERS, configure_logging
 from core.constants import CONNECT_TIMEOUT_S
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, StartupError
 from core.storage.db import check_database
-from tests.conftest import postgres_servers, with_database
+from tests.conftest import connect_server, postgres_servers, with_database
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.test_console import ROOT, bot_cli
 
@@ -90,7 +89,7 @@ def test_bad_database_url_is_one_line(bad_url_runs: dict[str, tuple[int, str, st
 @pytest.fixture
 async def password_role(pg_server: str) -> AsyncIterator[str]:
     """A role that must log in with a password (pg_hba rule for it alone); yields its URL with a wrong password."""
-    conn = await asyncpg.connect(pg_server)
+    conn = await connect_server(pg_server)
     hba = Path(await conn.fetchval("SHOW hba_file"))
     local = hba.exists()  # our embedded server trusts everyone: ask for this role's password (a TEST_DATABASE_URL
     original = hba.read_text() if local else ""  # server elsewhere is expected to check passwords already)
@@ -184,14 +183,14 @@ def test_libraries_log_warnings_only_in_a_normal_start() -> None:
 async def test_unexpected_start_failure_is_one_line_with_the_debug_hint(
     pg_server: str, db_dsn: str, tmp_path: Path
 ) -> None:
-    conn = await asyncpg.connect(pg_server)
+    conn = await connect_server(pg_server)
     try:
         await conn.execute("DROP DATABASE IF EXISTS bot_startup_clash")
         await conn.execute("CREATE DATABASE bot_startup_clash")
     finally:
         await conn.close()
     dsn = with_database(pg_server, "bot_startup_clash")
-    conn = await asyncpg.connect(dsn)
+    conn = await connect_server(dsn)
     try:
         await conn.execute("CREATE TABLE users (x int)")  # another application's table: our first migration fails
     finally:
@@ -204,7 +203,7 @@ async def test_unexpected_start_failure_is_one_line_with_the_debug_hint(
         saved = (tmp_path / ".data" / "last-error.txt").read_text()  # DATA_DIR's default, relative to the cwd
         assert "Traceback" in saved and "DuplicateTableError" in saved  # operators can still see where it failed
     finally:
-        conn = await asyncpg.connect(pg_server)
+        conn = await connect_server(pg_server)
         try:
             await conn.execute("DROP DATABASE IF EXISTS bot_startup_clash WITH (FORCE)")
         finally:

@@ -122,6 +122,8 @@ INBOX_KEEP_DONE_S = 2 * 24 * 3600.0  # handled updates are kept this long so a r
 INBOX_FORGET_BATCH = 1000  # at most this many handled updates are deleted per renewal round
 INBOX_RETRY_S = 1.0  # a failed claim or finish (database down) is tried again after this pause
 INBOX_WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+DEAD_LETTER_PAYLOAD_CHARS = 16_000  # the copy of an unstorable update's payload kept as a dead letter is cut here
+DEAD_LETTER_REASON_CHARS = 300  # and its reason
 
 # Retention (core/storage/retention.py; RETENTION_DAYS, the occurrences' age, is a setting).
 RETENTION_EVERY_S = 600.0  # each process prunes old rows at start and then this often
@@ -198,6 +200,7 @@ MCP_CONFIG_MAX_BYTES = 1024 * 1024  # a larger configuration file is refused unr
 MCP_SERVER_NAME_CHARS = 32  # a server's name: letters, digits, _ and -, at most this long (it goes into tool names)
 MCP_CALL_TIMEOUT_S = 30.0  # a server's `timeout` unless the file says otherwise: one tool call
 MCP_CONNECT_TIMEOUT_S = 10.0  # a server's `connect_timeout` unless the file says otherwise
+MCP_SESSION_BODY_BYTES = 64 * 1024  # of an HTTP server's 400, read to look for words saying the session is lost
 MCP_MAX_TIMEOUT_S = 3600.0  # either timeout at most (more is a unit mistake: the file gives seconds, not ms)
 TOOL_NAMES_SHOWN = 30  # a call of an unknown tool is answered with at most this many names of the tools there are
 MCP_NAME_CHARS = 64  # an MCP tool's name for the model (mcp__<server>__<tool>), at most: longer is cut, with a hash

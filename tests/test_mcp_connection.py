@@ -79,7 +79,11 @@ def dead(pid: int) -> bool:
     """Whether process `pid` is gone, or only its zombie is left (every thread exited: its pipes are closed); read
     without yielding to the loop. Not the leader's "Z" alone: it shows while other threads still hold the files."""
     states = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").glob("*"))
+    except OSError:  # the process went while its threads were being listed
+        return True
+    for task in tasks:
         try:
             states.append(task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0])
         except (OSError, IndexError):  # that thread is just going

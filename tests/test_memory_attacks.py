@@ -17,6 +17,7 @@ from core.memory.show_and_erase import wipe_memory
 from core.memory.tools import memory_tools
 from core.storage.conversations import reset_conversation
 from core.storage.db import Pool
+from core.textsafe import strip_nul
 from core.tools.framework import ToolContext, ToolRegistry
 from core.types import ChatRef, UserRef
 from tests.conftest import FakeClock, MakeCore
@@ -185,10 +186,10 @@ async def test_hostile_content_is_refused_or_stored_as_text(people: Any, pool: P
     }[tool]
     env = await bob.call(tool, **args)
     _no_leak(env)
-    if isinstance(value, str) and env["ok"]:  # stored verbatim (stripped), readable as stored
-        assert value.strip() in json.dumps(
-            await pool.fetchval("SELECT json_agg(content) FROM archival_memory")
-        ) or value.strip() in await bob.ok("core_memory_read", block="human")
+    if isinstance(value, str) and env["ok"]:  # stored verbatim (stripped, without NUL or lone surrogates), readable
+        kept = strip_nul(value).strip()
+        archived: list[str] = await pool.fetchval("SELECT json_agg(content) FROM archival_memory") or []
+        assert any(kept in a for a in archived) or kept in await bob.ok("core_memory_read", block="human")
 
 
 @pytest.mark.parametrize(

@@ -253,12 +253,9 @@ async def test_every_message_follows_the_described_rules_not_only_the_last(serve
             ([{"type": "text", "text": " \t"}], "a user message has neither text nor a file"),
             ([ok_png] * 6, "At most 5 files"),
         ]:
+            asked: Any = [{"role": "user", "content": history}, {"role": "user", "content": "now this"}]
             with pytest.raises(openai.BadRequestError, match=error):
-                await client.chat.completions.create(
-                    model="fake-model",
-                    messages=[{"role": "user", "content": history}, {"role": "user", "content": "now this"}],
-                )
-        done = await client.chat.completions.create(
-            model="fake-model", messages=[{"role": "user", "content": [ok_png]}, {"role": "user", "content": "hi"}]
-        )
+                await client.chat.completions.create(model="fake-model", messages=asked)
+        fine: Any = [{"role": "user", "content": [ok_png]}, {"role": "user", "content": "hi"}]
+        done = await client.chat.completions.create(model="fake-model", messages=fine)
     assert done.choices[0].message.content == "ok"

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters.telegram.receive import SECRET_HEADER
+from core.constants import DEAD_LETTER_PAYLOAD_CHARS, DEAD_LETTER_REASON_CHARS
 from core.storage.db import Pool
 from core.storage.retention import prune
 from core.textsafe import clean_json, strip_nul
@@ -261,8 +262,8 @@ async def test_a_dead_letter_keeps_any_reason_and_a_capped_payload(pool: Pool, r
     assert await store.add(pool, "discord:1", 5, reason, {"text": "\x00" + "z" * 100_000})
     assert not await store.add(pool, "discord:1", 5, reason, {})  # the same update again: kept once
     [dead] = await dead_letters(pool)
-    assert len(dead["payload"]) <= store.PAYLOAD_CHARS + 1 and dead["payload"].startswith('{"text": "\\u0000zz')
-    assert len(dead["reason"]) <= store.REASON_CHARS
+    assert len(dead["payload"]) <= DEAD_LETTER_PAYLOAD_CHARS + 1 and dead["payload"].startswith('{"text": "\\u0000zz')
+    assert len(dead["reason"]) <= DEAD_LETTER_REASON_CHARS
 
 
 # ---- text from the model, the speech server and commands ----------------------------------------------------------

@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests import test_http_api
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.test_http_api import ANN, Serve, token_of

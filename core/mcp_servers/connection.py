@@ -41,6 +41,7 @@ from core.constants import (
     MCP_FAILURES_BEFORE_PAUSE,
     MCP_LINE_CHARS,
     MCP_PAGES_MAX,
+    MCP_SESSION_BODY_BYTES,
     MCP_STDIO_EXIT_S,
     MCP_STDIO_LINE_BYTES,
 )
@@ -62,7 +63,6 @@ INHERITED_ENV = (
 # A 400 whose body says this names a lost session (the TypeScript SDK's servers: "No valid session ID provided", "Server
 # not initialized"); the Python SDK's say 404.
 _SESSION_LOST = re.compile(r"\bsession\b|not initiali[sz]ed", re.IGNORECASE)  # not a parameter "session_id"
-_SESSION_BODY_BYTES = 64 * 1024  # of a 400's body, read to look for those words
 _URL_TAIL = re.compile(r"(\b[a-z][a-z0-9+.-]*://)(?:[^\s/@]*@)?([^\s?#]*)[?#]\S*", re.IGNORECASE)
 
 
@@ -597,9 +597,9 @@ class _Watched(httpx2.AsyncBaseTransport):
 
 async def _read_small(response: httpx2.Response, request: httpx2.Request) -> tuple[httpx2.Response, str]:
     """An error response read whole (its body, decoded, kept for the SDK to read again) and its text to look at; a body
-    over _SESSION_BODY_BYTES is no session's error: passed on unread, with no text."""
+    over MCP_SESSION_BODY_BYTES is no session's error: passed on unread, with no text."""
     length = response.headers.get("content-length", "")
-    if length.isdigit() and int(length) > _SESSION_BODY_BYTES:
+    if length.isdigit() and int(length) > MCP_SESSION_BODY_BYTES:
         return response, ""
     try:
         body = await response.aread()
@@ -610,7 +610,7 @@ async def _read_small(response: httpx2.Response, request: httpx2.Request) -> tup
     again = httpx2.Response(
         response.status_code, headers=headers, content=body, request=request, extensions=response.extensions
     )
-    return again, body[:_SESSION_BODY_BYTES].decode(errors="replace")
+    return again, body[:MCP_SESSION_BODY_BYTES].decode(errors="replace")
 
 
 @asynccontextmanager

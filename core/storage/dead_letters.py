@@ -8,10 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from core.constants import DEAD_LETTER_PAYLOAD_CHARS, DEAD_LETTER_REASON_CHARS
 from core.storage.db import Pool
-
-PAYLOAD_CHARS = 16_000  # the copy of the raw payload kept with a dead letter is cut here
-REASON_CHARS = 300
 
 _ADD_SQL = """
 INSERT INTO dead_letters (platform, update_id, reason, payload) VALUES ($1, $2, $3, $4)
@@ -34,12 +32,12 @@ def raw_copy(payload: Any) -> str:
         text = json.dumps(payload, ensure_ascii=True, default=repr)
     except (TypeError, ValueError):
         text = ascii(payload)
-    return text if len(text) <= PAYLOAD_CHARS else text[:PAYLOAD_CHARS] + "…"
+    return text if len(text) <= DEAD_LETTER_PAYLOAD_CHARS else text[:DEAD_LETTER_PAYLOAD_CHARS] + "…"
 
 
 async def add(pool: Pool, platform: str, update_id: int | None, reason: str, payload: Any) -> bool:
     """Keep one dead letter; False when that update was quarantined before."""
-    why = ascii(reason)[1:-1][:REASON_CHARS]  # the reason may quote the payload: escaped, like the copy
+    why = ascii(reason)[1:-1][:DEAD_LETTER_REASON_CHARS]  # the reason may quote the payload: escaped, like the copy
     status = await pool.execute(_ADD_SQL, platform, update_id, why, raw_copy(payload))
     return status.endswith(" 1")
 

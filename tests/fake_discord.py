@@ -279,7 +279,7 @@ class FakeInteraction:
         """Contents of the message response, updates, followups and edits, in arrival order."""
         return list(self._texts)
 
-    async def wait_done(self, timeout: float = 5.0) -> FakeInteraction:
+    async def wait_done(self, timeout: float = 10.0) -> FakeInteraction:
         """Wait until `done`; return self."""
         await self.fake.wait_for(lambda: self.done, timeout, what=f"an answer to interaction {self.id}")
         return self
@@ -901,11 +901,11 @@ class FakeDiscord(LoopbackServer):
 
     # waiting
 
-    async def wait_ready(self, timeout: float = 5.0) -> None:
+    async def wait_ready(self, timeout: float = 10.0) -> None:
         """Wait until the latest gateway connection is identified or resumed."""
         await self.wait_for(lambda: self.connected, timeout, what="a ready gateway connection")
 
-    async def wait_sent(self, n: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+    async def wait_sent(self, n: int, timeout: float = 10.0) -> list[dict[str, Any]]:
         """Wait until the bot has sent at least n channel messages; return `sent`."""
         try:
             await self.wait_for(lambda: len(self.sent) >= n, timeout, what=f"{n} sent message(s)")

@@ -1042,7 +1042,7 @@ class FakeTelegram(LoopbackServer):
         """Abort the next getUpdates connection(s) without any response (a network drop)."""
         self._drops += times
 
-    async def wait_sent(self, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+    async def wait_sent(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
         """Wait until at least count messages were sent; return `sent`."""
         try:
             await self.wait_for(lambda: len(self.sent) >= count, timeout)
@@ -1257,7 +1257,7 @@ class FakeTelegram(LoopbackServer):
             raise ConnectionError(outcome.error)
         return outcome.status
 
-    async def wait_webhook_idle(self, timeout: float = 5.0) -> None:
+    async def wait_webhook_idle(self, timeout: float = 10.0) -> None:
         """Wait until every pushed update was acknowledged (by a 2xx from the webhook, or a getUpdates offset)."""
         try:
             await self.wait_for(lambda: not self._updates, timeout)

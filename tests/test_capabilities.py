@@ -265,7 +265,7 @@ async def test_runaway_is_cut_by_the_timeout_while_other_chats_get_answers(
     other = answer(await run(core, incoming("hello", user=MEMBER, chat="20")))
     assert other.text == "answer to hello" and not runaway.done()  # answered while the capability runs
     cut = answer(await runaway)
-    assert time.monotonic() - began < 3
+    assert time.monotonic() - began < 10  # cut by its 0.3 s timeout (the runaway never ends by itself)
     assert cut.text == "that took too long" and cut.steps[0].error_code == "timeout"
     env = tool_messages(fake_llm.requests[-1])[-1]
     assert env["error"] == {"code": "timeout", "message": "spin did not finish within 0.3 s"}

@@ -132,7 +132,7 @@ async def test_chats_run_concurrently(make_core: MakeCore, fake_llm: FakeOpenAI)
     start = time.perf_counter()
     results = await asyncio.gather(*(run(core, incoming("hi", user=str(u))) for u in range(10)))
     assert all(answer(r).text == "slow" for r in results)
-    assert time.perf_counter() - start < 2.0  # ten 0.5 s answers in parallel, not 5 s in a row
+    assert time.perf_counter() - start < 4.0  # ten 0.5 s answers in parallel, not 5 s in a row
 
 
 async def test_huge_message_refused_without_llm(make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool) -> None:

@@ -67,7 +67,7 @@ class Changes:
         async with self._condition:
             self._condition.notify_all()
 
-    async def until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    async def until(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
         """Wait until predicate() holds."""
         async with asyncio.timeout(timeout), self._condition:
             await self._condition.wait_for(predicate)

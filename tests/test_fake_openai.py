@@ -173,7 +173,7 @@ async def test_down_and_up() -> None:
         started = time.monotonic()
         with pytest.raises(openai.APIConnectionError):
             await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "b"}])
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 5.0  # refused at once, not the client's 10 s timeout
         await fake.up()
         assert fake.base_url == url
         resp = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "c"}])

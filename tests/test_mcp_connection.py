@@ -68,7 +68,7 @@ async def running(conn: Connection, timeout: float = 10.0) -> AsyncIterator[Conn
         await conn.close()
 
 
-async def until(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+async def until(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
     """Wait until `predicate()` holds (checked every few milliseconds)."""
     async with asyncio.timeout(timeout):
         while not predicate():  # noqa: ASYNC110 (states of a connection and files of another process: no event)
@@ -267,7 +267,7 @@ async def test_a_slow_tool_times_out_and_the_session_stays_usable() -> None:
         started = time.monotonic()
         with pytest.raises(CallFailed) as failed:
             await conn.call("slow", {"seconds": 30})
-        assert time.monotonic() - started < 0.4 + 1.5
+        assert time.monotonic() - started < 0.4 + 5  # its own timeout, not the 30 s the tool takes
         assert str(failed.value) == "slow on server 'kid' gave no answer within 0.4 s: the outcome is unknown"
         assert failed.value.reached is True
         assert await text(conn, "echo", text="still here") == "still here"
@@ -307,13 +307,13 @@ async def test_close_while_connecting_and_a_server_that_never_answers() -> None:
     assert (conn.state, conn.last_error) == ("failing", "no answer within 0.3 s")
     started = time.monotonic()
     await conn.close()  # in the middle of its backoff
-    assert (conn.state, time.monotonic() - started < 1) == ("closed", True)
+    assert (conn.state, time.monotonic() - started < 5) == ("closed", True)  # not after the 30 s backoff
     stuck = Connection(mute)
     stuck.start()
     await asyncio.sleep(0)
     started = time.monotonic()
     await stuck.close()  # in the middle of connecting: the child's stdin closes and it exits
-    assert stuck.state == "closed" and time.monotonic() - started < 1
+    assert stuck.state == "closed" and time.monotonic() - started < 5  # not after a connect timeout
     with pytest.raises(CallFailed, match="is not running") as failed:
         await stuck.call("echo", {"text": "x"})
     assert failed.value.reached is False

@@ -206,7 +206,7 @@ TOOL_NAMES_SHOWN = 30  # a call of an unknown tool is answered with at most this
 MCP_NAME_CHARS = 64  # an MCP tool's name for the model (mcp__<server>__<tool>), at most: longer is cut, with a hash
 MCP_DESCRIPTION_CHARS = 300  # an MCP tool's description for the model, at most (a long one costs every request)
 MCP_SEARCH_RESULTS = 5  # tools mcp_search returns (and adds to the turn) at most
-# A connection to an MCP server (core/mcp_servers/connection.py, results.py).
+# A connection to an MCP server (core/mcp_servers/connection.py, transports.py, results.py).
 MCP_RESULT_CHARS = 8000  # a tool result's text for the model, at most: longer keeps its head and tail and says the cut
 MCP_FAILURES_BEFORE_PAUSE = 3  # connection attempts failing in a row before a server is paused (for pause_s)
 MCP_PAGES_MAX = 20  # pages of a server's tool list read at most (a paginator that never ends cannot hang start-up)

@@ -9,7 +9,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.constants import MCP_OAUTH_LINK_S, MCP_PERSON_IDLE_S, MCP_PERSON_SWEEP_S
 from core.mcp_servers import confirm, oauth
@@ -33,6 +33,9 @@ from core.timeutil import Clock
 from core.tools.framework import Tool, ToolContext, ToolError, ToolRegistry
 from core.types import ChatRef, UserRef
 
+if TYPE_CHECKING:
+    from core.mcp_servers.person_auth import PersonAuth
+
 log = logging.getLogger(__name__)
 
 MakeConnection = Callable[..., Connection]
@@ -49,7 +52,7 @@ class PersonConnection(Connection):
     """One person's connection to a per_person server: a call the server refused because it wants a new
     authorization (never run: refused unread) tells the person to connect again."""
 
-    def __init__(self, config: ServerConfig, auth: oauth.PersonAuth, on_refused: Callable[[], None], **kw: Any) -> None:
+    def __init__(self, config: ServerConfig, auth: PersonAuth, on_refused: Callable[[], None], **kw: Any) -> None:
         """A connection with the person's OAuth (`on_refused`: when the server wants a new authorization)."""
         super().__init__(config, auth=auth, **kw)
         self.person_auth, self._on_refused = auth, on_refused
@@ -309,8 +312,10 @@ class Hub:
 
     def _open(self, cfg: ServerConfig, account: int) -> PersonConnection:
         """Open the person's connection to the server (it lists the tools when no one else's does)."""
+        from core.mcp_servers.person_auth import PersonAuth  # the SDK's OAuth: imported once a person connects
+
         key = (cfg.name, account)
-        auth = oauth.PersonAuth(self.pool, cfg, account, self.clock, self.callback_url)
+        auth = PersonAuth(self.pool, cfg, account, self.clock, self.callback_url)
         lister = self._lister.get(cfg.name) not in self.people
         conn = PersonConnection(
             cfg, auth, lambda: self._spawn(self._drop(key)), on_tools=self._listed if lister else None

@@ -1,22 +1,19 @@
 """Per-person accounts at MCP servers (`credentials: per_person`): each person connects their own account by OAuth,
 through the `mcp` SDK's OAuthClientProvider, with its tokens and client registration kept in PostgreSQL per (server,
 account) (sql/033). `/mcp connect <server>` starts the SDK's flow and answers with its authorization link; the
-server sends the person's browser back to the bot's own HTTP server (CALLBACK_PATH), whose code finishes the flow."""
+server sends the person's browser back to the bot's own HTTP server (CALLBACK_PATH), whose code finishes the flow. The
+SDK is imported only where a flow or the tokens use it (a connection's provider: core/mcp_servers/person_auth.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-import httpx2
-from mcp.client.auth import OAuthClientProvider
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 from pydantic import AnyUrl
 
 from core.constants import MCP_LINE_CHARS, MCP_OAUTH_LINK_S
@@ -25,6 +22,10 @@ from core.mcp_servers.results import clean
 from core.quoting import truncate
 from core.storage.db import Pool
 from core.timeutil import Clock
+
+if TYPE_CHECKING:
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,8 @@ class TokenStore:
 
     async def get_tokens(self) -> OAuthToken | None:
         """The person's tokens (and how long the access token has left, in seconds_left)."""
+        from mcp.shared.auth import OAuthToken
+
         if self.fresh:
             return None
         sql = "SELECT tokens, tokens_at FROM mcp_credentials WHERE server = $1 AND account_id = $2"
@@ -105,6 +108,8 @@ class TokenStore:
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         """The person's client registration at the server."""
+        from mcp.shared.auth import OAuthClientInformationFull
+
         if self.fresh:
             return self._client
         raw = await self._get("client_info")
@@ -144,8 +149,10 @@ async def latest_account(pool: Pool, server: str) -> int | None:
     return int(value) if value is not None else None
 
 
-def _metadata(callback_url: str) -> OAuthClientMetadata:
+def metadata(callback_url: str) -> OAuthClientMetadata:
     """What the bot registers as at a server: a public client (PKCE) that comes back to `callback_url`."""
+    from mcp.shared.auth import OAuthClientMetadata
+
     return OAuthClientMetadata(
         client_name=CLIENT_NAME,
         redirect_uris=[AnyUrl(callback_url)],
@@ -154,39 +161,6 @@ def _metadata(callback_url: str) -> OAuthClientMetadata:
         token_endpoint_auth_method="none",
         application_type="web",
     )
-
-
-class PersonAuth(OAuthClientProvider):
-    """The OAuth of one person's connection: their stored tokens (refreshed by the SDK); a server that wants a new
-    authorization is refused (`refused` set): that takes the person, with /mcp connect."""
-
-    def __init__(self, pool: Pool, config: ServerConfig, account_id: int, clock: Clock, callback_url: str) -> None:
-        """The provider for `account_id` at `config`'s server."""
-        self.refused = False
-        self._store = TokenStore(pool, config.name, account_id, clock)
-        super().__init__(
-            config.url or "",
-            _metadata(callback_url),
-            self._store,
-            redirect_handler=self._refuse,
-            callback_handler=self._none,
-        )
-
-    async def _initialize(self) -> None:
-        """The SDK's loading of the stored tokens, and when the access token expires (the SDK keeps no expiry of
-        stored tokens): one that expired while unused is refreshed first, not sent to be refused."""
-        await super()._initialize()
-        if self._store.seconds_left is not None:
-            self.context.token_expiry_time = time.time() + self._store.seconds_left
-
-    async def _refuse(self, url: str) -> None:
-        """No authorization in the middle of a turn."""
-        self.refused = True
-        raise NeedsAuthorization("the account needs connecting again (/mcp connect)")
-
-    async def _none(self) -> AuthorizationCodeResult:
-        """Never reached (the redirect is refused first)."""
-        raise NeedsAuthorization("the account needs connecting again (/mcp connect)")
 
 
 @dataclass
@@ -210,6 +184,8 @@ class Authorizations:
 
     async def begin(self, config: ServerConfig, account_id: int, base_url: str) -> str:
         """Start the SDK's flow for the person at the server; the authorization link (ConnectFailed: one line)."""
+        from mcp.client.auth import OAuthClientProvider
+
         loop = asyncio.get_running_loop()
         link: asyncio.Future[str] = loop.create_future()
         code: asyncio.Future[AuthorizationCodeResult] = loop.create_future()
@@ -236,7 +212,7 @@ class Authorizations:
         store = TokenStore(self.pool, config.name, account_id, self.clock, fresh=True)
         callback_url = base_url.rstrip("/") + CALLBACK_PATH
         provider = OAuthClientProvider(
-            config.url or "", _metadata(callback_url), store, redirect_handler=redirect, callback_handler=callback
+            config.url or "", metadata(callback_url), store, redirect_handler=redirect, callback_handler=callback
         )
         task = loop.create_task(self._probe(config, provider), name=f"mcp connect {config.name}")
         task.add_done_callback(self._ended)
@@ -264,6 +240,8 @@ class Authorizations:
     async def _probe(self, config: ServerConfig, provider: OAuthClientProvider) -> None:
         """One request to the server through the provider: its 401 starts the authorization, and the request is sent
         again with the new token once the person approved."""
+        import httpx2
+
         ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
         headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": PROBE_VERSION}
         timeout = httpx2.Timeout(config.connect_timeout)
@@ -274,6 +252,8 @@ class Authorizations:
 
     async def finish(self, state: str, code: str, error: str = "", iss: str | None = None) -> tuple[bool, str]:
         """The callback of an authorization link: finish its flow; whether it worked and one line for the page."""
+        from mcp.shared.auth import AuthorizationCodeResult
+
         row = await self.pool.fetchrow(
             "DELETE FROM mcp_oauth_pending WHERE state = $1 RETURNING server, account_id, expires_at", state
         )
@@ -308,6 +288,8 @@ class Authorizations:
 
 def describe(error: BaseException) -> str:
     """An error of a flow as one line (no token: the SDK's errors name endpoints and statuses)."""
+    import httpx2
+
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
     if isinstance(error, TimeoutError):

@@ -10,13 +10,14 @@ import json
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Any
-
-from mcp import types
+from typing import TYPE_CHECKING, Any
 
 from core.constants import MCP_LINE_CHARS, MCP_RESULT_CHARS
 from core.quoting import truncate
 from core.textsafe import clean_json, strip_nul
+
+if TYPE_CHECKING:
+    from mcp import types
 
 # Invisible characters that can hide instructions from the person reading along: Unicode tag characters (U+E0000 to
 # U+E007F, "ASCII smuggling"), the variation selectors supplement (U+E0100 to U+E01EF, data hidden in emoji), zero-width
@@ -64,6 +65,8 @@ def cap(text: str, limit: int = MCP_RESULT_CHARS) -> str:
 
 def outcome(result: types.CallToolResult, limit: int = MCP_RESULT_CHARS) -> Outcome:
     """The Outcome of a CallToolResult."""
+    from mcp import types
+
     given = result.structured_content
     texts = [b.text for b in result.content if isinstance(b, types.TextContent)]
     copies = {i for i, text in enumerate(texts) if given is not None and _json_of(text) == given}

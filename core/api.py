@@ -19,6 +19,7 @@ from core.reminders.engine import DeliveryRefused
 from core.reminders.messages import ReminderMessage
 from core.sessions import API, Feed, Feeds, Message, Page, Session
 from core.texts import FAILED
+from core.textsafe import strip_nul
 from core.types import Assistant, AssistantDelta, Error, Incoming, Upload
 from core.web_signin import WebLogin
 
@@ -161,6 +162,7 @@ class Api:
         """Start answering `content` (and the files in `uploads`) in the session (the turn runs on when the client goes
         away): its live feed; with an Idempotency-Key seen before, that turn's feed or, when it is no longer live here,
         its stored messages."""
+        content = strip_nul(content)  # from any client: PostgreSQL takes no NUL
         message_id = sessions.message_key(key)
         live = self.feeds.get(session.id, message_id)
         if live is not None:

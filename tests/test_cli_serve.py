@@ -231,17 +231,8 @@ async def test_ask_server_runs_a_command_as_the_terminal_does(
         await c.post("/v1/one-shot", json={"prompt": "add buy milk"})
         tasks = (await c.get("/v1/tasks")).json()["text"]
     asked = len(fake_llm.requests)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "BOT_API_TOKEN": secret}
-    proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "bot", "ask", "--server", s.url, "/tasks"),
-        cwd=tmp_path,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT_S)
-    assert proc.returncode == 0, err.decode()
-    assert "Buy milk" in tasks and out.decode() == tasks + "\n", "the task list, as /tasks answers it"
-    assert re.fullmatch(r"\(session (ses_\S+): --session \1 continues it\)\n", err.decode()), err
+    code, out, err = await bot_cli("ask", "--server", s.url, "/tasks", env={"BOT_API_TOKEN": secret}, cwd=tmp_path)
+    assert code == 0, err
+    assert "Buy milk" in tasks and out == tasks + "\n", "the task list, as /tasks answers it"
+    assert re.fullmatch(r"\(session (ses_\S+): --session \1 continues it\)\n", err), err
     assert len(fake_llm.requests) == asked, "the command did not go to the model"

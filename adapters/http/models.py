@@ -12,10 +12,10 @@ from core import ApiMessage, ApiSession, ErrorPart, Part, TextPart, ToolCallPart
 
 # White space as JSON Schema's regular expressions (ECMA-262 `\s`) count it, and so as the server counts it where the
 # description says what it takes (Python's `\s` and str.strip() take a few more characters, such as U+001C and U+0085)
-SPACE = r"[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
 SPACE_CHARS = (
     "\t\n\v\f\r \u00a0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
+SPACE = "[" + "".join(f"\\u{ord(c):04x}" for c in SPACE_CHARS) + "]"  # a class both regex dialects read
 VISIBLE = "[^" + SPACE.removeprefix("[")  # a character that is no white space
 _B64 = rf"[A-Za-z0-9+/]{SPACE}*"
 _LAST = rf"(?:{_B64}){{4}}|(?:{_B64}){{3}}={SPACE}*|(?:{_B64}){{2}}={SPACE}*={SPACE}*"  # the last 4 (padded) characters

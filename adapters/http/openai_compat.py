@@ -35,7 +35,6 @@ from core import (
     ToolResult,
     Upload,
     activity_lines,
-    strip_nul,
     summary_line,
 )
 
@@ -284,7 +283,7 @@ def turn_text(messages: list[ChatMessage]) -> tuple[str, list[Sent], list[Sent]]
     except UploadRefused as e:
         raise refused(e) from None
     text, files = checked[n]
-    return strip_nul(text), files, [f for i, (_, sent) in enumerate(checked) if i != n for f in sent]
+    return text, files, [f for i, (_, sent) in enumerate(checked) if i != n for f in sent]
 
 
 def check_message(message: ChatMessage, n: int) -> tuple[str, list[Sent]]:

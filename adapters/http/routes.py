@@ -64,7 +64,6 @@ from core import (
     Feed,
     TextPart,
     Upload,
-    strip_nul,
 )
 
 UNAUTHORIZED = "Send Authorization: Bearer <token>; /token new <name> in a private chat with the bot makes one."
@@ -391,7 +390,7 @@ class HttpApi:
         """A message's text and files (400 or 413 when its files are refused)."""
         try:
             text, files = message_files(content, field)
-            return strip_nul(text), await uploads_of(files)
+            return text, await uploads_of(files)
         except UploadRefused as e:
             raise refused(e) from None
 

@@ -122,5 +122,5 @@ async def uploads_of(sent: Sequence[Sent], also_check: Sequence[Sent] = ()) -> t
     for s, data in zip(sent, datas, strict=True):
         mime = s.mime or mimetypes.guess_type(s.name)[0]
         name = " ".join(strip_nul(s.name).split())[:255] or "file"
-        uploads.append(Upload(kind_of(mime), name, strip_nul(mime) if mime else mime, data))
+        uploads.append(Upload(kind_of(mime), name, mime, data))  # Upload drops NUL from the type itself
     return tuple(uploads)

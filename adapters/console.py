@@ -18,6 +18,7 @@ from core import (
     Error,
     FileAnswer,
     Incoming,
+    Reminded,
     ReminderMessage,
     Settings,
     activity_lines,
@@ -137,6 +138,8 @@ async def command(core: Core, name: CommandName, arg: str, show: Show = as_writt
     if isinstance(answer, FileAnswer):
         path = save_file(core.settings.DATA_DIR / EXPORTS, answer)
         return show(prefix, f"{answer.text}\n\nSaved to `{path}`.")
+    if isinstance(answer, Reminded):  # no buttons here: /tasks lists it, the model can change or delete it
+        return show(prefix, answer.text)
     return render(answer, core.settings, show, prefix) if isinstance(answer, Error) else show(prefix, answer or "")
 
 

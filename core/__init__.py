@@ -33,6 +33,8 @@ from core.mcp_servers.oauth import CALLBACK_PATH as MCP_OAUTH_CALLBACK_PATH
 from core.media.images import sticker_text
 from core.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from core.own_data import FileAnswer, file_too_large
+from core.remind import Reminded
+from core.reminders.buttons import UNDO
 from core.reminders.engine import DeliveryRefused, Outbox
 from core.reminders.messages import ReminderMessage
 from core.sessions import API as API_PLATFORM
@@ -98,6 +100,7 @@ __all__ = [
     "SHOW_STEPS",
     "SIGNIN_PATH",
     "TEXT_ONLY",
+    "UNDO",
     "WIPE_LABEL",
     "Api",
     "ApiMessage",
@@ -121,6 +124,7 @@ __all__ = [
     "Outbox",
     "Part",
     "Quoted",
+    "Reminded",
     "ReminderMessage",
     "Settings",
     "SettingsError",

@@ -15,6 +15,7 @@ from core import api_tokens, sessions, web_signin
 from core.api_tokens import Bearer
 from core.commands import CommandArgs, CommandName, TypedCommand, typed_command
 from core.own_data import FileAnswer
+from core.remind import Reminded
 from core.reminders.engine import DeliveryRefused
 from core.reminders.messages import ReminderMessage
 from core.sessions import API, Feed, Feeds, Message, Page, Session
@@ -241,6 +242,8 @@ class Api:
         answer = await self.core.command(inc, name, args, must_answer=True)
         if isinstance(answer, FileAnswer):
             return f"{answer.text}\n\n{FILE_ELSEWHERE}"
+        if isinstance(answer, Reminded):
+            return answer.text
         return answer or ""
 
     # ---- reminders into sessions (the Outbox of platform "api") -----------------------------------------------------

@@ -41,6 +41,7 @@ HELP_INTRO = (
 )
 CommandName = Literal[
     "help",
+    "remind",
     "tasks",
     "timezone",
     "status",
@@ -113,6 +114,17 @@ def _memory_args(words: list[str]) -> dict[str, str]:
 
 
 COMMANDS: tuple[Command, ...] = (
+    Command(
+        "remind",
+        "a reminder at a time you say, e.g. /remind tomorrow 9:00 Buy milk",
+        "a reminder at once, no model asked: /remind in 10 minutes Tea, /remind friday 18:30 Call mum, "
+        "/remind every weekday 7:30 Stretch (in your time zone; Undo takes it back)",
+        (
+            Option("when", "When, in your words: in 10 minutes, tomorrow 9:00, every weekday 7:30"),
+            Option("what", "What to remind you of"),
+        ),
+        syntax="<when> <what>",
+    ),
     Command("tasks", "your open tasks", "your open tasks", private=True),
     Command(
         "timezone",

@@ -50,9 +50,11 @@ from core.memory.embeddings import Embedder
 from core.memory.tools import SAVE_FILE, memory_tools
 from core.metrics import Metrics
 from core.own_data import FileAnswer
-from core.reminders.buttons import press
+from core.remind import Asker, Reminded, remind
+from core.reminders.buttons import UNDO, press
 from core.reminders.engine import Outbox, ReminderEngine
 from core.reminders.scheduler import ReminderScheduler
+from core.reminders.when import languages_of
 from core.sessions import API as API_PLATFORM
 from core.settings import Settings
 from core.storage import conversations, fleet, refusals
@@ -179,14 +181,19 @@ class Core:
 
     async def command(
         self, inc: Incoming, name: CommandName, args: CommandArgs | str = "", *, must_answer: bool = False
-    ) -> str | FileAnswer | Error | None:
+    ) -> str | FileAnswer | Reminded | Error | None:
         """Answer a command of the catalogue (COMMANDS) without the LLM: its Markdown text (for /export a FileAnswer,
-        always sent privately), or for a user who may not use the bot the refusal (None when already given in this
-        chat within the hour, unless `must_answer`: a slash command or button always gets one). `args`: the options
-        by name, or the text typed after the command."""
+        always sent privately; for a reminder /remind made a Reminded, shown with an Undo button), or for a user who
+        may not use the bot the refusal (None when already given in this chat within the hour, unless `must_answer`:
+        a slash command or button always gets one). `args`: the options by name, or the text typed after it."""
         if not self.is_allowed(inc):
             return Error("not_allowed", self.refusal_text(inc)) if must_answer else await self.refusal(inc)
         options = COMMAND[name].parse(strip_nul(args)) if isinstance(args, str) else clean_json(args)
+        if name == "remind":  # core/reminders/remind.py: no model call
+            user, chat = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
+            asker = Asker(user, chat, languages_of(inc.language))
+            per_minute = self.settings.USER_MESSAGES_PER_MINUTE
+            return await remind(self.pool, asker, options, self.clock, self.caps, per_minute, self._tasks_changed)
         if name == "tasks":
             return await self._commands.tasks(inc)
         if name == "timezone":
@@ -265,10 +272,11 @@ class Core:
         return tuple((c.name, model_token(i, c)) for i, c in enumerate(self.models))
 
     async def press_reminder(self, inc: Incoming, task_id: int, action: str) -> tuple[bool, str]:
-        """A Done / Snooze button pressed by `inc`'s user: (whether it took effect, the text to show)."""
+        """A Done / Snooze button (or Undo under /remind's answer) pressed by `inc`'s user: (whether it took effect,
+        the text to show)."""
         if not self.is_allowed(inc):
             return False, self.refusal_text(inc)
-        return await press(
+        pressed = await press(
             self.pool,
             self.clock,
             platform=inc.platform,
@@ -277,6 +285,9 @@ class Core:
             action=action,
             default_tz=self.settings.DEFAULT_TIMEZONE,
         )
+        if pressed[0] and action == UNDO:
+            self._tasks_changed()  # the scheduler drops the deleted task's reminder
+        return pressed
 
     async def allow_mcp(self, inc: Incoming, ask_id: int) -> tuple[bool, str]:
         """An "Allow" button (or /mcp allow <id>) pressed by `inc`'s user: the call parked for their OK runs, only for

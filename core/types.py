@@ -71,6 +71,7 @@ class Incoming:
     via: str = ""  # the front end that carried it when not the speaker's own platform ("api"): the chat is its
     model: str | None = None  # a model of LLM_MODELS asked for this message only (the HTTP API), else the account's
     uploads: tuple[Upload, ...] = ()  # files that came with it (voice notes, documents), fetched by the adapter
+    language: str = ""  # the speaker's language as their platform tells it (IETF tag: de, pt-BR), if it does
 
     def __post_init__(self) -> None:
         """Nothing PostgreSQL cannot store, from whichever front end (a NUL in a name must not stop a chat)."""

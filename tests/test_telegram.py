@@ -78,6 +78,7 @@ async def test_commands_registered_at_start(bot: Bot) -> None:
     assert {c["command"] for c in bot.tg.commands} == {
         "start",
         "help",
+        "remind",
         "tasks",
         "timezone",
         "memory",

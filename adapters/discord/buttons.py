@@ -70,9 +70,10 @@ class StepsButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"ste
 
 
 class ReminderButton(
-    discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"rem:(?P<action>done|snooze10|snooze60):(?P<task>\d+)"
+    discord.ui.DynamicItem[discord.ui.Button[Any]],
+    template=r"rem:(?P<action>done|snooze10|snooze60|undo):(?P<task>\d+)",
 ):
-    """Done / Snooze on a reminder; the custom id carries the action and the task id."""
+    """Done / Snooze on a reminder, Undo under /remind's answer; the custom id carries the action and the task id."""
 
     def __init__(self, action: str, task_id: int) -> None:
         """The Done or Snooze button of one task."""

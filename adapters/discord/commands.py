@@ -12,12 +12,12 @@ from typing import Any, cast
 import discord
 from discord import app_commands
 
-from adapters.discord.buttons import ForgetButton, StepsButton, WipeButton, model_view
+from adapters.discord.buttons import ForgetButton, ReminderButton, StepsButton, WipeButton, model_view
 from adapters.discord.gateway import Client, Owner
 from adapters.discord.incoming import interaction_incoming
 from adapters.discord.render import render_reply, split_markdown
 from adapters.discord.send import NO_MENTIONS, followups, note, respond_parts, send_file, view
-from core import COMMANDS, Assistant, Command, CommandArgs, Core, Error, FileAnswer, Option
+from core import COMMANDS, UNDO, Assistant, Command, CommandArgs, Core, Error, FileAnswer, Option, Reminded
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,10 @@ async def answer_command(core: Core, interaction: discord.Interaction, command: 
         await answer_file(core, interaction, command)
         return
     answer = await core.command(inc, command.name, args, must_answer=True)
+    if isinstance(answer, Reminded):  # made: an Undo button under what was understood
+        undo = view(ReminderButton(UNDO, answer.task_id))
+        await respond_parts(interaction, split_markdown(answer.text), ephemeral=command.private, buttons=undo)
+        return
     if not isinstance(answer, str):
         await note(interaction, core.refusal_text(inc))
         return

@@ -131,7 +131,7 @@ def message_incoming(client: discord.Client, message: discord.Message, text: str
 
 def interaction_incoming(interaction: discord.Interaction, text: str) -> Incoming:
     """The core's view of a slash command or button press."""
-    return _make_incoming(
+    inc = _make_incoming(
         interaction.user,
         interaction.channel,
         interaction.channel_id,
@@ -140,6 +140,7 @@ def interaction_incoming(interaction: discord.Interaction, text: str) -> Incomin
         f"interaction:{interaction.id}",
         private=private_interaction(interaction),
     )
+    return dataclasses.replace(inc, language=str(interaction.locale.value))
 
 
 def dm_message(message: discord.Message) -> bool:

@@ -30,8 +30,10 @@ from core import (
     MODEL_NOT_YOURS,
     NOT_YOUR_BUTTON,
     NOT_YOUR_FORGET,
+    REMINDER_BUTTON_LABELS,
     SENT_PRIVATELY,
     TEXT_ONLY,
+    UNDO,
     WIPE_LABEL,
     Assistant,
     AssistantDelta,
@@ -43,6 +45,7 @@ from core import (
     Error,
     FileAnswer,
     Incoming,
+    Reminded,
     Spoken,
     Upload,
     UploadKind,
@@ -171,6 +174,10 @@ class Handlers:
             await self.send.reply(msg, [esc(answer.message)])
         elif isinstance(answer, FileAnswer):
             await self._file(inc, msg, answer, f"/{command.name}")
+        elif isinstance(answer, Reminded):  # made: an Undo button under what was understood
+            undo = InlineKeyboardButton(REMINDER_BUTTON_LABELS[UNDO], callback_data=f"rem:{UNDO}:{answer.task_id}")
+            markup = InlineKeyboardMarkup([[undo]])
+            await self.send.reply(msg, split_html(markdown_to_html(answer.text)), reply_markup=markup)
         elif answer is not None and command.private:
             extra = self._wipe_button(inc) if command.name == "memory" and args.lower().split() == ["wipe"] else {}
             if command.name == "model" and not args.strip():

@@ -44,6 +44,7 @@ def incoming(msg: Message, text: str, username: str, bot_id: str) -> Incoming:
         message_id=f"{bot_id}:{msg.message_id}",
         reply_to=f"{bot_id}:{msg.reply_to_message.message_id}" if msg.reply_to_message else None,
         quoted=quoted_of(msg),
+        language=user.language_code or "",
     )
 
 

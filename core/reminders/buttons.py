@@ -1,4 +1,4 @@
-"""Reminder buttons: Done and Snooze, pressed only by the task's owner."""
+"""Reminder buttons: Done and Snooze, and Undo under `/remind`'s answer, pressed only by the task's owner."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from core.reminders import queries
 from core.storage.db import Pool
 from core.timeutil import Clock, zone
 
-BUTTONS = ("done", "snooze10", "snooze60")
+BUTTONS = ("done", "snooze10", "snooze60")  # under a reminder; `/remind`'s answer has UNDO
+UNDO = "undo"
 SNOOZE = {"snooze10": timedelta(minutes=10), "snooze60": timedelta(hours=1)}
 NOT_THE_OWNER = "Only the person this reminder is for can use these buttons."
 UNKNOWN_BUTTON = "Unknown button."
+UNDONE = "↩️ Undone: #{id} {title} is deleted."
+GONE = "That reminder is already gone."
 
 
 async def press(
@@ -21,6 +24,9 @@ async def press(
     row = await queries.owned_task(pool, task_id, platform, presser_id)
     if row is None:
         return False, NOT_THE_OWNER
+    if action == UNDO:
+        gone = await queries.delete_task(pool, task_id)
+        return gone, UNDONE.format(id=task_id, title=row["title"]) if gone else GONE
     if action == "done":
         await queries.mark_done(pool, task_id)
         return True, f"✅ Done: {row['title']}"

@@ -268,6 +268,11 @@ async def mark_done(pool: Pool, task_id: int) -> None:
     await pool.execute(_DONE_SQL, task_id)
 
 
+async def delete_task(pool: Pool, task_id: int) -> bool:
+    """Delete a task (its occurrences go with it); False when it was already gone."""
+    return await pool.fetchval("DELETE FROM tasks WHERE id = $1 RETURNING true", task_id) is not None
+
+
 async def snooze(pool: Pool, task_id: int, until: datetime) -> None:
     """Move a task's next time to `until` and reopen it."""
     await pool.execute(_SNOOZE_SQL, task_id, until)

@@ -27,6 +27,11 @@ from core import (
     typed_command,
 )
 
+BANNER = "Terminal chat — type a message; /help for the commands, /reset for a fresh conversation, /quit to leave."
+NO_MODEL_BANNER = (
+    "Terminal chat without a model — commands work, e.g. /remind in 10 minutes Tea (/help lists them); to get "
+    "answers, set a model (README: “Choosing the model”). /quit leaves."
+)
 PROMPT = "you › "
 BOT = "bot › "
 QUIT = ("/quit", "/exit")
@@ -35,6 +40,9 @@ MIN_WIDTH = 20  # columns Markdown is laid out in, however narrow the terminal
 EXPORTS = "exports"  # /export writes its file into this folder of DATA_DIR
 Write = Callable[[str], None]
 Show = Callable[[str, str], str]  # (prefix, Markdown) → the text printed: the prefix, then the Markdown
+# markdown-it's inline tokens shown otherwise than rich does: a soft line break stays a break, and `<name>` (read as
+# inline HTML, which rich drops) is text: /help's `/model <name>` keeps its placeholder
+INLINE_AS = {"softbreak": "hardbreak", "html_inline": "text"}
 
 
 def as_written(prefix: str, text: str) -> str:
@@ -56,7 +64,7 @@ def markdown_for(stream: TextIO) -> Show:
         markdown = Markdown(text)
         for token in markdown.parsed:  # a line break inside a paragraph stays one, as in the chats (and Telegram)
             for child in token.children or ():
-                child.type = "hardbreak" if child.type == "softbreak" else child.type
+                child.type = INLINE_AS.get(child.type, child.type)
         with terminal.capture() as captured:
             terminal.print(markdown, width=max(terminal.width - len(prefix), MIN_WIDTH))
         lines = [line.rstrip(" ") for line in captured.get().rstrip("\n ").split("\n")]
@@ -68,14 +76,15 @@ def markdown_for(stream: TextIO) -> Show:
 class ConsoleOutbox:
     """Reminders printed into the terminal chat while it runs."""
 
-    def __init__(self, write: Write, show: Show = as_written) -> None:
-        """Print through `write`, the Markdown shown by `show`."""
+    def __init__(self, write: Write, show: Show = as_written, *, model: bool = True) -> None:
+        """Print through `write`, the Markdown shown by `show` (`model`: a model is there to say Done or Snooze to)."""
         self.write = write
         self.show = show
+        self.hint = "(task #{id}: say 'done' or 'snooze' to me)" if model else "(task #{id}: /tasks lists what is open)"
 
     async def send_reminder(self, msg: ReminderMessage) -> str | None:
         """Print one reminder (the buttons become a hint)."""
-        hint = f"\n   (task #{msg.task_id}: say 'done' or 'snooze' to me)" if msg.buttons else ""  # a link notice: none
+        hint = "\n   " + self.hint.format(id=msg.task_id) if msg.buttons else ""  # a link notice: none
         self.write(f"\n{self.show('', msg.text)}{hint}\n{PROMPT}")
         return None
 
@@ -194,7 +203,7 @@ async def stdin_lines() -> AsyncIterator[str]:
 async def chat_loop(core: Core, lines: AsyncIterator[str], write: Write, show: Show = as_written) -> None:
     """The interactive terminal conversation: the commands of the catalogue (/help lists them) are answered without
     the LLM, other /words get a one-line hint, /quit (or end of input) leaves, anything else goes to the model."""
-    write("Terminal chat — type a message; /help for the commands, /reset for a fresh conversation, /quit to leave.\n")
+    write((NO_MODEL_BANNER if core.settings.model_off else BANNER) + "\n")
     async for line in lines:
         text = line.strip()
         typed = typed_command(text)  # the catalogue's commands are found as the HTTP API finds them (core)

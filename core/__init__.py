@@ -8,7 +8,7 @@ any other import of a core module from them), listed in docs/architecture.md ("T
 """
 
 from core.activity import activity_lines, outcome_of, summary_line
-from core.agent.providers import config_problem, fix_hint
+from core.agent.providers import config_problem, fix_hint, nothing_configured
 from core.api import Api
 from core.api_tokens import Bearer
 from core.commands import (
@@ -29,6 +29,7 @@ from core.front_door import Core
 from core.inbox import Delivery
 from core.mcp_servers.config import environment as mcp_environment
 from core.mcp_servers.config import mcp_config_problem
+from core.mcp_servers.config import variables as mcp_variables
 from core.mcp_servers.oauth import CALLBACK_PATH as MCP_OAUTH_CALLBACK_PATH
 from core.media.images import sticker_text
 from core.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -148,6 +149,8 @@ __all__ = [
     "load_settings",
     "mcp_config_problem",
     "mcp_environment",
+    "mcp_variables",
+    "nothing_configured",
     "open_core",
     "outcome_of",
     "progress",

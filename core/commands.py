@@ -279,6 +279,7 @@ def typed_command(text: str) -> TypedCommand | None:
 HELP = (
     HELP_INTRO + "\n\nCommands:\n" + "\n".join(f"/{c.name}{c.syntax and ' ' + c.syntax} — {c.help}" for c in COMMANDS)
 )
+NO_MODEL_STATUS = "none, commands only (LLM_PROVIDER=none)"
 RESET_DONE = "Fresh start — I've put our earlier conversation aside."
 STEPS_GONE = "I no longer have the steps of that answer (it was deleted)."
 STEPS_NOT_YOURS = "Only the person who asked can see the steps of this answer."
@@ -597,6 +598,8 @@ class Commands:
     async def model(self, inc: Incoming, args: CommandArgs) -> str:
         """/model: the speaker's model and the ones on offer; switch by name (typed) or by choice (a button)."""
         choices = self.core.models
+        if self.core.settings.model_off:
+            return f"Model: {NO_MODEL_STATUS}."
         if len(choices) < 2:
             return MODEL_FIXED.format(model=choices[0].name)
         user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
@@ -665,8 +668,8 @@ class Commands:
         lines = [
             f"**Status** — version {app_version()}",
             f"- uptime: {_uptime(time.monotonic() - board.started_monotonic)}",
-            f"- model: {self.core.llm.model}",
-            *([await self._your_model(inc)] if inc is not None else []),
+            f"- model: {NO_MODEL_STATUS if self.core.settings.model_off else self.core.llm.model}",
+            *([await self._your_model(inc)] if inc is not None and not self.core.settings.model_off else []),
             "- adapters: " + (", ".join(f"{k} ({v})" for k, v in board.adapters.items()) or "none"),
         ]
         for name, when in board.last_poll.items():

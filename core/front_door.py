@@ -60,7 +60,7 @@ from core.settings import Settings
 from core.storage import conversations, fleet, refusals
 from core.storage.db import Pool
 from core.storage.retention import pruning
-from core.texts import RESTARTING
+from core.texts import NO_MODEL, NO_MODEL_HOW, RESTARTING
 from core.textsafe import clean_json, strip_nul
 from core.timeutil import Clock, system_clock, zone
 from core.tools.framework import Caps, Tool, ToolContext, ToolRegistry
@@ -407,8 +407,9 @@ class Core:
         return None
 
     def is_allowed(self, inc: Incoming) -> bool:
-        """ALLOWED_USERS (or `*`) plus the admins."""
-        return self.is_admin(inc) or "*" in self._allowed or inc.user_key in self._allowed
+        """ALLOWED_USERS (or `*`) plus the admins, and the terminal's user wherever it speaks (its identity is the
+        machine's own: only someone at it makes a `bot token` or a sign-in link for it)."""
+        return inc.platform == "console" or self.is_admin(inc) or "*" in self._allowed or inc.user_key in self._allowed
 
     async def refusal(self, inc: Incoming) -> Error | None:
         """The refusal for a user who may not use the bot (at most once per chat per hour, across all processes)."""
@@ -712,6 +713,12 @@ class Core:
             await writes.fail(note)
             if note is not None:
                 yield note
+            return
+        if self.settings.model_off:  # LLM_PROVIDER=none, or the terminal before a model is set: stored, not answered
+            meter.close()
+            note = Error("no_model", NO_MODEL + (NO_MODEL_HOW if admin else ""), turn_id)
+            await writes.fail(note)
+            yield note
             return
         # Whose words the context holds: in a private chat the speaker's unless something quoted (a forward, an
         # untrusted job) is in it; in a group only when every replayed message is the speaker's. Admin tools need a

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from core.reminders import recurrence
 from core.reminders.when import Understood, understand, understand_parts
@@ -59,10 +59,9 @@ async def remind(
     got = read(options, asker, now)
     if isinstance(got, str):
         return got
-    made = await pool.fetchval(
-        "SELECT count(*) FROM tasks WHERE user_id = $1 AND created_at > $2",
+    made = await pool.fetchval(  # created_at is the database's time, so the minute is too
+        "SELECT count(*) FROM tasks WHERE user_id = $1 AND created_at > now() - interval '1 minute'",
         asker.user.account_id,
-        now - timedelta(minutes=1),
     )
     if made >= per_minute:
         return TOO_FAST.format(n=per_minute)

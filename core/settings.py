@@ -14,7 +14,7 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-Provider = Literal["openai", "anthropic", "gemini", "groq", "openrouter", "ollama", "lmstudio"]
+Provider = Literal["openai", "anthropic", "gemini", "groq", "openrouter", "ollama", "lmstudio", "none"]
 PROVIDER_NAMES: tuple[Provider, ...] = get_args(Provider)
 PLATFORMS = ("telegram", "discord", "console")
 SECRET_TYPES = (SecretStr, SecretStr | None)  # fields whose value an error line never repeats
@@ -138,6 +138,7 @@ class Settings(BaseSettings):
     VOICE_MAX_SECONDS: float = Field(default=300.0, gt=0)  # a longer voice note is refused before any upload
     LLM_VISION: Literal["auto", "on", "off"] = "auto"  # photos to the model as images (auto: until it refuses one)
     SHUTDOWN_GRACE_SECONDS: float = Field(default=25.0, ge=0)  # drain time for running answers on stop/restart
+    HOST: str | None = None  # the HTTP server's address (bot serve --host); unset: loopback unless deployed publicly
     PORT: int = Field(default=8080, ge=0, le=65535)  # HTTP port (health, metrics); polling serves it only if set
     METRICS_TOKEN: SecretStr | None = None  # bearer token /metrics requires (webhook mode: required to serve it)
     PUBLIC_BASE_URL: str | None = None  # the bot's public http(s) address (/web links); unset: the webhook's origin
@@ -278,6 +279,11 @@ class Settings(BaseSettings):
         if v is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", v.get_secret_value()):
             raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and - (Telegram's secret_token)")
         return v
+
+    @property
+    def model_off(self) -> bool:
+        """No model on purpose (LLM_PROVIDER=none): commands, /remind, tasks and reminders only."""
+        return self.LLM_PROVIDER == "none"
 
     @property
     def serve_http(self) -> bool:

@@ -723,6 +723,7 @@ class FakeDiscord(LoopbackServer):
         channel_id: int | str | None = None,
         dm: bool = False,
         user_install: bool = False,
+        locale: str = "en-US",
     ) -> FakeInteraction:
         """A user invokes a registered slash command ("group sub" for subcommands); dispatch it.
 
@@ -771,7 +772,7 @@ class FakeDiscord(LoopbackServer):
         if command.get("guild_id"):
             data["guild_id"] = command["guild_id"]
         owners = {"1": str(user["id"])} if user_install else None
-        return await self._interact(_APPLICATION_COMMAND, data, user, channel, None, owners=owners)
+        return await self._interact(_APPLICATION_COMMAND, data, user, channel, None, owners=owners, locale=locale)
 
     async def click(
         self,
@@ -1693,6 +1694,7 @@ class FakeDiscord(LoopbackServer):
         message: dict[str, Any] | None,
         *,
         owners: dict[str, str] | None = None,
+        locale: str = "en-US",
     ) -> FakeInteraction:
         """Build, remember and dispatch an INTERACTION_CREATE (`owners`: authorizing_integration_owners, by default
         the server install, or the user's install in a group DM)."""
@@ -1703,7 +1705,7 @@ class FakeDiscord(LoopbackServer):
             "data": data,
             "token": "aW50ZXJhY3Rpb246" + secrets.token_urlsafe(48),
             "version": 1,
-            "locale": "en-US",
+            "locale": locale,
             "app_permissions": str(DEFAULT_PERMISSIONS),
             "entitlements": [],
             "entitlement_sku_ids": [],

@@ -890,6 +890,7 @@ class FakeTelegram(LoopbackServer):
         reply_to: dict[str, Any] | None = None,
         quote: str | None = None,
         external_reply: dict[str, Any] | None = None,
+        language_code: str = "en",
     ) -> dict[str, Any]:
         """Build (not push) an Update with a user's text message; commands and @mentions get entities.
 
@@ -911,7 +912,7 @@ class FakeTelegram(LoopbackServer):
             self._last_message_id[chat_id] = max(self._last_message_id.get(chat_id, 0), message_id)
         message: dict[str, Any] = {
             "message_id": message_id,
-            "from": {"id": user_id, "is_bot": False, "first_name": first_name, "language_code": "en"},
+            "from": {"id": user_id, "is_bot": False, "first_name": first_name, "language_code": language_code},
             "chat": chat,
             "date": int(time.time()),
             "text": text,

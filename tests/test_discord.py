@@ -215,6 +215,27 @@ async def test_slash_tasks_and_commands_synced_only_when_changed(bot: Bot) -> No
     assert bot.dc.command_puts == 1  # unchanged set: not uploaded again
 
 
+async def test_slash_remind_with_when_and_what_and_an_undo_only_its_owner_can_press(bot: Bot) -> None:
+    made = await (
+        await bot.dc.slash("remind", {"when": "demain 9h", "what": "Boulangerie"}, bot.bob, locale="fr")
+    ).wait_done()
+    task_id = await bot.pool.fetchval("SELECT id FROM tasks")
+    assert made.texts() == [f"⏰ #{task_id} Boulangerie — Sun 22 Nov 09:00 CET"] and not made.ephemeral
+    assert made.message is not None and button_ids(made.message) == [f"rem:undo:{task_id}"]
+    refused = await (await bot.dc.click(made.message, f"rem:undo:{task_id}", bot.alice)).wait_done()
+    assert refused.ephemeral and "Only the person" in refused.texts()[0]
+    undone = await (await bot.dc.click(made.message, f"rem:undo:{task_id}", bot.bob)).wait_done()
+    assert undone.responses[0]["type"] == 7 and f"↩️ Undone: #{task_id} Boulangerie is deleted." in undone.texts()[0]
+    assert await bot.pool.fetchval("SELECT count(*) FROM tasks") == 0
+    vague = await (await bot.dc.slash("remind", {"when": "tomorrow", "what": "Bread"}, bot.bob)).wait_done()
+    assert vague.texts() == ["“tomorrow” needs a time of day too, e.g. /remind tomorrow 9:00 Bread"]
+    repeating = await (
+        await bot.dc.slash("remind", {"when": "every monday 10:00", "what": "Standup"}, bot.bob)
+    ).wait_done()
+    assert "Standup — Mon 23 Nov 10:00 CET 🔁 every mon at 10:00" in repeating.texts()[0]
+    assert bot.llm.requests == []
+
+
 async def test_slash_ask_timezone_status_reset(bot: Bot) -> None:
     bot.llm.script(Reply(text="Answer to the slash command"))
     it = await bot.dc.slash("ask", {"message": "what's up?"}, bot.bob)

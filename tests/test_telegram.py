@@ -493,6 +493,27 @@ async def test_reminder_arrives_with_buttons_only_owner_can_press(bot: Bot, cloc
     assert await bot.pool.fetchval("SELECT due_at FROM tasks") == clock.now + timedelta(minutes=10)
 
 
+async def test_remind_command_answers_what_it_understood_with_an_undo_only_its_owner_can_press(bot: Bot) -> None:
+    [how] = await bot.say("/remind")
+    assert how["text"].count("/remind ") == 3 and "Europe/Berlin" in how["text"]
+    [made] = await bot.say("/remind morgen um 9 Zahnarzt", language_code="de")
+    assert made["text"] == "⏰ #1 Zahnarzt — Sun 22 Nov 09:00 CET"
+    assert made["reply_markup"]["inline_keyboard"] == [[{"text": "↩️ Undo", "callback_data": "rem:undo:1"}]]
+    assert await bot.pool.fetchval("SELECT title FROM tasks") == "Zahnarzt"
+    bot.tg.push_update(bot.tg.callback_update("rem:undo:1", message=made, user_id=1002, first_name="Bob"))
+    await bot.tg.wait_for(lambda: len(bot.tg.callback_answers) == 1)
+    assert "Only the person" in bot.tg.callback_answers[0]["text"]
+    assert await bot.pool.fetchval("SELECT count(*) FROM tasks") == 1
+    bot.tg.push_update(bot.tg.callback_update("rem:undo:1", message=made))
+    await bot.tg.wait_for(lambda: made.get("edit_count", 0) == 1)
+    assert made["text"] == "⏰ #1 Zahnarzt — Sun 22 Nov 09:00 CET\n\n↩️ Undone: #1 Zahnarzt is deleted."
+    assert not made.get("reply_markup")
+    assert await bot.pool.fetchval("SELECT count(*) FROM tasks") == 0
+    [past] = await bot.say("/remind yesterday 9:00 Zahnarzt")
+    assert "is in the past" in past["text"] and "reply_markup" not in past
+    assert bot.llm.requests == []  # no model call for any of it
+
+
 async def test_group_reminder_mentions_its_owner(bot: Bot, clock: FakeClock) -> None:
     from core.reminders.engine import ReminderEngine
 

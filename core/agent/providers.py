@@ -33,6 +33,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
     "openrouter": ProviderInfo("https://openrouter.ai/api/v1", "openai/gpt-4o-mini"),
     "ollama": ProviderInfo("http://localhost:11434/v1", "llama3.1", local=True),
     "lmstudio": ProviderInfo("http://localhost:1234/v1", "local-model", local=True),
+    "none": ProviderInfo("http://127.0.0.1:9/v1", "none", local=True),  # no model: never called (Settings.model_off)
 }
 
 HOW_TO_CONFIGURE = (
@@ -83,6 +84,8 @@ def _entry(settings: Settings, entry: str) -> ModelChoice:
 def model_choices(settings: Settings) -> tuple[ModelChoice, ...]:
     """The models people may pick: the default (LLM_MODEL or the provider's) first, then LLM_MODELS' entries (each
     once); ValueError says what is wrong with LLM_MODELS (config_problem reports it at start)."""
+    if settings.model_off:
+        return (ModelChoice("none", "none"),)
     default = settings.LLM_MODEL or PROVIDERS[settings.LLM_PROVIDER].default_model
     entries = [e.strip() for e in settings.LLM_MODELS.replace(";", ",").split(",") if e.strip()]
     if len(entries) > MAX_MODELS:
@@ -96,6 +99,8 @@ def model_choices(settings: Settings) -> tuple[ModelChoice, ...]:
 
 def config_problem(settings: Settings) -> str | None:
     """One clear line when no usable LLM is configured (or LLM_MODELS lists one that cannot be used), else None."""
+    if settings.model_off:
+        return None
     if nothing_configured(settings):
         return f"LLM_API_KEY: not set, and LLM_PROVIDER={settings.LLM_PROVIDER} needs one ({HOW_TO_CONFIGURE})"
     base_url = settings.LLM_BASE_URL or ""

@@ -173,6 +173,8 @@ def _at(when: str, tz: ZoneInfo, now: datetime, languages: Sequence[str]) -> tup
     ahead = _read(when, tz, now, languages, "future")
     if ahead.date_obj is None:
         return None
+    if ahead.period == "time" and _RELATIVE.match(when):  # `in 5 hours`: elapsed time, across a change of the clocks
+        return now + (ahead.date_obj - now.astimezone(tz).replace(tzinfo=None)), "time"
     due = _local(ahead.date_obj, tz)
     this = _read(when, tz, now, languages, "current_period")
     if this.date_obj is not None and now < _local(this.date_obj, tz) < due:

@@ -50,6 +50,9 @@ def when(text: str, tz: ZoneInfo = BERLIN) -> str:
         ("saturday 18:00 Party", "Sat 21 Nov 18:00 CET", "Party"),  # today's weekday, later today: today
         ("9:00 Gym", "Sun 22 Nov 09:00 CET", "Gym"),  # a time already past today: tomorrow
         ("in 3 days Call the bank", "Tue 24 Nov 11:00 CET", "Call the bank"),  # from now: no time of day needed
+        ("in 2h Tea", "Sat 21 Nov 13:00 CET", "Tea"),  # two hours from now, not 2:00
+        ("morgen um 9 Uhr 30 Bäcker", "Sun 22 Nov 09:30 CET", "Bäcker"),
+        ("tomorrow at 9pm Bins out", "Sun 22 Nov 21:00 CET", "Bins out"),
         ("in 10 minutes to take the pizza out", "Sat 21 Nov 11:10 CET", "take the pizza out"),
         ("tomorrow 9:00 May the 4th party", "Sun 22 Nov 09:00 CET", "May the 4th party"),
         ("friday 18:30 — March on", "Fri 27 Nov 18:30 CET", "March on"),  # a separator keeps date words out

@@ -30,16 +30,17 @@ USAGE = (
     "Times are in your time zone ({zone}; /timezone changes it)."
 )
 NOT_UNDERSTOOD = "I could not read a time at the start of “{text}”. Put the time first, e.g. " + EXAMPLE
-NO_TIME_OF_DAY = "“{when}” needs a time of day too, e.g. /remind {when} 9:00 {what}"
+NO_TIME_OF_DAY = "“{when}” needs a time of day too, e.g. {example}"
 IN_THE_PAST = "{when} is in the past (it is now {now}). Give a time to come, e.g. " + EXAMPLE
 NOTHING_TO_SAY = "What should I remind you of at {when}? e.g. /remind {text} Buy milk"
 # one separator between "when" and "what" (`friday 18:30 — May the 4th party`), for texts a date reader would take in
 _SEPARATOR = re.compile(r"\s+[-–—|]\s+|\s*[,;:]\s+")
 _JOINER = re.compile(r"^(?:to|that|about|:|-|–|—)\s+", re.IGNORECASE)  # "in 10 minutes to buy milk"
-# `9h`, `9h30`, `9 Uhr`, `9 Uhr 30`, `um 9`, `at 9`, `à 9` → 9:00 / 9:30 (dateparser reads HH:MM in every language)
+# `9h`, `9h30`, `9 Uhr`, `9 Uhr 30`, `um 9`, `at 9`, `à 9` → 9:00 / 9:30 (dateparser reads HH:MM in every language);
+# not in a time from now (`in 2h` is two hours)
 _HOUR_MARKS = (
-    (re.compile(r"\b(\d{1,2})\s*h\s*(\d{2})\b", re.IGNORECASE), r"\1:\2"),
-    (re.compile(r"\b(\d{1,2})\s*(?:h|uhr)\b(?:\s*(\d{2})\b)?", re.IGNORECASE), lambda m: f"{m[1]}:{m[2] or '00'}"),
+    (re.compile(r"\b(\d{1,2})h(\d{2})?\b", re.IGNORECASE), lambda m: f"{m[1]}:{m[2] or '00'}"),
+    (re.compile(r"\b(\d{1,2})\s*uhr\b(?:\s*(\d{2})\b)?", re.IGNORECASE), lambda m: f"{m[1]}:{m[2] or '00'}"),
     (re.compile(r"\b(at|um|à|a las|alle|om|às)\s+(\d{1,2})\b(?![:.\d])", re.IGNORECASE), r"\1 \2:00"),
 )
 _RELATIVE = re.compile(r"^(?:in|dans|en|tra|fra|over|em|daqui a)\s", re.IGNORECASE)  # "in 3 days": from now
@@ -141,6 +142,8 @@ def repeating(text: str) -> tuple[Recurrence, str] | str | None:
 
 def _normalised(when: str) -> str:
     """The "when" words in the forms dateparser reads in every language (`9h30` → `9:30`, `um 9` → `um 9:00`)."""
+    if _RELATIVE.match(when):
+        return when
     for pattern, replacement in _HOUR_MARKS:
         when = pattern.sub(replacement, when)
     return when
@@ -256,7 +259,8 @@ def _checked(
     if not what:
         return NOTHING_TO_SAY.format(when=when, text=text)
     if period not in ("time", "part_of_day") and not _RELATIVE.match(when):
-        return NO_TIME_OF_DAY.format(when=when, what=what)
+        example = EXAMPLE if any(c.isdigit() for c in when) else f"/remind {when} 9:00 {what}"  # `tomorrow 25:00`
+        return NO_TIME_OF_DAY.format(when=when, example=example)
     if due <= now:
         return IN_THE_PAST.format(when=when, now=fmt_local(now, tz, now))
     return Understood(what, when, due)

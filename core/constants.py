@@ -45,6 +45,7 @@ SQL_MAX_ROWS = 50  # execute_sql returns at most this many rows
 SQL_MAX_CHARS = 6000  # and at most this many characters of them as JSON
 TASK_LIST_ROWS = 50  # manage_tasks list and the open tasks shown at most
 NEXT_OCCURRENCES = 3  # a recurring task shows this many of its next times
+MAX_WHEN_WORDS = 8  # the longest time of day or date /remind looks for before the reminder's text
 VALIDATION_PROBLEMS_SHOWN = 6  # a tool call's invalid arguments: at most this many problems named to the model
 
 # Capabilities.
@@ -69,6 +70,7 @@ REMINDER_ERROR_CHARS = 500  # a failed send's error is stored cut to this
 
 # The database.
 CONNECT_TIMEOUT_S = 10.0  # start-up gives up on a database that does not answer within this many seconds
+SLOW_START_NOTE_S = 1.0  # a start-up step (the embedded server's initdb or start) longer than this says so
 POOL_MIN_SIZE = 10  # connections the pool keeps open
 POOL_MAX_SIZE = 20  # connections the pool opens at most
 DISCARD_CLOSE_TIMEOUT_S = 5.0  # closing a connection whose session cannot be reset waits at most this
@@ -151,6 +153,7 @@ API_TOKEN_TOUCH_EVERY = timedelta(minutes=1)  # last_used_at is written at most 
 API_SESSION_ID_BYTES = 16  # random bytes of a session id (22 url-safe characters after `ses_`)
 API_MESSAGE_ID_BYTES = 12  # bytes of an API turn's message id (hex)
 API_SESSION_TITLE_CHARS = 120  # a session's title at most
+API_TITLE_FROM_MESSAGE_CHARS = 60  # a session made without a title is titled with its first message's start
 API_RESULT_SHOWN = 2000  # characters of a tool result a message part shows; the whole is an artifact
 API_FEED_KEEP_S = 300.0  # a finished answer's live events stay this long in its process, for a client to resume
 API_FEEDS_KEPT = 1000  # finished answers' feeds kept at most (the oldest go first)

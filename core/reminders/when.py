@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import ValidationError
 
+from core.constants import MAX_WHEN_WORDS
 from core.reminders.recurrence import Recurrence
 from core.timeutil import fmt_local
 
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 
 # Languages tried after the person's own (dateparser detects which one a text is in among them).
 LANGUAGES = ("en", "de", "fr", "es", "it", "pt", "nl")
-MAX_WHEN_WORDS = 8  # the longest "when" looked for at the start of `/remind …`
 EXAMPLE = "/remind tomorrow 9:00 Buy milk"
 USAGE = (
     "Tell me when and what, e.g.:\n"

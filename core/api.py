@@ -8,19 +8,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import aclosing
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
 
 from core import api_tokens, sessions, web_signin
 from core.api_tokens import Bearer
 from core.commands import CommandArgs, CommandName, TypedCommand, typed_command
+from core.memory.blocks import DESCRIPTIONS
+from core.memory.show_and_erase import memory_overview
 from core.own_data import FileAnswer
 from core.remind import Reminded
+from core.reminders import recurrence
+from core.reminders.buttons import UNDO
 from core.reminders.engine import DeliveryRefused
 from core.reminders.messages import ReminderMessage
-from core.sessions import API, Feed, Feeds, Message, Page, Session
+from core.sessions import API, Button, Feed, Feeds, Message, Page, Session
+from core.storage import conversations
 from core.texts import FAILED
 from core.textsafe import strip_nul
+from core.timeutil import zone
+from core.tools.tasks import open_tasks
 from core.types import Assistant, AssistantDelta, Error, Incoming, Upload
 from core.web_signin import WebLogin
 
@@ -33,6 +41,50 @@ HOME = "home:"  # the chat id of an identity's API commands made outside any ses
 UNKNOWN_MODEL = "Unknown model `{name}`: pick one of {names}."
 SESSION_GONE = "the session was deleted"
 FILE_ELSEWHERE = "The file itself comes only in a chat with the bot (Telegram, Discord or the terminal)."
+
+
+@dataclass(frozen=True)
+class OpenTask:
+    """One open task as GET /v1/tasks lists it: its next time in UTC and in the person's zone."""
+
+    id: int
+    title: str
+    state: Literal["pending", "in_progress"]
+    kind: Literal["reminder", "agent"]  # fixed text, or a job the model runs
+    due_at: datetime | None
+    due_local: datetime | None
+    recurrence: str | None  # as /tasks says it, e.g. `every mon-fri at 08:00`
+    overdue: bool
+
+
+@dataclass(frozen=True)
+class TaskList:
+    """The person's open tasks: /tasks's Markdown, their time zone and the tasks."""
+
+    text: str
+    timezone: str
+    tasks: tuple[OpenTask, ...]
+
+
+@dataclass(frozen=True)
+class MemoryBlock:
+    """One core memory block: its lines (numbered from 1, as /memory forget takes them) and its words."""
+
+    name: str
+    description: str
+    lines: tuple[str, ...]
+    words: int
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """What the bot remembers about the person: /memory's Markdown, the blocks and what else it keeps."""
+
+    text: str
+    blocks: tuple[MemoryBlock, ...]
+    word_limit: int
+    archival: int
+    files: int
 
 
 class Api:
@@ -173,6 +225,8 @@ class Api:
             if stored:
                 return stored
         shown = content or " ".join(f"[{up.kind}: {up.name}]" for up in uploads)  # until the files are taken in
+        if not session.title:  # made without one: named by its first message, as a one-shot is
+            await sessions.title_untitled(self.core.pool, session.id, shown)
         feed = Feed(session.id, message_id, shown, self.core.clock, self.core.clock())
         self.feeds.add(feed)
         inc = self._incoming(who, session.id, content, message_id=message_id, model=model, title=session.title)
@@ -205,6 +259,8 @@ class Api:
         conversation with the model (nothing of it is stored)."""
         try:
             said = typed.unknown() if typed.command is None else await self._answer(inc, typed.command.name, typed.args)
+            if isinstance(said, Reminded):  # with its Undo button
+                feed.buttons, said = (Button(UNDO, said.task_id),), said.text
             if isinstance(said, Error):
                 feed.push(said)
             else:
@@ -234,17 +290,51 @@ class Api:
         chat = session.id if session is not None else f"{HOME}{who.identity_id}"
         inc = self._incoming(who, chat, f"/{name}", title=session.title if session is not None else "")
         answer = await self._answer(inc, name, args or {})
-        return answer.message if isinstance(answer, Error) else answer
+        return answer.message if isinstance(answer, Error) else answer if isinstance(answer, str) else answer.text
 
-    async def _answer(self, inc: Incoming, name: CommandName, args: CommandArgs | str) -> str | Error:
-        """A command's answer as the API shows it (`args`: by name, or the text typed after it): its Markdown, or
-        the refusal; a file (/export) is described, not sent."""
+    async def _answer(self, inc: Incoming, name: CommandName, args: CommandArgs | str) -> str | Reminded | Error:
+        """A command's answer as the API shows it (`args`: by name, or the text typed after it): its Markdown (for
+        /remind with the task its Undo button undoes), or the refusal; a file (/export) is described, not sent."""
         answer = await self.core.command(inc, name, args, must_answer=True)
         if isinstance(answer, FileAnswer):
             return f"{answer.text}\n\n{FILE_ELSEWHERE}"
-        if isinstance(answer, Reminded):
-            return answer.text
         return answer or ""
+
+    async def press(
+        self, who: Bearer, session: Session, message_id: str, task_id: int, action: str
+    ) -> tuple[bool, str]:
+        """A button under a message of the session pressed by the caller (Done, Snooze, Undo: the core checks that the
+        task is theirs): whether it took effect, and what to show; under a stored reminder what it did is kept."""
+        inc = self._incoming(who, session.id, "", title=session.title)
+        done, said = await self.core.press_reminder(inc, task_id, action)
+        if done:
+            await sessions.note_pressed(self.core.pool, who.account_id, session.id, message_id, task_id, said)
+        return done, said
+
+    async def tasks(self, who: Bearer) -> TaskList:
+        """The caller's open tasks: /tasks's answer, and each task with its next time in UTC and in their zone."""
+        text = await self.command(who, "tasks")
+        inc = self._incoming(who, f"{HOME}{who.identity_id}", "/tasks")
+        user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
+        tz, now = zone(user.timezone), self.core.clock()
+        found = []
+        for r in await open_tasks(self.core.pool, user.account_id):
+            due, rec = r["due_at"], recurrence.from_json(r["recurrence"])
+            described = recurrence.describe(rec) if rec is not None else None
+            local = due.astimezone(tz) if due is not None else None
+            overdue = due is not None and due < now
+            found.append(OpenTask(r["id"], r["title"], r["status"], r["kind"], due, local, described, overdue))
+        return TaskList(text, tz.key, tuple(found))
+
+    async def memory(self, who: Bearer) -> MemoryView:
+        """What the bot remembers about the caller: /memory's answer, and its blocks line by line."""
+        text = await self.command(who, "memory")
+        overview = await memory_overview(self.core.pool, who.account_id)
+        blocks = tuple(
+            MemoryBlock(b.name, DESCRIPTIONS.get(b.name, "Custom block"), b.lines, b.words) for b in overview.blocks
+        )
+        limit = self.core.settings.MEMORY_BLOCK_WORDS
+        return MemoryView(text, blocks, limit, overview.archival, overview.files)
 
     # ---- reminders into sessions (the Outbox of platform "api") -----------------------------------------------------
 

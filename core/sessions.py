@@ -22,8 +22,11 @@ from core.constants import (
     API_RESULT_SHOWN,
     API_SESSION_ID_BYTES,
     API_SESSION_TITLE_CHARS,
+    API_TITLE_FROM_MESSAGE_CHARS,
 )
+from core.reminders.buttons import BUTTONS
 from core.storage.db import Pool
+from core.texts import REMINDER_BUTTON_LABELS
 from core.textsafe import NUL, strip_nul
 from core.timeutil import Clock
 from core.types import Assistant, AssistantDelta, Error, Event, ToolCall, ToolResult
@@ -92,6 +95,20 @@ Status = Literal["running", "done", "cut_short", "failed"]
 
 
 @dataclass(frozen=True)
+class Button:
+    """A button under a message that presses a task's button (`Core.press_reminder`): Done or Snooze under a
+    reminder, Undo under /remind's answer."""
+
+    action: str
+    task_id: int
+
+    @property
+    def label(self) -> str:
+        """What the button says (the chats' own labels)."""
+        return REMINDER_BUTTON_LABELS[self.action]
+
+
+@dataclass(frozen=True)
 class Message:
     """A message of a session with its parts: the user's, the answer to it, or a reminder."""
 
@@ -100,6 +117,7 @@ class Message:
     created_at: datetime
     parts: tuple[Part, ...]
     status: Status = "done"
+    buttons: tuple[Button, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +145,12 @@ def message_key(idempotency_key: str | None) -> str:
 def clean_title(title: str | None) -> str:
     """A session title on one line (without NUL, which PostgreSQL refuses), cut to API_SESSION_TITLE_CHARS."""
     return " ".join(strip_nul(title or "").split())[:API_SESSION_TITLE_CHARS]
+
+
+def reminder_buttons(message_id: str) -> tuple[Button, ...]:
+    """Done and Snooze under a stored reminder, by its message id (`reminder:<task>:<time>`; a notice has task 0)."""
+    task = message_id.removeprefix(REMINDER_PREFIX).partition(":")[0]
+    return tuple(Button(b, int(task)) for b in BUTTONS) if task.isdecimal() and int(task) > 0 else ()
 
 
 def shown_result(envelope_json: str) -> tuple[str, bool]:
@@ -270,9 +294,10 @@ def turn_messages(turn: Any, session_id: str) -> list[Message]:
     rows = turn["rows"]
     if isinstance(rows, str):
         rows = json.loads(rows)
-    if pmid.startswith(REMINDER_PREFIX):
-        text = "\n".join(r["content"] or "" for r in rows if r["role"] == "reminder")
-        return [Message(pmid, "reminder", turn["started_at"], (TextPart(text),))]
+    if pmid.startswith(REMINDER_PREFIX):  # the reminder, then what a press of its buttons did (no buttons then)
+        texts = [r["content"] or "" for r in rows if r["role"] == "reminder"]
+        buttons = reminder_buttons(pmid) if len(texts) == 1 else ()
+        return [Message(pmid, "reminder", turn["started_at"], (TextPart("\n\n".join(texts)),), buttons=buttons)]
     said = [TextPart(r["content"]) for r in rows if r["role"] == "user" and r["content"]]
     out = [Message(pmid, "user", turn["started_at"], tuple(said))] if said else []
     parts: list[Part] = []
@@ -344,6 +369,33 @@ async def store_reminder(pool: Pool, session_id: str, key: str, text: str) -> bo
     return bool(row)
 
 
+async def title_untitled(pool: Pool, session_id: str, said: str) -> None:
+    """Title a session made without a title with the start of its first message (no other session changes)."""
+    title = clean_title(said[:API_TITLE_FROM_MESSAGE_CHARS])
+    if title:
+        await pool.execute(
+            "UPDATE chats SET title = $2 WHERE platform = 'api' AND platform_chat_id = $1 AND title = ''",
+            session_id,
+            title,
+        )
+
+
+async def note_pressed(pool: Pool, account_id: int, session_id: str, message_id: str, task_id: int, said: str) -> None:
+    """Keep what a press of a reminder's button did under that reminder of the account's session (its buttons go);
+    nothing for a message that is no reminder of that task (a command's answer is not stored)."""
+    if NUL in session_id + message_id or not message_id.startswith(f"{REMINDER_PREFIX}{task_id}:"):
+        return
+    await pool.execute(
+        f"INSERT INTO messages (chat_id, turn_id, role, content) SELECT c.id, t.id, 'reminder', $4 FROM chats c"
+        f" JOIN turns t ON t.chat_id = c.id AND t.platform_message_id = $3"
+        f" WHERE {_OWNED} AND c.platform_chat_id = $2",
+        account_id,
+        session_id,
+        message_id,
+        said,
+    )
+
+
 # ---- live feeds -----------------------------------------------------------------------------------------------------
 
 
@@ -360,6 +412,7 @@ class Feed:
     times: list[datetime] = field(default_factory=list)  # when each event came
     done: bool = False
     ended_at: float | None = None  # time.monotonic() when it finished
+    buttons: tuple[Button, ...] = ()  # under the answer (a command's: Undo under /remind's)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def push(self, event: Event) -> None:
@@ -455,7 +508,7 @@ class Progress:
 async def progress(feed: Feed, after: int, idle_s: float) -> AsyncIterator[Progress | None]:
     """The answer's steps after event number `after` (parts numbered as GET …/messages numbers them), as they come;
     None after `idle_s` without one."""
-    index, text_part, results = -1, -1, 0
+    index, text_part, results, streamed = -1, -1, 0, ""
     async for item in feed.follow(0, idle_s):
         if item is None:
             yield None
@@ -466,14 +519,15 @@ async def progress(feed: Feed, after: int, idle_s: float) -> AsyncIterator[Progr
         if isinstance(event, AssistantDelta):
             if text_part < 0:
                 index = text_part = index + 1
+            streamed += event.text
             step = Progress(n, text_part, "delta", delta=event.text)
         elif isinstance(event, ToolCall):
-            index, text_part = index + 1, -1
+            index, text_part, streamed = index + 1, -1, ""
             step = Progress(
                 n, index, "tool_call", new=ToolCallPart(event.call_id, event.name, _args(event.arguments), at)
             )
         elif isinstance(event, ToolResult):
-            index, text_part = index + 1, -1
+            index, text_part, streamed = index + 1, -1, ""
             shown, cut = shown_result(json.dumps(event.envelope, ensure_ascii=False, default=str))
             art = artifact_id(feed.session_id, feed.message_id, results) if cut else None
             results += 1
@@ -486,7 +540,20 @@ async def progress(feed: Feed, after: int, idle_s: float) -> AsyncIterator[Progr
         elif isinstance(event, Error):
             index += 1
             step = Progress(n, index, "error", new=ErrorPart(event.code, event.message))
-        elif isinstance(event, Assistant):
-            step = Progress(n, index, "done")
+        elif isinstance(event, Assistant):  # what the model did not stream (a line added after it) comes as a delta
+            rest = unstreamed(event.text, streamed)
+            if rest and text_part < 0:
+                index = text_part = index + 1
+            step = Progress(n, text_part, "delta", delta=rest) if rest else Progress(n, index, "done")
         if step is not None and n > after:
             yield step
+
+
+def unstreamed(final: str, streamed: str) -> str:
+    """The end of an answer's final text its streamed text lacks ("" when there is none, or the final text does not
+    go on from the streamed one)."""
+    if final.startswith(streamed):
+        return final[len(streamed) :]
+    kept = streamed.rstrip()  # the final text is often the streamed one stripped, then more
+    rest = final[len(kept) :] if final.startswith(kept) else ""
+    return rest if rest.strip() else ""

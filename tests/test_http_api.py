@@ -8,6 +8,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -471,7 +472,7 @@ async def test_a_stream_says_it_is_alive_while_the_model_thinks() -> None:
                 feed.finish()
 
     await asyncio.wait_for(read(), 5)
-    assert got.count(sse.KEEPALIVE) >= 2 and got[-1].startswith(b"id: msg_1:2\nevent: message.completed")
+    assert got.count(sse.KEEPALIVE) >= 2 and got[-1].startswith(b"id: msg_1:3\nevent: message.completed")
 
 
 async def test_commands_in_a_session_are_answered_as_the_terminal_answers_them(
@@ -521,3 +522,184 @@ async def test_commands_in_a_session_are_answered_as_the_terminal_answers_them(
             "remind me to call mum",
             "/usr/bin/env is what?",
         ]
+
+
+async def test_the_terminals_own_token_is_never_refused(serve: Serve, fake_llm: FakeOpenAI) -> None:
+    from adapters.console import console_incoming
+
+    s = await serve(ALLOWED_USERS=f"telegram:{BOB}")  # the terminal's identity is not named
+    fake_llm.default = Reply(text="Hello, terminal.")
+    secret = await s.core.new_api_token(console_incoming("/token new laptop"), "laptop")  # as `bot token laptop`
+    assert isinstance(secret, str)
+    async with s.client(secret) as cli:
+        me = await cli.get("/v1/me")
+        assert me.status_code == 200, me.text
+        assert me.json()["identity"] == "console:local"
+        said = (await cli.post("/v1/one-shot", json={"prompt": "hi"})).json()
+        assert said["parts"] == [{"type": "text", "text": "Hello, terminal."}]
+    offered = {t["function"]["name"] for t in fake_llm.requests[-1].get("tools", [])}
+    assert "execute_sql" not in offered, "allowed, but no admin over HTTP unless ADMINS names it"
+    admin = await serve(ALLOWED_USERS=f"telegram:{BOB}", ADMINS="console:local")
+    async with admin.client(secret) as cli:
+        await cli.post("/v1/one-shot", json={"prompt": "hi"})
+    assert "execute_sql" in {t["function"]["name"] for t in fake_llm.requests[-1].get("tools", [])}
+
+
+async def test_a_wrong_or_revoked_token_is_told_so(serve: Serve) -> None:
+    s = await serve()
+    secret = await token_of(s.core, ANN)
+    assert await s.core.command(incoming("/token", user=ANN), "token", "revoke laptop") is not None
+    for sent, says in (
+        (None, "Send Authorization: Bearer <token>"),
+        ("abt_" + "x" * 32, "That bearer token is wrong or revoked"),
+        (secret, "That bearer token is wrong or revoked"),
+    ):
+        async with s.client(sent) as c:
+            r = await c.get("/v1/sessions")
+        assert r.status_code == 401 and r.json()["error"]["message"].startswith(says), (sent, r.text)
+        assert "/token new <name>" in r.json()["error"]["message"]
+
+
+async def test_a_session_made_without_a_title_is_titled_by_its_first_message(
+    serve: Serve, fake_llm: FakeOpenAI
+) -> None:
+    s = await serve()
+    fake_llm.default = Reply(text="ok")
+    async with s.client(await token_of(s.core, ANN)) as c:
+        sid = (await c.post("/v1/sessions")).json()["id"]  # no body at all
+        named = (await c.post("/v1/sessions", json={"title": "Mine"})).json()["id"]
+        assert (await c.get(f"/v1/sessions/{sid}")).json()["title"] == ""
+        long = "Plan the garden:\nroses, tulips and " + "a very long list " * 10
+        await c.post(f"/v1/sessions/{sid}/messages", json={"content": long})
+        await c.post(f"/v1/sessions/{named}/messages", json={"content": "something else"})
+        await c.post(f"/v1/sessions/{sid}/messages", json={"content": "and the second message"})
+        titles = {x["id"]: x["title"] for x in (await c.get("/v1/sessions")).json()["sessions"]}
+    assert titles[sid] == " ".join(long[:60].split()), "the first message's start, on one line"
+    assert titles[named] == "Mine", "a title given is kept"
+
+
+async def test_event_ids_are_unique_increasing_and_resume_after_each(serve: Serve, fake_llm: FakeOpenAI) -> None:
+    s = await serve()
+    fake_llm.script(
+        Reply(text="Let me look.", tool_calls=[("manage_tasks", {"action": "list"})]), Reply(text="Nothing there.")
+    )
+    async with s.client(await token_of(s.core, ANN)) as c:
+        sid = (await c.post("/v1/sessions", json={})).json()["id"]
+        async with c.stream(
+            "POST", f"/v1/sessions/{sid}/messages", json={"content": "list"}, headers={"Accept": "text/event-stream"}
+        ) as r:
+            events = await sse_events(r)
+        ids = [e[0] for e in events]
+        assert all(ids) and len(set(ids)) == len(ids), ids
+        numbers = [int(str(i).rpartition(":")[2]) for i in ids]
+        assert numbers[:2] == [0, 1] and numbers == sorted(set(numbers)), numbers
+        for at, (eid, _, _) in enumerate(events):  # a client that had every event up to this one gets the rest
+            async with c.stream("GET", f"/v1/sessions/{sid}/stream", headers={"Last-Event-ID": str(eid)}) as r:
+                rest = await sse_events(r)
+            assert [e[0] for e in rest] == ids[at + 1 :], eid
+
+
+async def test_tasks_and_memory_are_objects_with_their_markdown_too(
+    serve: Serve, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    from tests.test_memory_command import remember
+
+    s = await serve(DEFAULT_TIMEZONE="Europe/Berlin")
+    fake_llm.script(
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Call mum", "due_at": "2026-11-22T18:00"})]),
+        Reply(
+            tool_calls=[
+                (
+                    "manage_tasks",
+                    {
+                        "action": "create",
+                        "title": "Stretch",
+                        "due_at": "2026-11-23T08:00",
+                        "recurrence": {"kind": "cron", "time": "08:00", "days_of_week": "mon-fri"},
+                    },
+                )
+            ]
+        ),
+        Reply(tool_calls=[("manage_tasks", {"action": "create", "title": "Someday"})]),
+        Reply(text="Done."),
+    )
+    async with s.client(await token_of(s.core, ANN)) as c:
+        await c.post("/v1/one-shot", json={"prompt": "three tasks"})
+        body = (await c.get("/v1/tasks")).json()
+        assert body["timezone"] == "Europe/Berlin" and "Call mum" in body["text"] and "Stretch" in body["text"]
+        mum, stretch, someday = body["tasks"]
+        assert mum["title"] == "Call mum" and mum["state"] == "pending" and mum["kind"] == "reminder"
+        assert mum["due_at"] == "2026-11-22T17:00:00Z" and mum["due_local"] == "2026-11-22T18:00:00+01:00"
+        assert mum["recurrence"] is None and mum["overdue"] is False and isinstance(mum["id"], int)
+        assert stretch["recurrence"] == "every mon-fri at 08:00"
+        assert someday["due_at"] is None and someday["due_local"] is None
+        await remember(s.core, incoming("/memory", user=ANN), ["Name: Ann", "Likes: tea"], ["an old note"])
+        memory = (await c.get("/v1/memory")).json()
+    assert "1: Name: Ann" in memory["text"]
+    human = next(b for b in memory["blocks"] if b["name"] == "human")
+    assert human["lines"] == ["Name: Ann", "Likes: tea"] and human["words"] == 4 and human["description"]
+    assert memory["word_limit"] == 500 and memory["archival"] == 1 and memory["files"] == 0
+
+
+async def test_every_command_of_the_catalogue_is_answered_in_a_session_without_the_model(
+    serve: Serve, fake_llm: FakeOpenAI
+) -> None:
+    from core import COMMANDS
+
+    s = await serve(ADMINS=f"telegram:{ANN}")
+    async with s.client(await token_of(s.core, ANN)) as c:
+        sid = (await c.post("/v1/sessions", json={"title": "commands"})).json()["id"]
+        for command in COMMANDS:
+            said = (await c.post(f"/v1/sessions/{sid}/messages", json={"content": f"/{command.name}"})).json()
+            assert said["status"] == "done", (command.name, said)
+            [part] = said["parts"]
+            assert part["type"] == "text" and part["text"] and "Unknown command" not in part["text"], command.name
+    assert fake_llm.requests == []
+
+
+async def test_reminder_and_undo_buttons_are_pressed_by_their_owner_only(
+    serve: Serve, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    from core import ReminderMessage
+
+    s = await serve()
+    async with s.client(await token_of(s.core, ANN)) as ann, s.client(await token_of(s.core, BOB)) as bob:
+        sid = (await ann.post("/v1/sessions", json={})).json()["id"]
+        # /remind typed in a session: its answer carries an Undo button
+        made = (await ann.post(f"/v1/sessions/{sid}/messages", json={"content": "/remind in 10 minutes Tea"})).json()
+        [undo] = made["buttons"]
+        assert made["parts"][0]["text"].startswith(f"⏰ #{undo['task_id']} Tea")
+        assert undo["action"] == "undo" and undo["label"] == "↩️ Undo"
+        made_id = made["id"]
+        # a reminder delivered into the session: Done and Snooze under it
+        tea = undo["task_id"]
+        msg = ReminderMessage(tea, s.core.now(), "api", sid, "", "private", ANN, "Ann", "⏰ Tea — due 10:10")
+        await s.http.api.send_reminder(msg)
+        reminder = (await ann.get(f"/v1/sessions/{sid}/messages")).json()["messages"][-1]
+        assert reminder["role"] == "reminder"
+        assert [(b["action"], b["label"], b["task_id"]) for b in reminder["buttons"]] == [
+            ("done", "✅ Done", tea),
+            ("snooze10", "😴 10 min", tea),
+            ("snooze60", "😴 1 h", tea),
+        ]
+        press = f"/v1/sessions/{sid}/messages/{reminder['id']}/press"
+        # only as the caller: Bob cannot reach Ann's session, nor press her task from his own
+        assert (await bob.post(press, json={"task_id": tea, "action": "done"})).status_code == 404
+        bobs = (await bob.post("/v1/sessions", json={})).json()["id"]
+        theirs = await bob.post(f"/v1/sessions/{bobs}/messages/x/press", json={"task_id": tea, "action": "done"})
+        assert theirs.status_code == 404 and "Only the person this reminder is for" in theirs.json()["error"]["message"]
+        bad = await ann.post(press, json={"task_id": tea, "action": "explode"})
+        assert bad.status_code == 400
+        snoozed = await ann.post(press, json={"task_id": tea, "action": "snooze10"})
+        assert snoozed.status_code == 200 and snoozed.json()["text"].startswith("😴 Snoozed: Tea — until ")
+        assert await pool.fetchval("SELECT due_at FROM tasks WHERE id = $1", tea) == s.core.now() + timedelta(
+            minutes=10
+        )
+        shown = (await ann.get(f"/v1/sessions/{sid}/messages")).json()["messages"][-1]
+        assert shown["parts"][0]["text"] == "⏰ Tea — due 10:10\n\n" + snoozed.json()["text"]
+        assert shown["buttons"] == [], "pressed: what it did instead of the buttons"
+        # Undo under /remind's answer deletes the task
+        undone = await ann.post(f"/v1/sessions/{sid}/messages/{made_id}/press", json={"task_id": tea, "action": "undo"})
+        assert undone.status_code == 200 and undone.json()["text"].startswith("↩️ Undone")
+        assert await pool.fetchval("SELECT count(*) FROM tasks WHERE id = $1", tea) == 0
+    assert fake_llm.requests == []

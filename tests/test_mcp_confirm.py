@@ -241,3 +241,27 @@ async def test_over_the_http_api_the_route_allows_it_for_the_person_asked_only(
         assert refused.status_code == 200 and "not for you" in refused.json()["text"] and calls == []
         ran = await ann.post("/v1/mcp/allow/1")
         assert ran.json()["text"].endswith("> forgot the spare key") and calls == ["the spare key"]
+
+
+async def test_the_waiting_line_streams_as_a_delta_too(
+    serve: Serve, fake_llm: FakeOpenAI, mail: HttpServer, tmp_path: Path
+) -> None:
+    from tests.test_http_api import sse_events
+
+    path = config_file(tmp_path, mail={"url": mail.url, **EVERYONE})
+    s = await serve(MCP_CONFIG=path)
+    await started(s.core)
+    fake_llm.script(call("mcp__mail__forget", what="the spare key"), Reply(text="Asked."))
+    async with s.client(await token_of(s.core, ANN)) as ann:
+        sid = (await ann.post("/v1/sessions", json={})).json()["id"]
+        async with ann.stream(
+            "POST",
+            f"/v1/sessions/{sid}/messages",
+            json={"content": "forget the spare key"},
+            headers={"Accept": "text/event-stream"},
+        ) as r:
+            events = await sse_events(r)
+    streamed = "".join(e[2]["delta"] for e in events if e[1] == "message.part.delta")
+    completed = events[-1][2]["message"]["parts"][-1]["text"]
+    assert "⏳ Waiting for your OK" in streamed and "POST /v1/mcp/allow/1 runs it" in streamed
+    assert streamed == completed, "the stream says what the answer says"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -179,8 +179,21 @@ def part_out(p: Part) -> TextPartOut | ToolCallPartOut | ToolResultPartOut | Err
     return ErrorPartOut(code=p.code, message=p.message)
 
 
+ButtonAction = Literal["done", "snooze10", "snooze60", "undo"]
+
+
+class ButtonOut(BaseModel):
+    """A button under a message: POST /v1/sessions/{session_id}/messages/{message_id}/press with its `task_id` and
+    `action` presses it (Done, Snooze 10 min or 1 h under a reminder, Undo under /remind's answer)."""
+
+    label: str
+    task_id: int
+    action: ButtonAction
+
+
 class MessageOut(BaseModel):
-    """A message with its parts: the person's, an answer (with its status), or a reminder."""
+    """A message with its parts: the person's, an answer (with its status), or a reminder; with the buttons under it
+    (a reminder's until one was pressed, then its text says what that did)."""
 
     id: str
     session_id: str
@@ -188,12 +201,29 @@ class MessageOut(BaseModel):
     status: Literal["running", "done", "cut_short", "failed"]
     created_at: datetime
     parts: list[PartOut]
+    buttons: list[ButtonOut] = []
 
     @classmethod
     def of(cls, m: ApiMessage, session_id: str) -> MessageOut:
         """From the core's message."""
         parts = [part_out(p) for p in m.parts]
-        return cls(id=m.id, session_id=session_id, role=m.role, status=m.status, created_at=m.created_at, parts=parts)
+        buttons = [ButtonOut(label=b.label, task_id=b.task_id, action=cast(ButtonAction, b.action)) for b in m.buttons]
+        return cls(
+            id=m.id,
+            session_id=session_id,
+            role=m.role,
+            status=m.status,
+            created_at=m.created_at,
+            parts=parts,
+            buttons=buttons,
+        )
+
+
+class Press(Strict):
+    """POST /v1/sessions/{session_id}/messages/{message_id}/press: one of the message's buttons."""
+
+    task_id: int = Field(ge=1, le=2**53 - 1)  # exact in JSON numbers as every client reads them
+    action: ButtonAction
 
 
 class MessagePage(BaseModel):
@@ -212,9 +242,49 @@ class Artifact(BaseModel):
 
 
 class TextAnswer(BaseModel):
-    """GET /v1/tasks, GET /v1/memory, the reset and wipe actions: the chats' own answer, as Markdown."""
+    """The reset, wipe, allow and press actions: the chats' own answer, as Markdown."""
 
     text: str
+
+
+class TaskOut(BaseModel):
+    """An open task: its next time in UTC and in the person's zone (null: none), how it repeats (null: once)."""
+
+    id: int
+    title: str
+    state: Literal["pending", "in_progress"]
+    kind: Literal["reminder", "agent"] = Field(description="reminder: fixed text; agent: a job the model runs")
+    due_at: datetime | None = Field(description="The next time, in UTC.")
+    due_local: datetime | None = Field(description="The same time in the person's zone, with its offset.")
+    recurrence: str | None = Field(description="As /tasks says it, e.g. `every mon-fri at 08:00`.")
+    overdue: bool
+
+
+class TaskListOut(BaseModel):
+    """GET /v1/tasks: the person's open tasks, soonest first; `text` is /tasks's answer as Markdown."""
+
+    text: str
+    timezone: str = Field(description="The person's IANA zone, e.g. Europe/Berlin.")
+    tasks: list[TaskOut]
+
+
+class MemoryBlockOut(BaseModel):
+    """A core memory block: line n (as /memory forget <block> <n> takes it) is `lines[n-1]`."""
+
+    name: str
+    description: str
+    lines: list[str]
+    words: int
+
+
+class MemoryOut(BaseModel):
+    """GET /v1/memory: what the bot remembers about the person; `text` is /memory's answer as Markdown."""
+
+    text: str
+    blocks: list[MemoryBlockOut]
+    word_limit: int = Field(description="Words a block may hold (MEMORY_BLOCK_WORDS).")
+    archival: int = Field(description="Archival notes kept.")
+    files: int = Field(description="Files the person sent that are kept.")
 
 
 class Me(BaseModel):

@@ -37,6 +37,8 @@ from adapters.http.models import (
     ErrorBody,
     FilePartIn,
     Me,
+    MemoryBlockOut,
+    MemoryOut,
     MessageOut,
     MessagePage,
     Model,
@@ -44,8 +46,11 @@ from adapters.http.models import (
     NewMessage,
     NewSession,
     OneShot,
+    Press,
     SessionList,
     SessionOut,
+    TaskListOut,
+    TaskOut,
     TextAnswer,
     TextPartIn,
 )
@@ -67,6 +72,7 @@ from core import (
 )
 
 UNAUTHORIZED = "Send Authorization: Bearer <token>; /token new <name> in a private chat with the bot makes one."
+WRONG_TOKEN = "That bearer token is wrong or revoked; /token new <name> in a private chat with the bot makes a new one."
 SIGNED_OUT = "Signed out: send /web to the bot in a private chat for a new sign-in link."
 NO_CSRF = f"A change by the web page must carry its sign-in's {CSRF_HEADER} header (GET /v1/me gives it)."
 NO_SESSION = "No such session."
@@ -311,9 +317,11 @@ class HttpApi:
         scheme, _, secret = (header or "").strip().partition(" ")
         if session_id is not None and "\x00" in session_id:  # no session has it (and PostgreSQL takes no NUL)
             request.state.session, session_id = None, None
-        found = await self.api.caller(secret.strip(), session_id) if scheme.lower() == "bearer" else None
+        bearer = scheme.lower() == "bearer" and secret.strip() != ""
+        found = await self.api.caller(secret.strip(), session_id) if bearer else None
         if found is None:
-            raise ApiError(401, "unauthorized", UNAUTHORIZED, {"WWW-Authenticate": 'Bearer realm="api"'})
+            said = WRONG_TOKEN if bearer else UNAUTHORIZED
+            raise ApiError(401, "unauthorized", said, {"WWW-Authenticate": 'Bearer realm="api"'})
         who, session = found
         if session_id is not None:
             request.state.session = session  # the route's session, looked up with the token (one round trip)
@@ -352,7 +360,7 @@ class HttpApi:
             answer = feed.answer
             if isinstance(answer, Assistant) and answer.turn_id is None:  # a command's (a turn's has its id)
                 said = (TextPart(answer.text),) if answer.text else ()
-                reply = ApiMessage(feed.message_id + REPLY, "assistant", feed.started_at, said, "done")
+                reply = ApiMessage(feed.message_id + REPLY, "assistant", feed.started_at, said, "done", feed.buttons)
             else:
                 parts = (ErrorPart(answer.code, answer.message),) if isinstance(answer, Error) else ()
                 reply = ApiMessage(feed.message_id + REPLY, "assistant", feed.started_at, parts, "failed")
@@ -495,6 +503,17 @@ class HttpApi:
             """The live events of the session's answer named by Last-Event-ID (else its latest), from there on."""
             return await self.resume(who, await self.session(who, session_id, request), last_event_id)
 
+        @r.post("/sessions/{session_id}/messages/{message_id}/press", response_model=TextAnswer, tags=["sessions"])
+        async def press(who: Who, session_id: str, message_id: str, body: Press, request: Request) -> TextAnswer:
+            """Press a button under a message, as its `buttons` list it: Done or Snooze under a reminder (the reminder
+            then says what it did, without its buttons), Undo under /remind's answer. 404 when the task is not the
+            caller's, or gone."""
+            session = await self.session(who, session_id, request)
+            done, said = await self.api.press(who, session, message_id, body.task_id, body.action)
+            if not done:
+                raise ApiError(404, "not_found", said)
+            return TextAnswer(text=said)
+
         @r.post("/sessions/{session_id}/reset", response_model=TextAnswer, tags=["sessions"])
         async def reset(who: Who, session_id: str, request: Request) -> TextAnswer:
             """Start the session's conversation afresh (like /reset; its messages stay)."""
@@ -523,15 +542,36 @@ class HttpApi:
                 raise ApiError(404, "not_found", NO_ARTIFACT)
             return Artifact(id=artifact_id, name=found[0], content=found[1])
 
-        @r.get("/tasks", response_model=TextAnswer, tags=["person"])
-        async def tasks(who: Who) -> TextAnswer:
-            """The person's open tasks, as /tasks shows them."""
-            return TextAnswer(text=await self.api.command(who, "tasks"))
+        @r.get("/tasks", response_model=TaskListOut, tags=["person"])
+        async def tasks(who: Who) -> TaskListOut:
+            """The person's open tasks with their times (and /tasks's answer as Markdown)."""
+            found = await self.api.tasks(who)
+            listed = [
+                TaskOut(
+                    id=t.id,
+                    title=t.title,
+                    state=t.state,
+                    kind=t.kind,
+                    due_at=t.due_at,
+                    due_local=t.due_local,
+                    recurrence=t.recurrence,
+                    overdue=t.overdue,
+                )
+                for t in found.tasks
+            ]
+            return TaskListOut(text=found.text, timezone=found.timezone, tasks=listed)
 
-        @r.get("/memory", response_model=TextAnswer, tags=["person"])
-        async def memory(who: Who) -> TextAnswer:
-            """What the bot remembers about the person, as /memory shows it."""
-            return TextAnswer(text=await self.api.command(who, "memory"))
+        @r.get("/memory", response_model=MemoryOut, tags=["person"])
+        async def memory(who: Who) -> MemoryOut:
+            """What the bot remembers about the person, block by block (and /memory's answer as Markdown)."""
+            found = await self.api.memory(who)
+            blocks = [
+                MemoryBlockOut(name=b.name, description=b.description, lines=list(b.lines), words=b.words)
+                for b in found.blocks
+            ]
+            return MemoryOut(
+                text=found.text, blocks=blocks, word_limit=found.word_limit, archival=found.archival, files=found.files
+            )
 
         @r.post("/memory/wipe", response_model=TextAnswer, tags=["person"])
         async def wipe_memory(who: Who) -> TextAnswer:

@@ -1,7 +1,7 @@
 """An answer's live feed as Server-Sent Events: `message.created` (the person's message, then the answer, running),
 `message.part.delta`, `tool.call`, `tool.result`, `error`, `message.completed` (the answer as GET …/messages has it);
-each with an `id:` (`<message id>:<event number>`) so a client resumes with Last-Event-ID, and a keep-alive comment
-while the model thinks."""
+each with an `id:` (`<message id>:<n>`, n counting every event of the stream from 0, so each id is unique and later
+ones are larger) so a client resumes with Last-Event-ID, and a keep-alive comment while the model thinks."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from core import REPLY, ApiMessage, Feed, TextPart, progress
 
 KEEPALIVE = b": keep-alive\n\n"
 EVENT_STREAM = "text/event-stream"
+OPENING = 2  # the events before the feed's own: the person's message and the answer, created (ids 0 and 1)
 Final = Callable[[Feed], Awaitable[MessageOut]]
 
 
@@ -40,19 +41,20 @@ def opening(feed: Feed) -> list[MessageOut]:
 
 
 async def events(feed: Feed, after: int, final: Final, idle_s: float = KEEPALIVE_S) -> AsyncIterator[bytes]:
-    """The stream of `feed` after event number `after` (-1: from the start, with the opening messages); a keep-alive
-    comment after `idle_s` without an event."""
+    """The stream of `feed` after the event numbered `after` (-1: from the start); a keep-alive comment after `idle_s`
+    without an event. The opening messages are numbered 0 and 1, the feed's event n is n + 1, the end follows."""
     mid, reply = feed.message_id, feed.message_id + REPLY
-    if after < 0:
-        for message in opening(feed):
-            yield frame("message.created", {"message": message.model_dump(mode="json")}, f"{mid}:0")
-    elif feed.done and after > len(feed.events):
+    for n, message in enumerate(opening(feed)):
+        if n > after:
+            yield frame("message.created", {"message": message.model_dump(mode="json")}, f"{mid}:{n}")
+    seen = max(after - OPENING + 1, 0)  # of the feed's events
+    if feed.done and seen > len(feed.events):
         return  # the client has the whole answer
-    async for step in progress(feed, max(after, 0), idle_s):
+    async for step in progress(feed, seen, idle_s):
         if step is None:
             yield KEEPALIVE
             continue
-        eid, head = f"{mid}:{step.number}", {"message_id": reply, "part": step.part}
+        eid, head = f"{mid}:{step.number + OPENING - 1}", {"message_id": reply, "part": step.part}
         if step.kind == "delta":
             yield frame("message.part.delta", {**head, "type": "text", "delta": step.delta}, eid)
         elif step.kind == "error" and step.new is not None:
@@ -61,4 +63,4 @@ async def events(feed: Feed, after: int, final: Final, idle_s: float = KEEPALIVE
         elif step.new is not None:
             yield frame(step.kind.replace("_", "."), {**head, **part_out(step.new).model_dump(mode="json")}, eid)
     done = await final(feed)
-    yield frame("message.completed", {"message": done.model_dump(mode="json")}, f"{mid}:{len(feed.events) + 1}")
+    yield frame("message.completed", {"message": done.model_dump(mode="json")}, f"{mid}:{len(feed.events) + OPENING}")

@@ -276,8 +276,11 @@ def typed_command(text: str) -> TypedCommand | None:
     return TypedCommand(word, _BY_WORD.get(word.lower()), rest[0] if rest else "")
 
 
-HELP = (
-    HELP_INTRO + "\n\nCommands:\n" + "\n".join(f"/{c.name}{c.syntax and ' ' + c.syntax} — {c.help}" for c in COMMANDS)
+HELP_COMMANDS = "\n\nCommands:\n" + "\n".join(f"/{c.name}{c.syntax and ' ' + c.syntax} — {c.help}" for c in COMMANDS)
+HELP = HELP_INTRO + HELP_COMMANDS
+HELP_NO_MODEL = (  # LLM_PROVIDER=none: plain words get no answer, the commands do
+    "I'm your personal assistant, answering commands only here (this bot has no model) — e.g. "
+    "*/remind tomorrow 9:00 Buy milk* or */remind every weekday 8:00 Stretch*." + HELP_COMMANDS
 )
 NO_MODEL_STATUS = "none, commands only (LLM_PROVIDER=none)"
 RESET_DONE = "Fresh start — I've put our earlier conversation aside."

@@ -22,6 +22,7 @@ from core.capabilities import manager
 from core.commands import (
     COMMAND,
     HELP,
+    HELP_NO_MODEL,
     RESET_DONE,
     STEPS_GONE,
     STEPS_NOT_YOURS,
@@ -252,7 +253,7 @@ class Core:
         if name == "reset":
             await self.reset(inc)
             return RESET_DONE
-        return HELP
+        return HELP_NO_MODEL if self.settings.model_off else HELP
 
     async def new_api_token(self, inc: Incoming, name: str) -> str | Error:
         """A new API token of `inc`'s identity (`bot token`): its secret, shown once, or the line saying why not."""

@@ -74,6 +74,8 @@ def test_the_persons_language_comes_first() -> None:
     got = understand("amanhã 9:00 Pão", BERLIN, NOW, languages_of("pt-BR"))
     assert isinstance(got, Understood) and got.what == "Pão"
     assert got.due == datetime(2026, 11, 22, 8, 0, tzinfo=UTC)
+    unknown = understand("tomorrow 9:00 Tea", BERLIN, NOW, ("xx",))  # a language dateparser does not have
+    assert isinstance(unknown, Understood) and unknown.what == "Tea"
 
 
 @pytest.mark.parametrize(

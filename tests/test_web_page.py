@@ -13,13 +13,14 @@ import os
 import re
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from playwright.async_api import ConsoleMessage, Dialog, async_playwright, expect
+from playwright.async_api import ConsoleMessage, Dialog, Locator, Page, async_playwright, expect
 
 from adapters.http import HttpApi, serve_api
 from bot.web import WebServer
@@ -350,3 +351,98 @@ async def test_the_rate_is_counted_per_signin(serve_page: Serve) -> None:
         statuses = [(await c.get("/v1/me", headers={"Cookie": f"bot_signin={phone}"})).status_code for _ in range(3)]
         assert statuses == [200, 200, 429]
         assert (await c.get("/v1/me", headers={"Cookie": f"bot_signin={laptop}"})).status_code == 200
+
+
+@asynccontextmanager
+async def in_a_browser(width: int = 1280, height: int = 800) -> AsyncIterator[tuple[Page, list[str]]]:
+    """A page of the system's Chromium at this viewport, and the script errors it logs (none expected)."""
+    problems: list[str] = []
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        try:
+            context = await browser.new_context(viewport={"width": width, "height": height})
+            page = await context.new_page()
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" and "401" not in m.text else None)
+            yield page, problems
+        finally:
+            await browser.close()
+
+
+async def said(page: Page, text: str) -> Locator:
+    """Type `text` in the message box and send it; the answer's article, once it is done."""
+    answers = page.locator("article.message.assistant.done")
+    before = await answers.count()
+    await page.locator("#input").fill(text)
+    await page.locator("#input").press("Enter")
+    await expect(answers).to_have_count(before + 1, timeout=TURN_MS)
+    return answers.nth(before)
+
+
+async def test_commands_and_buttons_work_on_the_page_without_reloading(
+    serve_page: Serve, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    from tests.test_memory_command import remember
+
+    site = await serve_page()
+    await remember(site.core, incoming("/memory", user=ANN), ["Name: Ann", "Likes: tea"])
+    link, _ = await site.link()
+    async with in_a_browser() as (page, problems):
+        await page.goto(link)
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.locator("#memory")).to_contain_text("Name: Ann")
+        await page.evaluate("window.stayed = true")  # gone if anything reloads the page
+
+        # a command typed on the page is the command, and its answer stays when the page looks again
+        made = await said(page, "/remind in 10 minutes Tea")
+        await expect(made).to_contain_text("⏰ #1 Tea")
+        await expect(page.locator("#tasks")).to_contain_text("Tea")
+        await expect(await said(page, "/tasks")).to_contain_text("#1 Tea")
+        # what the memory panel tells the person to type works typed
+        await expect(await said(page, "/memory forget human 1")).to_contain_text("Forgot line 1 of [human]")
+        await expect(page.locator("#memory")).not_to_contain_text("Name: Ann")
+        await expect(page.locator("#memory")).to_contain_text("Likes: tea")
+
+        # Undo under /remind's answer
+        await made.get_by_role("button", name="↩️ Undo").click()
+        await expect(made).to_contain_text("↩️ Undone: #1 Tea")
+        await expect(made.locator("button")).to_have_count(0)
+        await expect(page.locator("#tasks")).to_contain_text("no open tasks")
+        await page.evaluate("window.dispatchEvent(new Event('focus'))")  # the page reads the session again
+        await expect(page.locator("article.message.assistant")).to_have_count(3)
+        await expect(made).to_contain_text("↩️ Undone: #1 Tea")
+
+        # a reminder delivered into the session has Done and Snooze
+        await said(page, "/remind in 1 hour Stretch")
+        task_id = await pool.fetchval("SELECT id FROM tasks WHERE title = 'Stretch'")
+        session_id = page.url.partition("#")[2]
+        msg = ReminderMessage(task_id, site.core.now(), "api", session_id, "", "private", ANN, "Ann", "⏰ Stretch")
+        assert await site.http.api.send_reminder(msg)
+        await page.evaluate("window.dispatchEvent(new Event('focus'))")
+        reminder = page.locator("article.message.reminder")
+        await expect(reminder.locator("button")).to_have_text(["✅ Done", "😴 10 min", "😴 1 h"])
+        await reminder.get_by_role("button", name="😴 10 min").click()
+        await expect(reminder).to_contain_text("😴 Snoozed: Stretch — until 10:10")
+        await expect(reminder.locator("button")).to_have_count(0)
+        assert await page.evaluate("window.stayed === true"), "no reload"
+        assert await pool.fetchval("SELECT due_at FROM tasks WHERE id = $1", task_id) > site.core.now()
+
+        # after a reload the reminder still says what was done, and has no buttons
+        await page.reload()
+        await expect(reminder).to_contain_text("😴 Snoozed: Stretch — until 10:10")
+        await expect(reminder.locator("button")).to_have_count(0)
+    assert problems == [], problems
+    assert fake_llm.requests == [], "no command went to the model"
+
+
+async def test_the_signin_card_keeps_a_margin_on_a_phone(serve_page: Serve) -> None:
+    site = await serve_page()
+    link, _ = await site.link()
+    async with in_a_browser(390, 844) as (page, problems):
+        for url, card in ((link, "main.card"), (f"{site.url}/", "#signed-out")):
+            await page.goto(url)
+            await expect(page.locator(card)).to_be_visible()
+            box = await page.locator(card).bounding_box()
+            assert box is not None
+            assert box["x"] >= 12 and box["x"] + box["width"] <= 390 - 12, (url, box)
+    assert problems == [], problems

@@ -1,6 +1,7 @@
 // The web chat page: the person's sessions, a message box, the answer streaming in (POST with
 // Accept: text/event-stream, read from the fetch body: EventSource cannot POST), Markdown rendered by markdown.js
-// (text nodes only), tool activity as a collapsible "steps" part, tasks and memory in a side panel.
+// (text nodes only), tool activity as a collapsible "steps" part, a message's buttons (a reminder's Done and Snooze,
+// Undo under /remind's answer), tasks and memory in a side panel.
 // Every request is relative (the page may live under a proxy's path prefix) and carries the sign-in cookie; every
 // change also carries the sign-in's CSRF token in X-CSRF-Token (GET v1/me gives it).
 
@@ -174,7 +175,39 @@ function renderMessage(message) {
   }
   const steps = stepsOf(message, parts);
   if (steps) box.append(steps);
+  const buttons = buttonsOf(message);
+  if (buttons) box.append(buttons);
   return box;
+}
+
+function buttonsOf(message) {
+  if (!message.buttons?.length) return null;
+  const row = document.createElement("div");
+  row.className = "buttons";
+  for (const button of message.buttons) {
+    const press = document.createElement("button");
+    press.type = "button";
+    press.textContent = button.label;
+    press.addEventListener("click", () => pressButton(message, button, row));
+    row.append(press);
+  }
+  return row;
+}
+
+/** Press a button under a message: what it did takes the buttons' place (the server keeps it under a reminder). */
+async function pressButton(message, button, row) {
+  const all = [...row.querySelectorAll("button")];
+  for (const b of all) b.disabled = true;
+  try {
+    const path = `v1/sessions/${encodeURIComponent(message.session_id)}/messages/${encodeURIComponent(message.id)}/press`;
+    const answer = await json("POST", path, { task_id: button.task_id, action: button.action });
+    const shown = state.messages.find((m) => m.id === message.id) || message;
+    upsert({ ...shown, parts: [...shown.parts, { type: "text", text: answer.text }], buttons: [] });
+    await loadPanel();
+  } catch (error) {
+    for (const b of all) b.disabled = false;
+    if (!(error instanceof SignedOut)) notice(error.message, true);
+  }
 }
 
 function nearBottom() {
@@ -208,7 +241,7 @@ function upsert(message) {
 
 function onEvent({ event, data }) {
   if (event === "message.created" || event === "message.completed") {
-    upsert(data.message);
+    upsert({ ...data.message, live: true }); // seen live: a command's exchange is kept though never stored
     return;
   }
   const message = state.messages.find((m) => m.id === data.message_id);
@@ -305,10 +338,26 @@ async function loadSessions() {
   renderSessions();
 }
 
+/** The stored messages, with the exchanges of commands seen on this page (never stored) where they were shown. */
+function merged(stored, shown) {
+  const out = [...stored];
+  const ids = new Set(stored.map((m) => m.id));
+  let after = null;
+  for (const message of shown) {
+    if (!ids.has(message.id) && message.live) {
+      out.splice(after === null ? 0 : out.findIndex((m) => m.id === after) + 1, 0, message);
+    }
+    if (ids.has(message.id) || message.live) after = message.id;
+  }
+  return out;
+}
+
 async function loadMessages() {
   if (!state.current) return;
-  const page = await json("GET", `v1/sessions/${encodeURIComponent(state.current)}/messages`);
-  state.messages = page.messages;
+  const sessionId = state.current;
+  const page = await json("GET", `v1/sessions/${encodeURIComponent(sessionId)}/messages`);
+  if (state.current !== sessionId) return; // another chat was opened meanwhile
+  state.messages = merged(page.messages, state.messages);
   state.before = page.before;
   renderMessages();
 }

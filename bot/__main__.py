@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import traceback
 from datetime import datetime
@@ -20,6 +21,7 @@ from importlib.metadata import PackageNotFoundError, version
 from adapters.telegram import config_problem as telegram_problem
 from bot import remote
 from bot.remote import TOKEN_ENV
+from bot.setting_names import warn_of_unknown_names
 from core import (
     Error,
     Settings,
@@ -38,23 +40,60 @@ LIBRARY_LOGGERS = ("telegram", "httpx", "httpcore", "discord", "apscheduler", "a
 VOICE_WARNING = "voice will NOT be supported"  # discord.py's warning at client start: the bot uses no voice
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The command line: no sub-command runs the bot, `ask TEXT` answers once."""
-    parser = argparse.ArgumentParser(prog="bot", description="Personal assistant bot.")
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: no command runs the bot (as `bot run`); each command and flag says what it does."""
+    parser = argparse.ArgumentParser(
+        prog="bot",
+        description="A personal assistant on Telegram, Discord and in the terminal. With no command: `bot run`.",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {bot_version()}")
     parser.add_argument("--debug", action="store_true", help="debug logging, and full tracebacks of failures")
-    sub = parser.add_subparsers(dest="command")
-    sub.add_parser("run", help="run the bot (default)")
-    ask = sub.add_parser("ask", help="answer one message in the terminal (a fresh conversation) and exit")
+    sub = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND")
+    sub.add_parser(
+        "run",
+        help="run the bot (the default)",
+        description="Run the bot: Telegram and Discord when their tokens are set, else a chat in this terminal, "
+        "until Ctrl-C or SIGTERM.",
+    )
+    ask = sub.add_parser(
+        "ask",
+        help="answer one message and exit",
+        description="Answer one message in the terminal and exit: a fresh conversation unless --continue, a "
+        "/command without the model. With --server, ask a running bot over its HTTP API instead.",
+    )
     ask.add_argument("--continue", "-c", dest="cont", action="store_true", help="continue the previous ask")
     ask.add_argument("--server", metavar="URL", help="ask a running bot over its HTTP API (e.g. http://127.0.0.1:8080)")
     ask.add_argument("--token", help=f"the API token for --server (default: the {TOKEN_ENV} environment variable)")
     ask.add_argument("--session", metavar="ID", help="with --server: continue this session (default: a fresh one)")
     ask.add_argument("text", nargs="+", help="the message; - reads it from standard input")
-    sub.add_parser("serve", help="run the HTTP API and reminders only, no Telegram/Discord (PORT, else a free port)")
-    token = sub.add_parser("token", help="make an API token for the terminal user and print it (once)")
+    serve = sub.add_parser(
+        "serve",
+        help="run the HTTP API and reminders alone (no Telegram or Discord)",
+        description="Run the HTTP API (sessions, /v1, the web page) and the reminders, without Telegram or "
+        "Discord, until Ctrl-C or SIGTERM. It listens on 127.0.0.1 unless the bot is deployed publicly "
+        "(PUBLIC_BASE_URL or TELEGRAM_WEBHOOK_URL: on every interface) or a host is given.",
+    )
+    serve.add_argument("--host", help="the address to listen on, e.g. 0.0.0.0 for every interface (default: HOST)")
+    serve.add_argument("--port", type=int, help="the port to listen on (default: PORT, else a free port)")
+    token = sub.add_parser(
+        "token",
+        help="make an API token for the terminal user",
+        description="Make an API token for the terminal user (for bot ask --server and the HTTP API) and print it: "
+        "it is shown only this once.",
+    )
     token.add_argument("name", nargs="?", help="the token's name (default: terminal-<date>-<time>)")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, read."""
+    return build_parser().parse_args(argv)
+
+
+def given_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The settings the command line gives, over the environment's: `bot serve --host H --port P`."""
+    given = {"HOST": getattr(args, "host", None), "PORT": getattr(args, "port", None)}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def bot_version() -> str:
@@ -134,10 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     if text is not None and (args.server is not None or args.token or args.session):
         return remote.main(args.server, args.token, args.session, text, cont=args.cont, debug=args.debug)
     try:
-        settings = load_settings()
+        settings = load_settings(**given_settings(args))
     except SettingsError as e:
         print(e, file=sys.stderr)
         return 2
+    warn_of_unknown_names(settings, os.environ)
     problem = config_problem(settings) or telegram_problem(settings) or mcp_config_problem(settings, mcp_environment())
     if problem:
         print(problem, file=sys.stderr)

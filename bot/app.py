@@ -16,13 +16,13 @@ from adapters.discord import DiscordAdapter
 from adapters.http import HttpApi
 from adapters.http import serve_api as serve_on
 from adapters.telegram import TelegramAdapter
-from bot.web import ALL_INTERFACES, WebServer
+from bot.web import ALL_INTERFACES, LOOPBACK, WebServer, is_loopback
 from core import API_PLATFORM, Core, Outbox, Settings, open_core
 
 log = logging.getLogger(__name__)
 
 
-SERVING = "Serving the HTTP API on {url} (Ctrl-C stops)"  # the one line `bot serve` prints once it listens
+SERVING = "Serving the HTTP API on {where} (Ctrl-C stops)"  # the one line `bot serve` prints once it listens
 
 
 async def run_bot(
@@ -116,7 +116,9 @@ async def run_platforms(settings: Settings, core: Core) -> int:
     started: list[TelegramAdapter | DiscordAdapter] = []
     # health and metrics while polling only when PORT is set; webhook mode always serves it (Telegram posts there)
     webhook = settings.TELEGRAM_WEBHOOK_URL is not None
-    web = WebServer(core, [a.platform for a in adapters], settings.PORT) if settings.serve_http or webhook else None
+    host = settings.HOST or ALL_INTERFACES  # every interface unless HOST: a PaaS or container reaches it from outside
+    serving = settings.serve_http or webhook
+    web = WebServer(core, [a.platform for a in adapters], settings.PORT, host) if serving else None
     http = serve_api(web) if web is not None else None
     for adapter in adapters:
         if web is not None and isinstance(adapter, TelegramAdapter) and adapter.webhook_path is not None:
@@ -191,15 +193,31 @@ def reachable_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def serve_host(settings: Settings) -> str:
+    """Where `bot serve` listens: HOST (`--host`), else every interface when the bot is deployed publicly
+    (PUBLIC_BASE_URL or TELEGRAM_WEBHOOK_URL), else loopback only."""
+    if settings.HOST is not None:
+        return settings.HOST
+    return ALL_INTERFACES if settings.public_base_url is not None else LOOPBACK
+
+
+def listening_at(host: str, port: int) -> str:
+    """Where a server on host:port listens, as its banner says it: its URL, or every interface and a URL here."""
+    url = reachable_url(host, port)
+    return f"all interfaces, port {port}: {url}" if host in (ALL_INTERFACES, "", "::") else url
+
+
 async def run_serve(settings: Settings, core: Core) -> int:
     """`bot serve`: the HTTP API and the reminders (delivered into API sessions), no platform adapter, on PORT or,
-    when PORT is unset, a free port; prints its URL once listening and runs until SIGINT/SIGTERM, then drains."""
-    web = WebServer(core, (), settings.PORT if settings.serve_http else 0)
+    when PORT is unset, a free port, at `serve_host`; prints where once listening and runs until SIGINT/SIGTERM, then
+    drains. Not on loopback, /metrics needs METRICS_TOKEN."""
+    host = serve_host(settings)
+    web = WebServer(core, (), settings.PORT if settings.serve_http else 0, host, public=not is_loopback(host))
     http = serve_api(web)
     try:
         with stop_signals(core) as stop:
             await web.start()
-            print(SERVING.format(url=reachable_url(web.host, web.port)), flush=True)
+            print(SERVING.format(where=listening_at(web.host, web.port)), flush=True)
             freeze_startup_objects()
             await serve_until_stopped(settings, core, {API_PLATFORM: http.api}, stop)
     finally:

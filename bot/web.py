@@ -1,14 +1,17 @@
 """The HTTP server on PORT: /healthz, /readyz, /metrics and the Telegram webhook route, one FastAPI app served by
 uvicorn inside the bot's event loop (no signal handlers of its own, no logging set-up of its own).
 
-/metrics needs `Authorization: Bearer <METRICS_TOKEN>` when that is set; without it, webhook mode (the port is
-public) does not serve /metrics at all, and polling mode serves it openly as before."""
+/metrics needs `Authorization: Bearer <METRICS_TOKEN>` when that is set; without it, a public port (webhook mode, or
+`bot serve` on an address other than loopback) does not serve /metrics at all, and polling mode serves it openly as
+before."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hmac
+import ipaddress
 import json
 import logging
 import socket
@@ -32,6 +35,7 @@ from core import (
 log = logging.getLogger(__name__)
 
 ALL_INTERFACES = "0.0.0.0"
+LOOPBACK = "127.0.0.1"
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 METRICS_REALM = 'Bearer realm="metrics"'  # the WWW-Authenticate challenge of a /metrics request without the token
 HEADER_REFRESH_S = 1.0  # uvicorn's Date header is renewed this often (its own main loop would wake 10 times a second)
@@ -42,6 +46,14 @@ Handler = Callable[[Request], Awaitable[Response]]
 def _json(http_status: int, **body: str) -> Response:
     """A one-line JSON answer."""
     return Response(json.dumps(body), http_status, media_type="application/json")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is this machine's loopback address (127.0.0.0/8, ::1, localhost): nobody else reaches it."""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -61,8 +73,11 @@ def _bind(host: str, port: int) -> socket.socket:
 class WebServer:
     """The process's HTTP server; add webhook routes with `add_webhook` (or more routes to `app`) before `start()`."""
 
-    def __init__(self, core: Core, adapters: Sequence[str], port: int, host: str = ALL_INTERFACES) -> None:
-        """`adapters`: the configured adapters that must be connected for /readyz; `port` 0 picks a free one."""
+    def __init__(
+        self, core: Core, adapters: Sequence[str], port: int, host: str = ALL_INTERFACES, *, public: bool = False
+    ) -> None:
+        """`adapters`: the configured adapters that must be connected for /readyz; `port` 0 picks a free one;
+        `public`: people reach this port from elsewhere (as in webhook mode), so /metrics needs METRICS_TOKEN."""
         self.core, self.adapters, self.host, self.requested_port = core, tuple(adapters), host, port
         # no OpenTelemetry: FastAPI would ask the global providers on every request (~0.1 ms) for a feature the bot
         # does not use (its metrics are Prometheus', on /metrics)
@@ -75,8 +90,9 @@ class WebServer:
         settings = core.settings
         token = settings.METRICS_TOKEN
         self._metrics_token = None if token is None else token.get_secret_value().encode()
-        # webhook mode publishes this port to the internet: /metrics only with a token there
-        self.metrics_served = token is not None or settings.TELEGRAM_WEBHOOK_URL is None
+        # a public port (webhook mode publishes it to the internet) serves /metrics only with a token
+        public = public or settings.TELEGRAM_WEBHOOK_URL is not None
+        self.metrics_served = token is not None or not public
         if self.metrics_served:
             self.app.add_route("/metrics", self.metrics, methods=["GET"], include_in_schema=False)
         self.close_grace_s = HTTP_CLOSE_GRACE_S  # what stop() gives the requests under way
@@ -95,12 +111,13 @@ class WebServer:
         return int(self._sock.getsockname()[1])
 
     async def start(self) -> None:
-        """Listen on host:port; a port that cannot be bound is a one-line start-up error naming PORT."""
+        """Listen on host:port; one that cannot be bound is a one-line start-up error naming HOST or PORT."""
         try:
             sock = _bind(self.host, self.requested_port)
         except OSError as e:
             why = e.strerror or str(e)
-            raise StartupError(f"PORT: cannot listen on {self.host}:{self.requested_port} ({why})") from None
+            name = "HOST" if isinstance(e, socket.gaierror) or e.errno == errno.EADDRNOTAVAIL else "PORT"
+            raise StartupError(f"{name}: cannot listen on {self.host}:{self.requested_port} ({why})") from None
         config = uvicorn.Config(
             self.app,
             self.host,

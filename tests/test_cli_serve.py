@@ -2,7 +2,9 @@
 printed, /healthz and /v1 answered, a reminder of an API session delivered into it, SIGTERM stops it with 0), the
 platforms' process delivers API sessions' reminders too, and `bot ask --server URL` asks a running bot over the API
 (the answer printed as it streams, then its steps; a refused token, an unknown session, a server that is down and a
-missing token are one line each, never a traceback)."""
+missing token are one line each, never a traceback). Where it listens (issue 32): `bot serve` on loopback unless the
+bot is deployed publicly or HOST / --host says otherwise, its line saying where, /metrics not open on a public
+address; the platforms' process on HOST."""
 
 from __future__ import annotations
 
@@ -16,15 +18,19 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil  # type: ignore[import-untyped]
 import pytest
 
-from bot.__main__ import main
-from bot.app import run_platforms
-from core import Api, Core
+from bot.__main__ import given_settings, main, parse_args
+from bot.app import SERVING as SERVING_LINE
+from bot.app import run_platforms, run_serve
+from bot.web import WebServer
+from core import Api, Core, StartupError
 from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram
+from tests.helpers import until
 from tests.test_console import ROOT, bot_cli
 from tests.test_http_api import ANN, Serve, serve, token_of
 from tests.test_startup import closed_port
@@ -52,6 +58,17 @@ async def session_with_a_due_reminder(core: Core, pool: Pool) -> tuple[str, str]
         session.id,
     )
     return secret, session.id
+
+
+def listening_on(port: int, pid: int | None = None) -> str:
+    """The address the process (this one by default) listens on at `port`."""
+    found = [
+        c.laddr.ip
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    ]
+    assert len(found) == 1, found
+    return str(found[0])
 
 
 async def reminder_in(client: httpx.AsyncClient, pool: Pool, session_id: str) -> str:
@@ -84,10 +101,10 @@ async def test_bot_serve_runs_the_api_and_reminders_alone_and_stops_on_sigterm(
         "TELEGRAM_BOT_TOKEN": tg.token,
         "TELEGRAM_API_BASE_URL": tg.base_url,
     }
-    log = tmp_path / "serve.log"
+    log, port = tmp_path / "serve.log", free_port()
     with log.open("wb") as errors:
         proc = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "bot", "serve"),
+            *(sys.executable, "-m", "bot", "serve", "--port", str(port)),
             cwd=tmp_path,  # no developer's .env
             env=env,
             stdin=asyncio.subprocess.DEVNULL,
@@ -99,6 +116,7 @@ async def test_bot_serve_runs_the_api_and_reminders_alone_and_stops_on_sigterm(
         line = (await asyncio.wait_for(proc.stdout.readline(), TIMEOUT_S)).decode()
         found = SERVING.fullmatch(line)
         assert found, f"{line!r}; {log.read_text()}"
+        assert found[2] == str(port) and listening_on(port, proc.pid) == "127.0.0.1"  # --port; loopback, as it says
         headers = {"Authorization": f"Bearer {secret}"}
         async with httpx.AsyncClient(base_url=found[1], headers=headers, timeout=TIMEOUT_S) as client:
             assert (await client.get("/healthz")).json() == {"status": "alive"}
@@ -120,7 +138,7 @@ async def test_the_platforms_process_serves_the_api_and_delivers_its_sessions_re
     tg: FakeTelegram, make_core: MakeCore, pool: Pool
 ) -> None:
     port = free_port()
-    core = make_core(TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url, PORT=str(port))
+    core = make_core(TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url, PORT=str(port), HOST="127.0.0.1")
     secret, sid = await session_with_a_due_reminder(core, pool)
     running = asyncio.create_task(run_platforms(core.settings, core))
     try:
@@ -131,10 +149,70 @@ async def test_the_platforms_process_serves_the_api_and_delivers_its_sessions_re
                 assert time.monotonic() < deadline and not running.done()
                 await asyncio.sleep(POLL_S)
             assert "Stretch" in await reminder_in(client, pool, sid)
+        assert listening_on(port) == "127.0.0.1"  # HOST; unset, every interface (a PaaS reaches it there)
     finally:
         gc.unfreeze()
         os.kill(os.getpid(), signal.SIGTERM)  # run_platforms stops after draining
         assert await asyncio.wait_for(running, TIMEOUT_S) == 0
+
+
+PUBLIC = {"PUBLIC_BASE_URL": "https://bot.example.com"}
+METRICS = {"METRICS_TOKEN": "metrics-s3cret"}
+
+
+@pytest.mark.parametrize(
+    ("given", "host", "metrics"),
+    [
+        ({}, "127.0.0.1", 200),  # /metrics open on loopback, as in polling mode
+        (PUBLIC, "0.0.0.0", 404),  # deployed publicly: every interface, /metrics only with METRICS_TOKEN
+        ({**PUBLIC, **METRICS}, "0.0.0.0", 401),
+        ({"TELEGRAM_WEBHOOK_URL": "https://bot.example.com/telegram"}, "0.0.0.0", 404),
+        ({**PUBLIC, "HOST": "127.0.0.1"}, "127.0.0.1", 200),  # HOST (--host) wins
+    ],
+)
+async def test_bot_serve_listens_on_loopback_unless_deployed_publicly_and_says_where(
+    make_core: MakeCore, capsys: pytest.CaptureFixture[str], given: dict[str, str], host: str, metrics: int
+) -> None:
+    core = make_core(PORT=str(free_port()), **given)
+    printed: list[str] = []
+
+    def said() -> bool:
+        printed.append(capsys.readouterr().out)
+        return "\n" in "".join(printed) or serving.done()
+
+    serving = asyncio.create_task(run_serve(core.settings, core))
+    try:
+        await until(said)
+        port = core.settings.PORT
+        url = f"http://127.0.0.1:{port}"
+        where = url if host == "127.0.0.1" else f"all interfaces, port {port}: {url}"
+        assert "".join(printed) == SERVING_LINE.format(where=where) + "\n"
+        assert listening_on(port) == host
+        async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S) as client:
+            assert (await client.get("/healthz")).status_code == 200
+            assert (await client.get("/metrics")).status_code == metrics
+            if "METRICS_TOKEN" in given:
+                bearer = {"Authorization": f"Bearer {given['METRICS_TOKEN']}"}
+                assert (await client.get("/metrics", headers=bearer)).status_code == 200
+    finally:
+        gc.unfreeze()
+        if "".join(printed).startswith("Serving"):  # its signal handlers are in place: it stops after draining
+            os.kill(os.getpid(), signal.SIGTERM)
+        else:
+            serving.cancel()
+        assert await asyncio.wait_for(serving, TIMEOUT_S) == 0
+
+
+def test_serve_takes_host_and_port_from_the_command_line() -> None:
+    assert given_settings(parse_args(["serve", "--host", "::1", "--port", "8099"])) == {"HOST": "::1", "PORT": 8099}
+    assert given_settings(parse_args(["serve"])) == given_settings(parse_args(["run"])) == {}
+
+
+async def test_a_host_that_cannot_be_listened_on_is_one_line_naming_host(make_core: MakeCore) -> None:
+    web = WebServer(make_core(), (), 0, "nohost.invalid")
+    with pytest.raises(StartupError) as failed:
+        await web.start()
+    assert str(failed.value).startswith("HOST: cannot listen on nohost.invalid:0 (")
 
 
 async def test_ask_server_prints_the_answer_as_it_streams_then_its_steps(

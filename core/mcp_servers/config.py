@@ -457,3 +457,12 @@ def environment(env_file: Path = Path(".env")) -> dict[str, str]:
     """What `${VAR}` in MCP_CONFIG is read from: the process's environment over the .env file the settings read."""
     from_file = {k: v for k, v in dotenv_values(env_file).items() if v is not None} if env_file.is_file() else {}
     return {**from_file, **os.environ}
+
+
+def variables(path: Path) -> frozenset[str]:
+    """The names the file's `${NAME}` / `${NAME:-default}` read (none when it cannot be read: the check says why)."""
+    try:
+        text = _read_file(path)
+    except SettingsError:
+        return frozenset()
+    return frozenset(m.group(1).partition(":-")[0] for m in REFERENCE.finditer(text))

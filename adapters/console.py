@@ -122,8 +122,8 @@ async def ask_once(core: Core, text: str, *, fresh: bool = True) -> tuple[str, b
     the catalogue without the model; Markdown rendered when standard output is a terminal, as written when it is not."""
     show = markdown_for(sys.stdout)
     typed = typed_command(text)  # a command of the catalogue is answered as the terminal chat answers it
-    if typed is not None and typed.command is not None:
-        return await command(core, typed.command.name, typed.args, show), True
+    if typed is not None and typed.command is not None:  # in the ask conversation (/reset: the one --continue goes on)
+        return await command(core, typed.command.name, typed.args, show, chat=ASK_CHAT), True
     if typed is not None:
         return typed.unknown(), False
     inc = console_incoming(text, ASK_CHAT)
@@ -141,9 +141,11 @@ async def ask(core: Core, inc: Incoming, show: Show = as_written, prefix: str = 
     return prefix, True
 
 
-async def command(core: Core, name: CommandName, arg: str, show: Show = as_written, prefix: str = "") -> str:
-    """A command of the catalogue typed in the terminal chat, answered without the LLM."""
-    answer = await core.command(console_incoming(f"/{name} {arg}"), name, arg.strip(), must_answer=True)
+async def command(
+    core: Core, name: CommandName, arg: str, show: Show = as_written, prefix: str = "", *, chat: str = CHAT
+) -> str:
+    """A command of the catalogue typed in the terminal chat (or `bot ask`'s, `chat`), answered without the LLM."""
+    answer = await core.command(console_incoming(f"/{name} {arg}", chat), name, arg.strip(), must_answer=True)
     if isinstance(answer, FileAnswer):
         path = save_file(core.settings.DATA_DIR / EXPORTS, answer)
         return show(prefix, f"{answer.text}\n\nSaved to `{path}`.")

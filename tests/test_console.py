@@ -9,12 +9,17 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from adapters import console
 from core import COMMANDS
 from core.commands import HELP, RESET_DONE
 from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
+from tests.test_http_api import Serve, serve
+
+__all__ = ["serve"]  # the fixture, imported for pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -201,3 +206,32 @@ async def test_terminal_memory_shows_forgets_and_wipes_without_the_llm(
     assert "(0 lines" in after and "Archival memory: 0 entries" in after
     assert await pool.fetchval("SELECT count(*) FROM archival_memory WHERE user_id = $1", local) == 0
     assert fake_llm.requests == []
+
+
+async def test_bot_ask_answers_every_command_of_the_catalogue_locally_and_with_server(
+    make_core: MakeCore, fake_llm: FakeOpenAI, serve: Serve, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bot.__main__ import main
+    from tests.test_http_api import ANN, token_of
+
+    core = make_core()
+    s = await serve()
+    secret = await token_of(s.core, ANN)
+    for command in COMMANDS:
+        said, answered = await console.ask_once(core, f"/{command.name}")
+        assert answered and said and "Unknown command" not in said, (command.name, said)
+        code = await asyncio.to_thread(main, ["ask", "--server", s.url, "--token", secret, f"/{command.name}"])
+        out, err = capsys.readouterr()
+        assert code == 0 and out.strip() and "Unknown command" not in out, (command.name, out, err)
+    assert fake_llm.requests == []
+
+
+async def test_bot_ask_reset_empties_the_conversation_continue_goes_on_with(
+    make_core: MakeCore, fake_llm: FakeOpenAI
+) -> None:
+    core = make_core()
+    fake_llm.default = Reply(text="noted")
+    assert (await console.ask_once(core, "my code word is heron"))[1]
+    assert (await console.ask_once(core, "/reset"))[0] == RESET_DONE
+    assert (await console.ask_once(core, "what is my code word?", fresh=False))[1]
+    assert [m["content"] for m in fake_llm.requests[-1]["messages"][1:]] == ["what is my code word?"]

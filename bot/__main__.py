@@ -122,7 +122,7 @@ async def make_token(settings: Settings, name: str | None) -> int:
     if isinstance(made, Error):
         print(made.message, file=sys.stderr)
         return 1
-    print(f"API token **{name}** (shown only this once; keep it secret, revoke it with /token revoke {name}):\n{made}")
+    print(f"API token {name} (shown only this once; keep it secret, revoke it with /token revoke {name}):\n{made}")
     return 0
 
 

@@ -185,11 +185,11 @@ async def test_bot_token_prints_a_token_of_the_terminal_user(
     code, out, err = await bot_cli("token", "ci", env=env, cwd=tmp_path)
     assert code == 0, err
     [secret] = SECRET.findall(out)
-    assert "only this once" in out
+    assert out.startswith("API token ci (shown only this once;") and "**" not in out, "plain text in a terminal"
     bearer = await authenticate(pool, secret, clock())
     assert bearer is not None and (bearer.name, bearer.user_key) == ("ci", "console:local")
     code, out, err = await bot_cli("token", "ci", env=env, cwd=tmp_path)  # the name is taken: nothing printed
     assert (code, out) == (1, "") and "already have a token named `ci`" in err
     code, out, _ = await bot_cli("token", env=env, cwd=tmp_path)  # a default name
-    assert code == 0 and re.search(r"\*\*terminal-\d{8}-\d{6}\*\*", out) and SECRET.search(out)
+    assert code == 0 and re.match(r"API token terminal-\d{8}-\d{6} \(", out) and SECRET.search(out)
     assert fake_llm.requests == []

@@ -29,8 +29,8 @@ from core import (
 
 BANNER = "Terminal chat — type a message; /help for the commands, /reset for a fresh conversation, /quit to leave."
 NO_MODEL_BANNER = (
-    "Terminal chat without a model — commands work, e.g. /remind in 10 minutes Tea (/help lists them); to get "
-    "answers, set a model (README: “Choosing the model”). /quit leaves."
+    "Terminal chat, no model set — commands work: try /remind in 10 minutes Tea or /help; to get answers, see "
+    "“Choosing the model” in the README."
 )
 PROMPT = "you › "
 BOT = "bot › "

@@ -29,14 +29,17 @@ from core import (
     StartupError,
     config_problem,
     load_settings,
+    machine_zone,
     mcp_config_problem,
     mcp_environment,
+    nothing_configured,
     open_core,
     redact,
 )
 
 # the libraries' own INFO lines (connected, started, requests) stay out of a normal start; --debug shows them
 LIBRARY_LOGGERS = ("telegram", "httpx", "httpcore", "discord", "apscheduler", "aiohttp", "openai", "asyncio")
+WITHOUT_A_MODEL = "Running without a model (LLM_PROVIDER=none): commands, /remind, tasks and reminders only."
 VOICE_WARNING = "voice will NOT be supported"  # discord.py's warning at client start: the bot uses no voice
 
 
@@ -94,6 +97,12 @@ def given_settings(args: argparse.Namespace) -> dict[str, object]:
     """The settings the command line gives, over the environment's: `bot serve --host H --port P`."""
     given = {"HOST": getattr(args, "host", None), "PORT": getattr(args, "port", None)}
     return {name: value for name, value in given.items() if value is not None}
+
+
+def terminal_chat(args: argparse.Namespace, settings: Settings) -> bool:
+    """Whether this start opens the terminal chat: `bot` (or `bot run`) with no platform token."""
+    no_platform = settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None
+    return args.command in (None, "run") and no_platform
 
 
 def bot_version() -> str:
@@ -178,10 +187,16 @@ def main(argv: list[str] | None = None) -> int:
         print(e, file=sys.stderr)
         return 2
     warn_of_unknown_names(settings, os.environ)
+    if terminal_chat(args, settings) and nothing_configured(settings):  # the chat opens; commands work, no answers
+        settings = settings.model_copy(update={"LLM_PROVIDER": "none"})
+    if (terminal_chat(args, settings) or text is not None) and "DEFAULT_TIMEZONE" not in settings.model_fields_set:
+        settings = settings.model_copy(update={"DEFAULT_TIMEZONE": machine_zone()})  # the person is at this machine
     problem = config_problem(settings) or telegram_problem(settings) or mcp_config_problem(settings, mcp_environment())
     if problem:
         print(problem, file=sys.stderr)
         return 2
+    if settings.model_off and args.command != "ask" and not terminal_chat(args, settings):  # the chat has a banner
+        print(WITHOUT_A_MODEL, file=sys.stderr)
     debug = args.debug or settings.LOG_LEVEL == "DEBUG"
     configure_logging(log_level(settings, args.debug))
     try:

@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from adapters import console
@@ -22,7 +22,8 @@ from core import API_PLATFORM, Core, Outbox, Settings, open_core
 log = logging.getLogger(__name__)
 
 
-SERVING = "Serving the HTTP API on {where} (Ctrl-C stops)"  # the one line `bot serve` prints once it listens
+SERVING = "Serving the HTTP API on {where} (Ctrl-C stops)"  # the first line `bot serve` prints once it listens
+PAGE = "The web page: {url} (/web gives you a sign-in link)\n"  # the terminal chat's first line, with PORT set
 
 
 async def run_bot(
@@ -69,10 +70,32 @@ async def run_console(core: Core) -> int:
         print(text, end="", flush=True)
 
     show = console.markdown_for(sys.stdout)
-    async with core.running({"console": console.ConsoleOutbox(write, show)}):
+    outbox = console.ConsoleOutbox(write, show, model=not core.settings.model_off)
+    async with local_page(core, write) as page, core.running({"console": outbox, **page}):
         if await until_interrupted(console.chat_loop(core, until_exit(core, console.stdin_lines()), write, show)):
             write("\n")
     return core.exit_code or 0
+
+
+@asynccontextmanager
+async def local_page(core: Core, write: console.Write) -> AsyncIterator[dict[str, Outbox]]:
+    """The terminal chat's web page and API while the block runs, when PORT is set (on HOST, else loopback): the
+    outbox of its sessions (none without PORT); /web then signs the terminal's user in there."""
+    settings = core.settings
+    if not settings.serve_http:
+        yield {}
+        return
+    host = serve_host(settings)
+    web = WebServer(core, (), settings.PORT, host, public=not is_loopback(host))
+    http = serve_api(web)
+    await web.start()
+    try:
+        core.web_url = reachable_url(web.host, web.port)
+        write(PAGE.format(url=core.web_url))
+        yield {API_PLATFORM: http.api}
+    finally:
+        core.web_url = None
+        await web.stop()
 
 
 async def until_interrupted(chat: Coroutine[Any, Any, None]) -> bool:
@@ -218,6 +241,10 @@ async def run_serve(settings: Settings, core: Core) -> int:
         with stop_signals(core) as stop:
             await web.start()
             print(SERVING.format(where=listening_at(web.host, web.port)), flush=True)
+            core.web_url = reachable_url(web.host, web.port)
+            signin = await core.signin_line(console.console_incoming("/web"), core.web_url)  # like Jupyter's token
+            if signin is not None:
+                print(signin, flush=True)
             freeze_startup_objects()
             await serve_until_stopped(settings, core, {API_PLATFORM: http.api}, stop)
     finally:

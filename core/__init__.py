@@ -60,6 +60,7 @@ from core.texts import (
     WIPE_LABEL,
 )
 from core.textsafe import clean_json, strip_nul
+from core.timeutil import machine_zone
 from core.types import (
     Assistant,
     AssistantDelta,
@@ -147,6 +148,7 @@ __all__ = [
     "file_too_large",
     "fix_hint",
     "load_settings",
+    "machine_zone",
     "mcp_config_problem",
     "mcp_environment",
     "mcp_variables",

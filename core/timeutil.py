@@ -34,6 +34,16 @@ def valid_zone(name: str) -> str | None:
     return cleaned
 
 
+def machine_zone() -> str:
+    """This machine's IANA time zone (TZ, else the system's), UTC when it has none that is valid."""
+    import tzlocal  # only where the person is at this machine: the terminal
+
+    try:
+        return valid_zone(tzlocal.get_localzone_name() or "") or "UTC"
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return "UTC"
+
+
 def parse_local(text: str, tz: ZoneInfo) -> datetime:
     """Parse ISO 8601; a time without an offset is wall time in `tz`, a bare date means 09:00."""
     raw = text.strip().replace(" ", "T", 1) if "T" not in text else text.strip()

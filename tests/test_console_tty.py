@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from core.storage.db import Pool
+from core.texts import NO_MODEL, NO_MODEL_HOW
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.test_console import ROOT, bot_cli
 
@@ -187,6 +189,30 @@ async def test_commands_are_answered_without_the_model_and_rendered(chat: Termin
     assert fake_llm.requests == []
     chat.type("/quit\r")
     assert await chat.wait(timeout=PROMPTLY_S) == 0
+
+
+async def test_without_a_model_the_chat_opens_and_commands_and_remind_work(
+    db_dsn: str, tmp_path: Path, pool: Pool
+) -> None:
+    # no DEFAULT_TIMEZONE: the person at this machine is in its time zone (TZ here), not UTC
+    terminal = Terminal.start(env={"DATABASE_URL": db_dsn, "TZ": "Europe/Berlin"}, cwd=tmp_path)
+    try:
+        banner = await terminal.expect(PROMPT, timeout=START_S)
+        assert banner.count("\n") == 1 and "Terminal chat, no model set" in banner and "Choosing the model" in banner
+        made = await terminal.answer("/remind in 10 minutes Tea")
+        assert made.startswith("bot › ⏰ #1 Tea — ") and "CET" in made
+        said = " ".join((await terminal.answer("hello")).split())
+        assert said == "bot › ⚠️ " + NO_MODEL + NO_MODEL_HOW.rstrip()
+        shown = " ".join((await terminal.answer("/help")).split())  # the placeholders stay (not read as HTML)
+        assert "/remind <when> <what>" in shown and "/model <name> switches to one" in shown
+        memory = " ".join((await terminal.answer("/memory")).split())
+        assert "/memory forget <block> <line>, e.g." in memory
+        terminal.type("/quit\r")
+        assert await terminal.wait(timeout=PROMPTLY_S) == 0
+    finally:
+        terminal.close()
+    assert await pool.fetchval("SELECT content FROM messages WHERE role = 'user'") == "hello"  # stored as usual
+    assert await pool.fetchval("SELECT title FROM tasks") == "Tea"
 
 
 async def test_answers_are_rendered_markdown_on_a_terminal(chat: Terminal, fake_llm: FakeOpenAI) -> None:

@@ -26,7 +26,7 @@ USAGE = (
     "Tell me when and what, e.g.:\n"
     "- /remind in 10 minutes Take the pizza out\n"
     "- /remind friday 18:30 Call mum\n"
-    "- /remind every weekday 7:30 Stretch\n"
+    "- /remind every weekday 7:30 Stretch\n\n"
     "Times are in your time zone ({zone}; /timezone changes it)."
 )
 NOT_UNDERSTOOD = "I could not read a time at the start of “{text}”. Put the time first, e.g. " + EXAMPLE

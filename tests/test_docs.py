@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 LINKED_FILES = [README, *DOCS, ROOT / "capabilities" / "README.md"]
-README_MAX_LINES = 270  # issue 25: about 250 lines a user reads; the detail lives in docs/
+README_MAX_LINES = 279  # issue 32: under 280 lines a user reads; the detail lives in docs/
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")

@@ -365,6 +365,7 @@ class CoreParts(Protocol):
     task_listeners: list[Callable[[], None]]
     outboxes: dict[str, Outbox]  # the running front ends' (Core.running): messages without a user message
     mcp: Hub  # the MCP tool servers (their state for /status)
+    web_url: str | None  # where this process serves the web page on this machine (None: it does not)
 
 
 def app_version() -> str:
@@ -520,11 +521,17 @@ class Commands:
 
     async def web(self, inc: Incoming) -> str:
         """/web: a one-time link signing the speaker in to the web chat (core/web_signin.py); only in a private chat,
-        so the link is never shown in a group."""
+        so the link is never shown in a group. The terminal's user, at this machine, gets the local page's address
+        when no public one is set (or how to serve it)."""
         if inc.chat_kind != "private":
             return accounts.ONLY_IN_PRIVATE.format(command="/web")
+        base = self.core.settings.public_base_url
+        if base is None and inc.platform == "console":
+            base = self.core.web_url
+            if base is None:
+                return web_signin.NOT_SERVED
         user, _ = await conversations.identify(self.core.pool, inc, self.core.settings.DEFAULT_TIMEZONE)
-        return await web_signin.answer(self.core.pool, user, self.core.settings.public_base_url, self.core.clock())
+        return await web_signin.answer(self.core.pool, user, base, self.core.clock())
 
     async def unlink(self, inc: Incoming, identity: str) -> str:
         """/unlink platform:id: that identity leaves the speaker's account for an empty one of its own."""

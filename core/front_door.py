@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from core import api_tokens, journal
+from core import api_tokens, journal, web_signin
 from core.agent.llm import LLM
 from core.agent.loop import Limits, run_agent
 from core.agent.prompt import system_prompt
@@ -35,7 +35,14 @@ from core.commands import (
     dead_letter_lines,
     model_token,
 )
-from core.constants import ABANDONED_MARGIN, DUE_SOON, DUE_SOON_LINES, READY_DB_TIMEOUT_S, REFUSAL_EVERY_S
+from core.constants import (
+    ABANDONED_MARGIN,
+    DUE_SOON,
+    DUE_SOON_LINES,
+    READY_DB_TIMEOUT_S,
+    REFUSAL_EVERY_S,
+    WEB_LINK_TTL,
+)
 from core.inbox import Delivery, Handler, Inbox, Parse
 from core.mcp_servers import confirm as mcp_confirm
 from core.mcp_servers.config import environment, load_mcp_config
@@ -157,6 +164,7 @@ class Core:
         self._locks: dict[str, _ChatLock] = {}
         self.task_listeners: list[Callable[[], None]] = []
         self.outboxes: dict[str, Outbox] = {}  # the running front ends' (see running): messages nobody asked for here
+        self.web_url: str | None = None  # where this process serves the web page, on this machine (bot/ sets it)
         self.capabilities = manager.CapabilityManager(
             pool,
             self.registry,
@@ -264,6 +272,15 @@ class Core:
             return await api_tokens.create(self.pool, user, name, self.clock())
         except api_tokens.TokenRefused as e:
             return Error("token_refused", str(e))
+
+    async def signin_line(self, inc: Incoming, base_url: str) -> str | None:
+        """A line with a new one-time sign-in link of `inc`'s identity to the web page at `base_url` (`bot serve`
+        prints the terminal's); None when the identity may not use the bot."""
+        if not self.is_allowed(inc):
+            return None
+        user, _ = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
+        url = web_signin.link_url(base_url, await web_signin.new_link(self.pool, user, self.clock()))
+        return web_signin.SIGNIN_LINE.format(minutes=WEB_LINK_TTL.seconds // 60, url=url)
 
     def model_menu(self) -> tuple[tuple[str, str], ...]:
         """The buttons under /model: (the model's name, what its button carries for `command(inc, "model",

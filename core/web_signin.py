@@ -35,6 +35,11 @@ LINK_TEXT = (
     "Your sign-in link for the web chat:\n<{url}>\nIt expires in {minutes} minutes and works once: keep it to yourself."
 )
 NO_BASE_URL = "The web chat has no public address yet: the bot's operator must set PUBLIC_BASE_URL."
+SIGNIN_LINE = "The web page, signed in as you (this link works once, within {minutes} minutes): {url}"
+NOT_SERVED = (  # the terminal's /web while this process serves no web page
+    "No web page is served here: run `uv run bot serve` (it prints a sign-in link), or start the terminal chat with "
+    "PORT set (e.g. `PORT=8080 uv run bot`) and send /web again."
+)
 
 # The link is used by exactly one redeem (a concurrent one finds used_at set and gets nothing) and makes the sign-in
 # in the same statement.

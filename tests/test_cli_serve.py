@@ -186,7 +186,7 @@ async def test_bot_serve_listens_on_loopback_unless_deployed_publicly_and_says_w
         port = core.settings.PORT
         url = f"http://127.0.0.1:{port}"
         where = url if host == "127.0.0.1" else f"all interfaces, port {port}: {url}"
-        assert "".join(printed) == SERVING_LINE.format(where=where) + "\n"
+        assert "".join(printed).partition("\n")[0] == SERVING_LINE.format(where=where)
         assert listening_on(port) == host
         async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S) as client:
             assert (await client.get("/healthz")).status_code == 200
@@ -201,6 +201,87 @@ async def test_bot_serve_listens_on_loopback_unless_deployed_publicly_and_says_w
         else:
             serving.cancel()
         assert await asyncio.wait_for(serving, TIMEOUT_S) == 0
+
+
+async def test_bot_serve_prints_a_sign_in_link_for_the_terminals_user(
+    make_core: MakeCore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    core = make_core(PORT=str(free_port()), ALLOWED_USERS=f"telegram:{ANN}")  # not naming the terminal's user
+    printed: list[str] = []
+
+    def said() -> bool:
+        printed.append(capsys.readouterr().out)
+        return "".join(printed).count("\n") >= 2 or serving.done()
+
+    serving = asyncio.create_task(run_serve(core.settings, core))
+    try:
+        await until(said)
+        first, second = "".join(printed).splitlines()
+        url = f"http://127.0.0.1:{core.settings.PORT}"
+        assert first == SERVING_LINE.format(where=url)
+        found = re.fullmatch(rf"The web page, signed in as you \(.*10 minutes\): ({url}/signin\?code=([\w-]+))", second)
+        assert found, second
+        async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S) as client:
+            shown = await client.get(found[1])  # the sign-in page's button, as a /web link shows it
+            assert shown.status_code == 200 and f'value="{found[2]}"' in shown.text
+            signin = await client.post("/signin", data={"code": found[2]}, headers={"Sec-Fetch-Site": "same-origin"})
+            assert signin.status_code == 303, signin.text
+            me = await client.get("/v1/me")  # the client keeps the cookie
+            assert me.status_code == 200 and me.json()["identity"] == "console:local"
+    finally:
+        gc.unfreeze()
+        if "".join(printed).startswith("Serving"):
+            os.kill(os.getpid(), signal.SIGTERM)
+        else:
+            serving.cancel()
+        assert await asyncio.wait_for(serving, TIMEOUT_S) == 0
+
+
+async def test_the_terminal_chat_serves_the_page_with_port_set_and_web_signs_in_there(
+    db_dsn: str, fake_llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = {"DATABASE_URL": db_dsn, "LLM_BASE_URL": fake_llm.base_url, "PORT": str(port), "ALLOWED_USERS": "telegram:1"}
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "TELEGRAM_", "DISCORD_", "HOST"))}
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "bot"),
+        cwd=tmp_path,
+        env={**base, "PYTHONPATH": str(ROOT), **env},
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+    assert stdin is not None and stdout is not None and stderr is not None
+
+    async def line_with(pattern: str) -> re.Match[str]:
+        while True:
+            line = (await asyncio.wait_for(stdout.readline(), TIMEOUT_S)).decode()
+            assert line, f"the chat ended: {(await stderr.read()).decode()}"
+            if found := re.search(pattern, line):
+                return found
+
+    try:
+        url = f"http://127.0.0.1:{port}"
+        await line_with(re.escape(f"The web page: {url} (/web gives you a sign-in link)"))
+        stdin.write(b"/web\n")
+        await stdin.drain()
+        code = (await line_with(rf"<{re.escape(url)}/signin\?code=([\w-]+)>"))[1]
+        async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S) as client:
+            signin = await client.post("/signin", data={"code": code}, headers={"Sec-Fetch-Site": "same-origin"})
+            assert signin.status_code == 303, signin.text
+            me = await client.get("/v1/me")
+            assert me.status_code == 200 and me.json()["identity"] == "console:local"
+            assert (await client.get("/")).status_code == 200
+        stdin.close()  # the end of input leaves the chat, and the page stops with it
+        assert await asyncio.wait_for(proc.wait(), TIMEOUT_S) == 0
+        with pytest.raises(httpx.ConnectError):
+            async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S) as client:
+                await client.get("/healthz")
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 def test_serve_takes_host_and_port_from_the_command_line() -> None:

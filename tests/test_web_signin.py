@@ -20,7 +20,7 @@ from core.constants import WEB_LINK_LIVE, WEB_LINK_TTL, WEB_LOGIN_MAX_LIVE, WEB_
 from core.settings import SettingsError, load_settings
 from core.storage.db import Pool
 from core.types import Bearer
-from core.web_signin import NO_BASE_URL, authenticate, csrf_matches, redeem, sign_out
+from core.web_signin import NO_BASE_URL, NOT_SERVED, authenticate, csrf_matches, redeem, sign_out
 from tests.conftest import FakeClock, MakeCore
 from tests.helpers import incoming
 from tests.test_own_data import traces
@@ -191,6 +191,24 @@ async def test_web_without_a_public_address_says_what_the_operator_must_set(make
     assert await web(core, ann()) == NO_BASE_URL
     assert "PUBLIC_BASE_URL" in NO_BASE_URL and "\n" not in NO_BASE_URL
     assert await core.pool.fetchval("SELECT count(*) FROM web_links") == 0
+
+
+async def test_the_terminals_web_uses_the_local_page_or_says_how_to_serve_one(make_core: MakeCore) -> None:
+    from adapters.console import console_incoming
+
+    core = make_core(ALLOWED_USERS=f"telegram:{BOB_TG}")  # the terminal's user is allowed all the same
+    terminal = console_incoming("/web")
+    assert await web(core, terminal) == NOT_SERVED
+    assert "uv run bot serve" in NOT_SERVED and "PORT" in NOT_SERVED and "\n" not in NOT_SERVED
+    core.web_url = "http://127.0.0.1:8765"  # as bot/ sets it once it serves the page
+    found = LINK.search(await web(core, terminal))
+    assert found is not None and found.group(1).startswith("http://127.0.0.1:8765/signin?code=")
+    assert await redeem(core.pool, found.group(2), core.now()) is not None
+    assert await web(core, incoming("/web", user=BOB_TG)) == NO_BASE_URL, "a local address: the terminal's user's only"
+    public = make_core(PUBLIC_BASE_URL=BASE)
+    public.web_url = "http://127.0.0.1:8765"
+    found = LINK.search(await web(public, terminal))
+    assert found is not None and found.group(1).startswith(f"{BASE}/signin?code="), "the public address first"
 
 
 async def test_the_link_uses_the_webhooks_origin_unless_a_public_address_is_set(make_core: MakeCore) -> None:

@@ -390,27 +390,31 @@ async def test_commands_and_buttons_work_on_the_page_without_reloading(
     async with in_a_browser() as (page, problems):
         await page.goto(link)
         await page.get_by_role("button", name="Sign in").click()
-        await expect(page.locator("#memory")).to_contain_text("Name: Ann")
+        await expect(page.locator("#memory")).to_contain_text("Name: Ann", timeout=TURN_MS)
         await page.evaluate("window.stayed = true")  # gone if anything reloads the page
 
         # a command typed on the page is the command, and its answer stays when the page looks again
         made = await said(page, "/remind in 10 minutes Tea")
-        await expect(made).to_contain_text("⏰ #1 Tea")
-        await expect(page.locator("#tasks")).to_contain_text("Tea")
-        await expect(await said(page, "/tasks")).to_contain_text("#1 Tea")
+        await expect(made).to_contain_text("⏰ #1 Tea", timeout=TURN_MS)
+        await expect(page.locator("#tasks")).to_contain_text("Tea", timeout=TURN_MS)
+        await expect(await said(page, "/tasks")).to_contain_text("#1 Tea", timeout=TURN_MS)
         # what the memory panel tells the person to type works typed
-        await expect(await said(page, "/memory forget human 1")).to_contain_text("Forgot line 1 of [human]")
-        await expect(page.locator("#memory")).not_to_contain_text("Name: Ann")
-        await expect(page.locator("#memory")).to_contain_text("Likes: tea")
+        await expect(await said(page, "/memory forget human 1")).to_contain_text(
+            "Forgot line 1 of [human]", timeout=TURN_MS
+        )
+        await expect(page.locator("#memory")).not_to_contain_text("Name: Ann", timeout=TURN_MS)
+        await expect(page.locator("#memory")).to_contain_text("Likes: tea", timeout=TURN_MS)
 
         # Undo under /remind's answer
         await made.get_by_role("button", name="↩️ Undo").click()
-        await expect(made).to_contain_text("↩️ Undone: #1 Tea")
-        await expect(made.locator("button")).to_have_count(0)
-        await expect(page.locator("#tasks")).to_contain_text("no open tasks")
+        await expect(made).to_contain_text("↩️ Undone: #1 Tea", timeout=TURN_MS)
+        await expect(made.locator("button")).to_have_count(0, timeout=TURN_MS)
+        await expect(page.locator("#tasks")).to_contain_text("no open tasks", timeout=TURN_MS)
+        await page.evaluate("document.querySelectorAll('article').forEach((a) => { a.dataset.before = '1'; })")
         await page.evaluate("window.dispatchEvent(new Event('focus'))")  # the page reads the session again
-        await expect(page.locator("article.message.assistant")).to_have_count(3)
-        await expect(made).to_contain_text("↩️ Undone: #1 Tea")
+        await expect(page.locator("article[data-before]")).to_have_count(0, timeout=TURN_MS)  # drawn anew
+        await expect(page.locator("article.message.assistant")).to_have_count(3, timeout=TURN_MS)
+        await expect(made).to_contain_text("↩️ Undone: #1 Tea", timeout=TURN_MS)
 
         # a reminder delivered into the session has Done and Snooze
         await said(page, "/remind in 1 hour Stretch")
@@ -420,17 +424,17 @@ async def test_commands_and_buttons_work_on_the_page_without_reloading(
         assert await site.http.api.send_reminder(msg)
         await page.evaluate("window.dispatchEvent(new Event('focus'))")
         reminder = page.locator("article.message.reminder")
-        await expect(reminder.locator("button")).to_have_text(["✅ Done", "😴 10 min", "😴 1 h"])
+        await expect(reminder.locator("button")).to_have_text(["✅ Done", "😴 10 min", "😴 1 h"], timeout=TURN_MS)
         await reminder.get_by_role("button", name="😴 10 min").click()
-        await expect(reminder).to_contain_text("😴 Snoozed: Stretch — until 10:10")
-        await expect(reminder.locator("button")).to_have_count(0)
+        await expect(reminder).to_contain_text("😴 Snoozed: Stretch — until 10:10", timeout=TURN_MS)
+        await expect(reminder.locator("button")).to_have_count(0, timeout=TURN_MS)
         assert await page.evaluate("window.stayed === true"), "no reload"
         assert await pool.fetchval("SELECT due_at FROM tasks WHERE id = $1", task_id) > site.core.now()
 
         # after a reload the reminder still says what was done, and has no buttons
         await page.reload()
-        await expect(reminder).to_contain_text("😴 Snoozed: Stretch — until 10:10")
-        await expect(reminder.locator("button")).to_have_count(0)
+        await expect(reminder).to_contain_text("😴 Snoozed: Stretch — until 10:10", timeout=TURN_MS)
+        await expect(reminder.locator("button")).to_have_count(0, timeout=TURN_MS)
     assert problems == [], problems
     assert fake_llm.requests == [], "no command went to the model"
 

@@ -40,6 +40,7 @@ from core import (
 # the libraries' own INFO lines (connected, started, requests) stay out of a normal start; --debug shows them
 LIBRARY_LOGGERS = ("telegram", "httpx", "httpcore", "discord", "apscheduler", "aiohttp", "openai", "asyncio")
 WITHOUT_A_MODEL = "Running without a model (LLM_PROVIDER=none): commands, /remind, tasks and reminders only."
+NO_MODEL_YET = "No model set: commands and /remind only; to get answers, see “Choosing the model” in the README."
 VOICE_WARNING = "voice will NOT be supported"  # discord.py's warning at client start: the bot uses no voice
 
 
@@ -103,6 +104,16 @@ def terminal_chat(args: argparse.Namespace, settings: Settings) -> bool:
     """Whether this start opens the terminal chat: `bot` (or `bot run`) with no platform token."""
     no_platform = settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None
     return args.command in (None, "run") and no_platform
+
+
+def on_this_machine(args: argparse.Namespace, settings: Settings) -> bool:
+    """Whether only the person at this machine uses this start: the terminal chat, `bot token`, or `bot serve` on
+    loopback (a server others reach must not look healthy without its model)."""
+    if args.command == "serve":
+        from bot.web import ALL_INTERFACES, is_loopback  # the web server's libraries: only for `bot serve`, which loads them anyway
+
+        return is_loopback(settings.HOST or (ALL_INTERFACES if settings.public_base_url else "127.0.0.1"))
+    return args.command == "token" or terminal_chat(args, settings)
 
 
 def bot_version() -> str:
@@ -187,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         print(e, file=sys.stderr)
         return 2
     warn_of_unknown_names(settings, os.environ)
-    if terminal_chat(args, settings) and nothing_configured(settings):  # the chat opens; commands work, no answers
+    no_model_yet = on_this_machine(args, settings) and nothing_configured(settings)
+    if no_model_yet:  # the chat, the local page and `bot token` work; messages are answered with what to set
         settings = settings.model_copy(update={"LLM_PROVIDER": "none"})
     if (terminal_chat(args, settings) or text is not None) and "DEFAULT_TIMEZONE" not in settings.model_fields_set:
         settings = settings.model_copy(update={"DEFAULT_TIMEZONE": machine_zone()})  # the person is at this machine
@@ -195,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 2
-    if settings.model_off and args.command != "ask" and not terminal_chat(args, settings):  # the chat has a banner
-        print(WITHOUT_A_MODEL, file=sys.stderr)
+    if settings.model_off and args.command in ("run", "serve", None) and not terminal_chat(args, settings):
+        print(NO_MODEL_YET if no_model_yet else WITHOUT_A_MODEL, file=sys.stderr)  # the terminal chat has a banner
     debug = args.debug or settings.LOG_LEVEL == "DEBUG"
     configure_logging(log_level(settings, args.debug))
     try:

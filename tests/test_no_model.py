@@ -10,6 +10,9 @@ import signal
 import sys
 from pathlib import Path
 
+import httpx
+
+from bot.__main__ import NO_MODEL_YET
 from core import Error, Reminded
 from core.texts import NO_MODEL, NO_MODEL_HOW
 from tests.conftest import MakeCore
@@ -17,6 +20,7 @@ from tests.fake_openai import FakeOpenAI
 from tests.fake_telegram import FakeTelegram
 from tests.helpers import incoming, run
 from tests.test_console import ROOT, bot_cli
+from tests.test_web import free_port
 
 START_S = 30.0  # a bot process's start on a busy machine (imports, migrations; ~2 s quiet)
 
@@ -82,3 +86,45 @@ async def test_a_platform_token_and_no_model_still_stops_the_start(tmp_path: Pat
     code, out, err = await bot_cli("run", env={"TELEGRAM_BOT_TOKEN": "123:abc"}, cwd=tmp_path)
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("LLM_API_KEY: not set")
     assert list(tmp_path.iterdir()) == []  # nothing was started: no database, no data directory
+
+
+async def test_bot_token_and_the_local_page_work_before_a_model_is_set(db_dsn: str, tmp_path: Path) -> None:
+    env = {"DATABASE_URL": db_dsn, "DATA_DIR": str(tmp_path / "data")}
+    code, out, _ = await bot_cli("token", "laptop", env=env, cwd=tmp_path)
+    assert code == 0, out
+    secret = out.strip().splitlines()[-1]
+    port = free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "TELEGRAM_", "DISCORD_"))}
+    base.pop("DATABASE_URL", None)
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "bot", "serve", "--port", str(port)),
+        env={**base, "PYTHONPATH": str(ROOT), **env},
+        cwd=tmp_path,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        serving = (await asyncio.wait_for(proc.stdout.readline(), START_S)).decode()
+        assert serving.startswith(f"Serving the HTTP API on http://127.0.0.1:{port}"), serving
+        headers = {"Authorization": f"Bearer {secret}"}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=START_S) as c:
+            sid = (await c.post("/v1/sessions", json={})).json()["id"]
+            made = await c.post(f"/v1/sessions/{sid}/messages", json={"content": "/remind in 10 minutes Tea"})
+            assert made.status_code == 200 and "⏰ #1 Tea — " in made.text, made.text
+            said = await c.post(f"/v1/sessions/{sid}/messages", json={"content": "hello"})
+            assert NO_MODEL.split(":")[0] in said.text, said.text
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), START_S) == 0
+        printed = (await proc.stderr.read()).decode()
+        assert printed.count(NO_MODEL_YET) == 1 and "Traceback" not in printed
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_a_public_bot_serve_with_no_model_still_stops_the_start(tmp_path: Path) -> None:
+    code, out, err = await bot_cli("serve", "--host", "0.0.0.0", env={}, cwd=tmp_path)
+    assert code == 2 and out == "" and err.startswith("LLM_API_KEY: not set") and err.count("\n") == 1

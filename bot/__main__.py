@@ -110,7 +110,7 @@ def on_this_machine(args: argparse.Namespace, settings: Settings) -> bool:
     """Whether only the person at this machine uses this start: the terminal chat, `bot token`, or `bot serve` on
     loopback (a server others reach must not look healthy without its model)."""
     if args.command == "serve":
-        from bot.web import ALL_INTERFACES, is_loopback  # the web server's libraries: only for `bot serve`, which loads them anyway
+        from bot.web import ALL_INTERFACES, is_loopback  # the web server: only for `bot serve`, which loads it anyway
 
         return is_loopback(settings.HOST or (ALL_INTERFACES if settings.public_base_url else "127.0.0.1"))
     return args.command == "token" or terminal_chat(args, settings)

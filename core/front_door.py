@@ -734,7 +734,8 @@ class Core:
             return
         if self.settings.model_off:  # LLM_PROVIDER=none, or the terminal before a model is set: stored, not answered
             meter.close()
-            note = Error("no_model", NO_MODEL + (NO_MODEL_HOW if admin else ""), turn_id)
+            operator = admin or inc.platform == "console"  # the person at this machine, also on its local page
+            note = Error("no_model", NO_MODEL + (NO_MODEL_HOW if operator else ""), turn_id)
             await writes.fail(note)
             yield note
             return

@@ -114,7 +114,7 @@ async def test_bot_token_and_the_local_page_work_before_a_model_is_set(db_dsn: s
             made = await c.post(f"/v1/sessions/{sid}/messages", json={"content": "/remind in 10 minutes Tea"})
             assert made.status_code == 200 and "⏰ #1 Tea — " in made.text, made.text
             said = await c.post(f"/v1/sessions/{sid}/messages", json={"content": "hello"})
-            assert NO_MODEL.split(":")[0] in said.text, said.text
+            assert NO_MODEL.split(":")[0] in said.text and "Choosing the model" in said.text, said.text  # the operator
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), START_S) == 0
         printed = (await proc.stderr.read()).decode()

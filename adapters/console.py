@@ -13,6 +13,7 @@ from typing import TextIO
 
 from core import (
     Assistant,
+    Buttons,
     CommandName,
     Core,
     Error,
@@ -149,7 +150,7 @@ async def command(
     if isinstance(answer, FileAnswer):
         path = save_file(core.settings.DATA_DIR / EXPORTS, answer)
         return show(prefix, f"{answer.text}\n\nSaved to `{path}`.")
-    if isinstance(answer, Reminded):  # no buttons here: /tasks lists it, the model can change or delete it
+    if isinstance(answer, Reminded | Buttons):  # no buttons here: the text says what to type instead
         return show(prefix, answer.text)
     return render(answer, core.settings, show, prefix) if isinstance(answer, Error) else show(prefix, answer or "")
 

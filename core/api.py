@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from core import api_tokens, sessions, web_signin
 from core.api_tokens import Bearer
+from core.buttons import Buttons
 from core.commands import CommandArgs, CommandName, TypedCommand, typed_command
 from core.memory.blocks import DESCRIPTIONS
 from core.memory.show_and_erase import memory_overview
@@ -298,6 +299,8 @@ class Api:
         answer = await self.core.command(inc, name, args, must_answer=True)
         if isinstance(answer, FileAnswer):
             return f"{answer.text}\n\n{FILE_ELSEWHERE}"
+        if isinstance(answer, Buttons):  # a confirmation or a choice: the API's caller types it (the text says how)
+            return answer.text
         return answer or ""
 
     async def press(

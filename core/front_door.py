@@ -21,19 +21,14 @@ from core.agent.replay import build_replay
 from core.capabilities import manager
 from core.commands import (
     COMMAND,
-    HELP,
-    HELP_NO_MODEL,
-    RESET_DONE,
-    STEPS_GONE,
-    STEPS_NOT_YOURS,
+    UNKNOWN_COMMAND,
+    Answer,
+    Ask,
     CommandArgs,
     CommandName,
-    Commands,
     StatusBoard,
     app_version,
     chosen_model,
-    dead_letter_lines,
-    model_token,
 )
 from core.constants import (
     ABANDONED_MARGIN,
@@ -46,7 +41,7 @@ from core.constants import (
 from core.inbox import Delivery, Handler, Inbox, Parse
 from core.mcp_servers import confirm as mcp_confirm
 from core.mcp_servers.config import environment, load_mcp_config
-from core.mcp_servers.hub import MCP_ADMINS_ONLY, Hub
+from core.mcp_servers.hub import Hub
 from core.media import intake, speaking
 from core.media import store as media_store
 from core.media.audio import Audio
@@ -57,18 +52,15 @@ from core.memory.blocks import render_prompt_section
 from core.memory.embeddings import Embedder
 from core.memory.tools import SAVE_FILE, memory_tools
 from core.metrics import Metrics
-from core.own_data import FileAnswer
-from core.remind import Asker, Reminded, remind
 from core.reminders.buttons import UNDO, press
 from core.reminders.engine import Outbox, ReminderEngine
 from core.reminders.scheduler import ReminderScheduler
-from core.reminders.when import languages_of
 from core.sessions import API as API_PLATFORM
 from core.settings import Settings
 from core.storage import conversations, fleet, refusals
 from core.storage.db import Pool
 from core.storage.retention import pruning
-from core.texts import NO_MODEL, NO_MODEL_HOW, RESTARTING
+from core.texts import NO_MODEL, NO_MODEL_HOW, RESTARTING, STEPS_GONE, STEPS_NOT_YOURS
 from core.textsafe import clean_json, strip_nul
 from core.timeutil import Clock, system_clock, zone
 from core.tools.framework import Caps, Tool, ToolContext, ToolRegistry
@@ -86,7 +78,7 @@ from core.types import (
     ToolResult,
     TurnSteps,
 )
-from core.usage import BUDGET_ADMINS_ONLY, Spending
+from core.usage import Spending
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +172,6 @@ class Core:
         self._hurry = asyncio.Event()  # set by hurry(): drain() stops waiting
         self.status_board = StatusBoard()  # adapters report into it; /status shows it
         self.metrics = metrics if metrics is not None else Metrics()  # bot/ passes the process's (also the LLM's)
-        self._commands = Commands(self)
         self.process_id = fleet.new_process_id()  # in /status and in the inbox leases it holds
         self.inbox = Inbox(pool, self.process_id, self.metrics)  # platform updates, stored before acknowledged
         # voice notes: transcription (and speech) at the model's server or TRANSCRIPTION_BASE_URL (core/media/audio.py)
@@ -190,78 +181,18 @@ class Core:
 
     async def command(
         self, inc: Incoming, name: CommandName, args: CommandArgs | str = "", *, must_answer: bool = False
-    ) -> str | FileAnswer | Reminded | Error | None:
+    ) -> Answer | Error | None:
         """Answer a command of the catalogue (COMMANDS) without the LLM: its Markdown text (for /export a FileAnswer,
         always sent privately; for a reminder /remind made a Reminded, shown with an Undo button), or for a user who
         may not use the bot the refusal (None when already given in this chat within the hour, unless `must_answer`:
         a slash command or button always gets one). `args`: the options by name, or the text typed after it."""
         if not self.is_allowed(inc):
             return Error("not_allowed", self.refusal_text(inc)) if must_answer else await self.refusal(inc)
-        options = COMMAND[name].parse(strip_nul(args)) if isinstance(args, str) else clean_json(args)
-        if name == "remind":  # core/reminders/remind.py: no model call
-            user, chat = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
-            asker = Asker(user, chat, languages_of(inc.language))
-            per_minute = self.settings.USER_MESSAGES_PER_MINUTE
-            return await remind(self.pool, asker, options, self.clock, self.caps, per_minute, self._tasks_changed)
-        if name == "tasks":
-            return await self._commands.tasks(inc)
-        if name == "timezone":
-            return await self._commands.timezone(inc, options.get("zone", ""))
-        if name == "status":
-            spend = (
-                [await self.spending.status_line(), *await dead_letter_lines(self.pool)] if self.is_admin(inc) else []
-            )
-            return await self._commands.status(self.status_board, inc, spend)
-        if name == "usage":  # core/usage.py
-            user, _ = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
-            return await self.spending.report(user)
-        if name == "budget":
-            if not self.is_admin(inc):
-                return BUDGET_ADMINS_ONLY
-            return await self.spending.set_budget(options.get("identity", ""), options.get("tokens", ""))
-        if name == "mcp":  # core/mcp_servers/hub.py
-            action = options.get("action", "").lower()
-            if action in ("connect", "disconnect"):  # anyone's own account at a per_person server
-                user, _ = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
-                return await self.mcp.personal(
-                    action,
-                    options.get("server", ""),
-                    account_id=user.account_id,
-                    identity=inc.user_key,
-                    is_admin=self.is_admin(inc),
-                    private=inc.chat_kind == "private",
-                    base_url=self.settings.public_base_url,
-                )
-            if action == "allow":  # anyone: a call waiting for their OK (core/mcp_servers/confirm.py)
-                ref = options.get("server", "")
-                if not (ref.isdecimal() and len(ref) < 19):
-                    return mcp_confirm.USAGE
-                return (await self.allow_mcp(inc, int(ref)))[1]
-            if not self.is_admin(inc):
-                return MCP_ADMINS_ONLY
-            return await self.mcp.command(action, options.get("server", ""))
-        if name == "model":
-            return await self._commands.model(inc, options)
-        if name == "voice":  # core/media/speaking.py
-            return await self._commands.voice(inc, options.get("state", ""), self.audio)
-        if name == "memory":
-            return await self._commands.memory(inc, options)
-        if name == "export":
-            return await self._commands.export(inc)
-        if name == "forget_me":
-            return await self._commands.forget_me(inc, options)
-        if name == "link":  # /link [CODE], /unlink platform:id: core/accounts.py
-            return await self._commands.link(inc, options.get("code", ""))
-        if name == "unlink":
-            return await self._commands.unlink(inc, options.get("identity", ""))
-        if name == "token":  # core/api_tokens.py
-            return await self._commands.token(inc, options)
-        if name == "web":  # core/web_signin.py
-            return await self._commands.web(inc)
-        if name == "reset":
-            await self.reset(inc)
-            return RESET_DONE
-        return HELP_NO_MODEL if self.settings.model_off else HELP
+        command = COMMAND.get(name)
+        if command is None:  # a forged button's command
+            return Error("unknown_command", UNKNOWN_COMMAND.format(word=f"/{name}"[:40]))
+        options = command.parse(strip_nul(args)) if isinstance(args, str) else clean_json(args)
+        return await command.run(Ask(inc, options, self))
 
     async def new_api_token(self, inc: Incoming, name: str) -> str | Error:
         """A new API token of `inc`'s identity (`bot token`): its secret, shown once, or the line saying why not."""
@@ -281,13 +212,6 @@ class Core:
         user, _ = await conversations.identify(self.pool, inc, self.settings.DEFAULT_TIMEZONE)
         url = web_signin.link_url(base_url, await web_signin.new_link(self.pool, user, self.clock()))
         return web_signin.SIGNIN_LINE.format(minutes=WEB_LINK_TTL.seconds // 60, url=url)
-
-    def model_menu(self) -> tuple[tuple[str, str], ...]:
-        """The buttons under /model: (the model's name, what its button carries for `command(inc, "model",
-        {"choice": …})`); none when only the default is on offer."""
-        if len(self.models) < 2:
-            return ()
-        return tuple((c.name, model_token(i, c)) for i, c in enumerate(self.models))
 
     async def press_reminder(self, inc: Incoming, task_id: int, action: str) -> tuple[bool, str]:
         """A Done / Snooze button (or Undo under /remind's answer) pressed by `inc`'s user: (whether it took effect,

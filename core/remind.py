@@ -8,9 +8,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from core.buttons import Button, OnTask
 from core.reminders import recurrence
+from core.reminders.buttons import UNDO
 from core.reminders.when import Understood, understand, understand_parts
 from core.storage.db import Pool
+from core.texts import REMINDER_BUTTON_LABELS
 from core.timeutil import Clock, zone
 from core.tools.framework import Caps, ToolContext, ToolError
 from core.tools.tasks import ManageTasksParams, manage_tasks
@@ -26,6 +29,11 @@ class Reminded:
 
     text: str
     task_id: int
+
+    @property
+    def rows(self) -> tuple[tuple[Button, ...], ...]:
+        """Its one button: ↩️ Undo."""
+        return ((Button(REMINDER_BUTTON_LABELS[UNDO], OnTask(UNDO, self.task_id)),),)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 
 from adapters.telegram import TelegramAdapter
+from core import Buttons
 from core.accounts import NOT_LINKED, UNLINK_BUSY
 from core.capabilities.runtime import CapabilityQueryError, run_query
 from core.commands import CommandArgs, CommandName
@@ -30,6 +31,7 @@ from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram
 from tests.helpers import answer, final, incoming, run, tool_messages, tool_names
+from tests.test_model_choice import choices_of
 
 CODE = re.compile(r"\b([2-9A-Z]{4}-[2-9A-Z]{4})\b")
 
@@ -496,12 +498,13 @@ async def test_planted_instructions_find_no_tool_for_linking_budgets_or_own_data
 async def test_model_switches_only_to_a_listed_model_whatever_is_forged(make_core: MakeCore, pool: Pool) -> None:
     core = make_core(LLM_MODELS="fake-big")
     ann = tg()
-    [(_, default), (_, big)] = core.model_menu()
+    [default, big] = await choices_of(core)
     stale = "That button is out of date (the models on offer changed): send /model to see them."
     check = big.split(":")[1]
     for forged in ("2:" + check, "99999999999999999999:" + check, "-1:" + check, "١:" + check, "1:00000000", "1", ""):
         got = await core.command(ann, "model", {"choice": forged})
-        assert got == stale or (forged == "" and str(got).startswith("Your model: **fake-model**")), forged
+        shown = got.text if isinstance(got, Buttons) else got  # "": no choice, so the list with its buttons
+        assert shown == stale or (forged == "" and str(shown).startswith("Your model: **fake-model**")), forged
     for name in ("groq:llama-3.3-70b-versatile", "openai:fake-big", "ollama:qwen2.5:7b", "fake", "big", "*"):
         assert str(await core.command(ann, "model", {"name": name})).startswith(f"`{name}` is not a model on offer")
     assert await pool.fetchval("SELECT count(*) FROM accounts WHERE model IS NOT NULL") == 0

@@ -16,13 +16,12 @@ import yarl
 from adapters.discord.adapter import DiscordAdapter
 from adapters.discord.limits import DISCORD_IDENTIFY_SPACING_S, DISCORD_READY_TIMEOUT_S
 from core import CUT_SHORT, FAILED, TEXT_ONLY
-from core.commands import STEPS_GONE, STEPS_NOT_YOURS
 from core.front_door import Core
 from core.reminders.engine import DeliveryRefused, ReminderEngine
 from core.reminders.messages import ReminderMessage
 from core.settings import EXIT_CONFIG, EXIT_UNREACHABLE, SettingsError, StartupError
 from core.storage.db import Pool
-from core.texts import RESTARTING
+from core.texts import RESTARTING, STEPS_GONE, STEPS_NOT_YOURS
 from core.types import Incoming
 from tests.conftest import FakeClock, MakeCore, MakeSettings
 from tests.fake_discord import FakeDiscord

@@ -68,7 +68,7 @@ def dc(user: str = "200", name: str = "ann#0", **kw: Any) -> Incoming:
 
 async def say(core: Core, inc: Incoming, name: str, arg: str = "") -> str:
     """A command's text answer."""
-    got = await core.command(inc, name, arg)  # type: ignore[arg-type]
+    got = await core.command(inc, name, arg)
     assert isinstance(got, str), got
     return got
 

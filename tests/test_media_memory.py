@@ -8,6 +8,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from core.buttons import Buttons
 from core.constants import ARCHIVAL_CONTENT_CHARS
 from core.memory.tools import SAVE_FILE, file_chunks
 from core.storage.db import Pool
@@ -63,7 +64,7 @@ async def test_save_it_to_memory_puts_the_whole_file_into_archival_memory(
     assert await pool.fetchval("SELECT count(*) FROM archival_memory") == len(rows), "saved twice: stored once"
 
     ask = await core.command(incoming("/memory wipe", user="80"), "memory", "wipe")
-    assert isinstance(ask, str) and f"{len(rows)} archival entries, plus 2 files you sent" in ask
+    assert isinstance(ask, Buttons) and f"{len(rows)} archival entries, plus 2 files you sent" in ask.text
     done = await core.command(incoming("/memory wipe confirm", user="80"), "memory", "wipe confirm")
     assert isinstance(done, str) and "plus 2 files you sent" in done
     assert await pool.fetchval("SELECT count(*) FROM attachments") == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core import MEMORY_WIPE_CONFIRM, CommandArgs, Core, Error, Incoming
+from core import MEMORY_WIPE_CONFIRM, Buttons, CommandArgs, Confirm, Core, Error, Incoming
 from core.commands import HELP
 from core.memory.blocks import Block, store
 from core.memory.search import insert_archival
@@ -31,8 +31,11 @@ async def remember(
 
 
 async def memory(core: Core, inc: Incoming, arg: CommandArgs | str = "") -> str:
-    """The text /memory answers (an allowed user always gets one)."""
+    """The text /memory answers (an allowed user always gets one; a wipe's question comes with its button)."""
     answer = await core.command(inc, "memory", arg, must_answer=True)
+    if isinstance(answer, Buttons):
+        assert [b.press for row in answer.rows for b in row] == [Confirm("memory", MEMORY_WIPE_CONFIRM, inc.user_id)]
+        return answer.text
     assert isinstance(answer, str), answer
     return answer
 

@@ -13,7 +13,7 @@ import pytest
 from adapters import console
 from adapters.discord.adapter import DiscordAdapter
 from adapters.telegram import TelegramAdapter
-from core import config_problem
+from core import Buttons, Confirm, config_problem
 from core.agent.llm import LLM
 from core.agent.providers import PROVIDERS, ProviderInfo
 from core.front_door import Core
@@ -85,6 +85,13 @@ def test_other_providers_keys_are_secrets(make_settings: MakeSettings) -> None:
     assert settings.provider_key("llm") is None  # never LLM_API_KEY through a made-up provider name
 
 
+async def choices_of(core: Core) -> list[str]:
+    """What the buttons under /model's list carry (the models' choices), as the chats show them."""
+    listed = await core.command(incoming("/model"), "model", "")
+    presses = [b.press for row in listed.rows for b in row] if isinstance(listed, Buttons) else []
+    return [p.args["choice"] for p in presses if isinstance(p, Confirm)]
+
+
 async def test_the_command_line_refuses_a_pair_without_its_key(tmp_path: Path) -> None:
     env = {"LLM_API_KEY": "sk-test", "LLM_MODELS": "gpt-4o,anthropic:claude-sonnet-4-5"}
     rc, out, err = await bot_cli("ask", "hi", env=env, cwd=tmp_path)
@@ -104,14 +111,15 @@ async def test_without_llm_models_switching_is_not_offered(build: Any) -> None:
     assert text == (
         "Answers come from **fake-model**; this bot offers no other models (its operator lists them in LLM_MODELS)."
     )
-    assert core.model_menu() == ()
+    assert await choices_of(core) == []  # no buttons: nothing to choose
 
 
 async def test_model_lists_switches_and_the_next_answer_names_it(build: Any, fake_llm: FakeOpenAI) -> None:
     core = build()
     ann = incoming("/model", user="100")
-    shown = await core.command(ann, "model", "")
-    assert isinstance(shown, str)
+    listed = await core.command(ann, "model", "")
+    assert isinstance(listed, Buttons)  # the list, and a button per model under it
+    shown = listed.text
     assert shown.splitlines() == [
         "Your model: **fake-model** (the default).",
         "On offer:",
@@ -191,7 +199,9 @@ async def test_a_model_the_operator_removed_falls_back_to_the_default(build: Any
     fake_llm.script(Reply(text="default answer"))
     assert answer(await run(core, incoming("hello", message_id="1"))).text == "default answer"
     assert models_named(fake_llm) == ["fake-model"]
-    shown = str(await core.command(ann, "model", ""))
+    listed = await core.command(ann, "model", "")
+    assert isinstance(listed, Buttons)
+    shown = listed.text
     assert shown.splitlines()[:2] == [
         "Your model: **fake-model** (the default).",
         "You picked fake-big, which is no longer on offer, so the default answers you.",
@@ -203,7 +213,7 @@ async def test_a_model_the_operator_removed_falls_back_to_the_default(build: Any
 
 async def test_a_button_of_a_changed_list_is_one_line(build: Any) -> None:
     core = build()
-    [_, (_, big), _] = core.model_menu()
+    [_, big, _] = await choices_of(core)
     ann = incoming("/model")
     assert await core.command(ann, "model", {"choice": big}) == (
         "Done — **fake-big** answers you from now on, on every platform you linked."

@@ -18,7 +18,7 @@ import pytest
 from adapters import console
 from adapters.discord.adapter import DiscordAdapter
 from adapters.telegram import TelegramAdapter
-from core import FORGET_ME_CONFIRM, SENT_PRIVATELY, CommandName, Core, Error, FileAnswer, Incoming
+from core import FORGET_ME_CONFIRM, SENT_PRIVATELY, Buttons, CommandName, Core, Error, FileAnswer, Incoming
 from core.commands import HELP
 from core.memory.blocks import Block, store
 from core.memory.search import insert_archival
@@ -218,8 +218,10 @@ async def test_forget_me_asks_then_leaves_no_row_of_the_person_in_any_table(
     bob_before = tables_of(await traces(core.pool, [BOB_WORDS], []))
     bob_id = await core.pool.fetchval("SELECT id FROM users WHERE platform_user_id = $1", str(BOB_TG))
     assert await traces(core.pool, ANN_NEEDLES, [ANN_ID, ANN_DC_ID])
-    ask = await core.command(ann("/forget_me"), "forget_me", "", must_answer=True)
-    assert isinstance(ask, str) and "cannot be undone" in ask and "/forget_me confirm" in ask
+    asked = await core.command(ann("/forget_me"), "forget_me", "", must_answer=True)
+    assert isinstance(asked, Buttons) and len(asked.rows) == 1  # with its "Yes, delete everything" button
+    ask = asked.text
+    assert "cannot be undone" in ask and "/forget_me confirm" in ask
     assert "2 identities, 6 stored messages, 1 task, 2 memory lines and 1 archival note" in ask
     assert f"telegram:{ANN_TG}, discord:{ANN_DC}" in ask
     assert await core.pool.fetchval("SELECT count(*) FROM users WHERE account_id = $1", ANN_ID) == 2  # only asked

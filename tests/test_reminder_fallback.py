@@ -13,7 +13,8 @@ import pytest
 
 from adapters.discord.adapter import DiscordAdapter
 from adapters.telegram import TelegramAdapter
-from core.commands import Commands
+from core.commands import Ask
+from core.commands.tasks import tasks as tasks_answer
 from core.front_door import Core
 from core.reminders import queries
 from core.reminders.engine import DeliveryRefused, Outbox, ReminderEngine
@@ -273,7 +274,7 @@ async def test_no_linked_private_chat_fails_as_before(
     assert row["status"] == "failed" and row["error"] == BLOCKED_TEXT
     assert [m.chat_id for m in tg.calls] == ["100"] and dc.calls == []
     assert await chat_of_task(pool) == ("telegram", "100")
-    tasks = await Commands(core).tasks(incoming("/tasks"))
+    tasks = await tasks_answer(Ask(incoming("/tasks"), {}, core))
     assert "could not be delivered" in tasks and BLOCKED_TEXT in tasks
 
 

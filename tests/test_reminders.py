@@ -9,7 +9,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from core.commands import Commands, StatusBoard
+from core.commands import Ask, StatusBoard, status_text
+from core.commands.tasks import tasks as tasks_answer
+from core.commands.tasks import timezone as timezone_answer
 from core.front_door import Core
 from core.reminders.buttons import press
 from core.reminders.engine import DeliveryRefused, ReminderEngine
@@ -371,9 +373,9 @@ async def test_no_adapter_yet_is_retried_and_survives_a_restart(
     assert await engine(pool, clock, None).tick() == 0  # the Telegram adapter is not running yet
     row = await occurrence(pool)
     assert row["status"] == "claimed" and "no telegram adapter is running" in row["error"]
-    status = await Commands(core).status(StatusBoard())
+    status = await status_text(core, StatusBoard())
     assert "reminders being retried: 1" in status and "failed" not in status
-    tasks = await Commands(core).tasks(incoming("/tasks"))
+    tasks = await tasks_answer(Ask(incoming("/tasks"), {}, core))
     assert "Reminders not sent yet" in tasks and "no telegram adapter is running" in tasks
     clock.advance(seconds=5)
     out = Outbox()
@@ -388,13 +390,13 @@ async def test_a_retry_of_a_task_done_or_snoozed_meanwhile_is_neither_sent_nor_l
     out = Outbox(fail_first=1)
     eng = engine(pool, clock, out)
     assert await eng.tick() == 0  # the first attempt failed: retrying
-    assert "reminders being retried: 1" in await Commands(core).status(StatusBoard())
+    assert "reminders being retried: 1" in await status_text(core, StatusBoard())
     ok, _ = await press(pool, clock, platform="telegram", presser_id="100", task_id=1, action="snooze10")
     assert ok
     clock.advance(seconds=5)
     assert await eng.tick() == 0 and out.calls == 1  # the old time is not retried after the snooze
-    assert "Reminders not sent yet" not in await Commands(core).tasks(incoming("/tasks"))
-    assert "being retried" not in await Commands(core).status(StatusBoard())
+    assert "Reminders not sent yet" not in await tasks_answer(Ask(incoming("/tasks"), {}, core))
+    assert "being retried" not in await status_text(core, StatusBoard())
     clock.advance(minutes=10)
     assert await eng.tick() == 1 and out.sent[0].text.startswith("⏰ Call Bob")  # the snoozed time is sent
 
@@ -415,10 +417,10 @@ async def test_refusal_ends_it_as_failed_shown_in_tasks_and_status(
     assert await pool.fetchval("SELECT due_at FROM tasks") == datetime(2026, 11, 22, 10, 30, tzinfo=UTC)
     clock.advance(minutes=10)
     assert await eng.tick() == 0 and out.calls == 1
-    tasks = await Commands(core).tasks(incoming("/tasks"))
+    tasks = await tasks_answer(Ask(incoming("/tasks"), {}, core))
     assert "could not be delivered" in tasks and "Forbidden: bot was blocked by the user" in tasks
     # counted from the database: a fresh process (empty board) still shows it
-    assert "failed reminder deliveries (7 days): 1" in await Commands(core).status(StatusBoard())
+    assert "failed reminder deliveries (7 days): 1" in await status_text(core, StatusBoard())
 
 
 async def test_grace_window_ends_retries_visibly(
@@ -455,9 +457,9 @@ async def test_grace_window_ends_retries_visibly(
         hourly is not None and hourly["status"] == "failed" and hourly["error"].startswith("not delivered within 1 h")
     )
     assert hourly["due_at"] == datetime(2026, 11, 21, 14, 0, tzinfo=UTC)
-    tasks = await Commands(core).tasks(incoming("/tasks"))
+    tasks = await tasks_answer(Ask(incoming("/tasks"), {}, core))
     assert "#2 Hourly — was due Sat 21 Nov 11:00 UTC: not delivered within 1 h" in tasks
-    assert "failed reminder deliveries (7 days): 2" in await Commands(core).status(StatusBoard())
+    assert "failed reminder deliveries (7 days): 2" in await status_text(core, StatusBoard())
 
 
 async def test_retry_times_get_date_jobs(
@@ -620,11 +622,11 @@ async def test_daily_follows_a_zone_change_between_occurrences(
     clock.now = datetime(2026, 11, 21, 11, 0, 5, tzinfo=UTC)  # 12:00 in Berlin
     assert await eng.tick() == 1
     assert await pool.fetchval("SELECT due_at FROM tasks") == datetime(2026, 11, 22, 11, 0, tzinfo=UTC)
-    answer_text = await Commands(core).timezone(incoming("/timezone"), "America/New_York")
+    answer_text = await timezone_answer(Ask(incoming("/timezone"), {"zone": "America/New_York"}, core))
     assert "America/New_York" in answer_text
     # the next one is 12:00 in New York (17:00 UTC, today there), computed and shown there
     assert await pool.fetchval("SELECT due_at FROM tasks") == datetime(2026, 11, 21, 17, 0, tzinfo=UTC)
-    assert "Sat 21 Nov 12:00 EST" in await Commands(core).tasks(incoming("/tasks"))
+    assert "Sat 21 Nov 12:00 EST" in await tasks_answer(Ask(incoming("/tasks"), {}, core))
     clock.now = datetime(2026, 11, 21, 17, 0, 5, tzinfo=UTC)
     assert await eng.tick() == 1
     assert out.sent[1].text == "⏰ Meds — due 12:00"

@@ -231,7 +231,8 @@ async def test_a_failing_button_handler_is_logged_and_the_chat_told(
 ) -> None:
     allowed_errors.append("Telegram handler failed")
     [shown] = await after_a_normal_turn(tg, fake_llm)
-    tg.push_update(tg.callback_update("rem:done:not-a-task", message=shown))
+    tg.fail_next("answerCallbackQuery", status=400, description="Bad Request: the handler's call fails")
+    tg.push_update(tg.callback_update("rem:done:1", message=shown))
     [failed] = (await tg.wait_sent(2))[1:]
     assert failed["text"].startswith("Sorry, something went wrong on my side")
     assert any(r.getMessage() == "Telegram handler failed" and r.exc_info for r in caplog.records)

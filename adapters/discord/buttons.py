@@ -15,25 +15,42 @@ from adapters.discord.limits import DISCORD_BUTTON_LABEL, DISCORD_MESSAGE_LIMIT
 from adapters.discord.render import steps_text, with_steps, without_steps
 from adapters.discord.send import NO_MENTIONS, note, view
 from core import (
-    FORGET_LABEL,
-    FORGET_ME_CONFIRM,
+    CONFIRM_IDS,
     HIDE_STEPS,
-    MEMORY_WIPE_CONFIRM,
     MODEL_NOT_YOURS,
     NOT_YOUR_BUTTON,
     NOT_YOUR_FORGET,
+    NOT_YOUR_PRESS,
     REMINDER_BUTTON_LABELS,
     SHOW_STEPS,
-    WIPE_LABEL,
+    Allow,
+    Button,
+    ButtonStyle,
     CommandArgs,
     CommandName,
+    Confirm,
     Core,
     Error,
+    OnTask,
+    ShowSteps,
+    pack,
     summary_line,
+    unpack,
 )
 
 WIPE_HOW = "use /memory action:wipe"  # how a person asks for their own wipe on Discord
 FORGET_HOW = "use /forget_me"  # how a person asks to delete their own data on Discord
+NOT_YOURS = {  # what someone else pressing a person's confirmation or choice is told
+    "memory": NOT_YOUR_BUTTON.format(how=WIPE_HOW),
+    "forget_me": NOT_YOUR_FORGET.format(how=FORGET_HOW),
+    "model": MODEL_NOT_YOURS,
+}
+STYLES = {
+    "primary": discord.ButtonStyle.primary,
+    "secondary": discord.ButtonStyle.secondary,
+    "success": discord.ButtonStyle.success,
+    "danger": discord.ButtonStyle.danger,
+}
 
 
 def _owner(interaction: discord.Interaction) -> Owner:
@@ -51,7 +68,7 @@ class StepsButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"ste
                 label=HIDE_STEPS if shown else SHOW_STEPS,
                 emoji="🔧",
                 style=discord.ButtonStyle.secondary,
-                custom_id=f"steps:{turn_id}{':shown' if shown else ''}",
+                custom_id=pack(ShowSteps(turn_id, shown)),
             )
         )
         self.turn_id, self.shown = turn_id, shown
@@ -79,7 +96,7 @@ class ReminderButton(
         """The Done or Snooze button of one task."""
         style = discord.ButtonStyle.success if action == "done" else discord.ButtonStyle.secondary
         label = REMINDER_BUTTON_LABELS[action]
-        super().__init__(discord.ui.Button(label=label, style=style, custom_id=f"rem:{action}:{task_id}"))
+        super().__init__(discord.ui.Button(label=label, style=style, custom_id=pack(OnTask(action, task_id))))
         self.action, self.task_id = action, task_id
 
     @classmethod
@@ -95,83 +112,30 @@ class ReminderButton(
         await owner.guard(interaction, press_reminder(owner.core, interaction, self.action, self.task_id))
 
 
-class WipeButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"mem:wipe:(?P<owner>\d+)"):
-    """The wipe confirmation under /memory action:wipe; the custom id names who it was offered to (a press by
-    anyone else does nothing: the core always acts on the presser's own memory)."""
+class ConfirmButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=CONFIRM_IDS):
+    """A confirmation or a choice under a command's answer (wipe my memory, delete everything, a model): the custom
+    id carries the command, its options and who it was offered to (a press by anyone else does nothing)."""
 
-    def __init__(self, owner_id: int) -> None:
+    def __init__(self, label: str, press: Confirm, style: ButtonStyle = "secondary") -> None:
         """The button for one person."""
         super().__init__(
-            discord.ui.Button(label=WIPE_LABEL, style=discord.ButtonStyle.danger, custom_id=f"mem:wipe:{owner_id}")
+            discord.ui.Button(label=label[:DISCORD_BUTTON_LABEL], style=STYLES[style], custom_id=pack(press))
         )
-        self.owner_id = owner_id
+        self.press = press
 
     @classmethod
     async def from_custom_id(
         cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
-    ) -> WipeButton:
+    ) -> ConfirmButton:
         """Rebuild the button from a pressed custom id."""
-        return cls(int(match["owner"]))
+        press = unpack(match[0])
+        assert isinstance(press, Confirm)  # the template only matches a Confirm's forms
+        return cls(getattr(item, "label", None) or "", press)
 
     async def callback(self, interaction: discord.Interaction) -> None:
-        """Wipe the presser's memory when it is theirs to wipe."""
+        """Run the command again with the button's options when its person pressed it."""
         owner = _owner(interaction)
-        await owner.guard(interaction, press_wipe(owner.core, interaction, self.owner_id))
-
-
-class ModelButton(
-    discord.ui.DynamicItem[discord.ui.Button[Any]],
-    template=r"model:(?P<choice>\d+:[0-9a-f]{8}):(?P<owner>\d+)",
-):
-    """One model under /model; the custom id carries the choice (its place in the list and a check of its name) and
-    who it was offered to (a press by anyone else does nothing)."""
-
-    def __init__(self, label: str, choice: str, owner_id: int) -> None:
-        """The button of one model for one person."""
-        super().__init__(
-            discord.ui.Button(
-                label=label[:DISCORD_BUTTON_LABEL],
-                style=discord.ButtonStyle.secondary,
-                custom_id=f"model:{choice}:{owner_id}",
-            )
-        )
-        self.choice, self.owner_id = choice, owner_id
-
-    @classmethod
-    async def from_custom_id(
-        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
-    ) -> ModelButton:
-        """Rebuild the button from a pressed custom id."""
-        return cls(getattr(item, "label", None) or "", match["choice"], int(match["owner"]))
-
-    async def callback(self, interaction: discord.Interaction) -> None:
-        """Switch the presser's model when the button is theirs."""
-        owner = _owner(interaction)
-        await owner.guard(interaction, press_model(owner.core, interaction, self.choice, self.owner_id))
-
-
-class ForgetButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"forget:(?P<owner>\d+)"):
-    """The confirmation under /forget_me; like the wipe's, the custom id names who it was offered to (a press by
-    anyone else does nothing: the core always deletes the presser's own account)."""
-
-    def __init__(self, owner_id: int) -> None:
-        """The button for one person."""
-        super().__init__(
-            discord.ui.Button(label=FORGET_LABEL, style=discord.ButtonStyle.danger, custom_id=f"forget:{owner_id}")
-        )
-        self.owner_id = owner_id
-
-    @classmethod
-    async def from_custom_id(
-        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: re.Match[str], /
-    ) -> ForgetButton:
-        """Rebuild the button from a pressed custom id."""
-        return cls(int(match["owner"]))
-
-    async def callback(self, interaction: discord.Interaction) -> None:
-        """Delete the presser's account when the button is theirs."""
-        owner = _owner(interaction)
-        await owner.guard(interaction, press_forget(owner.core, interaction, self.owner_id))
+        await owner.guard(interaction, press_confirm(owner.core, interaction, self.press))
 
 
 class AllowButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"mcp:ok:(?P<ask>\d{1,18})"):
@@ -185,7 +149,7 @@ class AllowButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"mcp
                 label=label[:DISCORD_BUTTON_LABEL],
                 emoji="✅",
                 style=discord.ButtonStyle.success,
-                custom_id=f"mcp:ok:{ask_id}",
+                custom_id=pack(Allow(ask_id)),
             )
         )
         self.ask_id = ask_id
@@ -203,13 +167,19 @@ class AllowButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"mcp
         await owner.guard(interaction, press_allow(owner.core, interaction, self.ask_id))
 
 
-BUTTONS = (StepsButton, ReminderButton, WipeButton, ModelButton, ForgetButton, AllowButton)  # known custom ids
+BUTTONS = (StepsButton, ReminderButton, ConfirmButton, AllowButton)  # known custom ids
 
 
-def model_view(core: Core, owner_id: int) -> discord.ui.View | None:
-    """The buttons under /model's list for one person (None when only the default is on offer)."""
-    buttons = [ModelButton(name, choice, owner_id) for name, choice in core.model_menu()]
-    return view(*buttons) if buttons else None
+def buttons_view(rows: tuple[tuple[Button, ...], ...]) -> discord.ui.View | None:
+    """An answer's buttons as a view of persistent buttons (None when it has none)."""
+    items: list[discord.ui.DynamicItem[discord.ui.Button[Any]]] = []
+    for row in rows:
+        for b in row:
+            if isinstance(b.press, OnTask):
+                items.append(ReminderButton(b.press.action, b.press.task_id))
+            elif isinstance(b.press, Confirm):
+                items.append(ConfirmButton(b.label, b.press, b.style))
+    return view(*items) if items else None
 
 
 async def show_steps(core: Core, interaction: discord.Interaction, turn_id: int, shown: bool) -> None:
@@ -248,21 +218,10 @@ async def press_allow(core: Core, interaction: discord.Interaction, ask_id: int)
     await interaction.followup.send(shown, ephemeral=not ok, allowed_mentions=NO_MENTIONS)
 
 
-async def press_wipe(core: Core, interaction: discord.Interaction, owner_id: int) -> None:
-    """A press of the wipe confirmation: only by the person it was offered to; the message shows what went."""
-    await _confirmed(core, interaction, owner_id, NOT_YOUR_BUTTON.format(how=WIPE_HOW), "memory", MEMORY_WIPE_CONFIRM)
-
-
-async def press_forget(core: Core, interaction: discord.Interaction, owner_id: int) -> None:
-    """A press of the /forget_me confirmation: only by the person it was offered to; the message says it is done."""
-    await _confirmed(
-        core, interaction, owner_id, NOT_YOUR_FORGET.format(how=FORGET_HOW), "forget_me", FORGET_ME_CONFIRM
-    )
-
-
-async def press_model(core: Core, interaction: discord.Interaction, choice: str, owner_id: int) -> None:
-    """A press of a model button: only by the person it was offered to; the message then says which model answers."""
-    await _confirmed(core, interaction, owner_id, MODEL_NOT_YOURS, "model", {"choice": choice})
+async def press_confirm(core: Core, interaction: discord.Interaction, press: Confirm) -> None:
+    """A confirmation or a choice pressed: only by the person it was offered to; the message then shows the answer."""
+    not_yours = NOT_YOURS.get(press.command, NOT_YOUR_PRESS)
+    await _confirmed(core, interaction, int(press.owner), not_yours, press.command, press.args)
 
 
 async def _confirmed(

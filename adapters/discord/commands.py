@@ -12,12 +12,12 @@ from typing import Any, cast
 import discord
 from discord import app_commands
 
-from adapters.discord.buttons import ForgetButton, ReminderButton, StepsButton, WipeButton, model_view
+from adapters.discord.buttons import StepsButton, buttons_view
 from adapters.discord.gateway import Client, Owner
 from adapters.discord.incoming import interaction_incoming
 from adapters.discord.render import render_reply, split_markdown
 from adapters.discord.send import NO_MENTIONS, followups, note, respond_parts, send_file, view
-from core import COMMANDS, UNDO, Assistant, Command, CommandArgs, Core, Error, FileAnswer, Option, Reminded
+from core import COMMANDS, Assistant, Command, CommandArgs, Core, Error, FileAnswer, Option
 
 log = logging.getLogger(__name__)
 
@@ -102,15 +102,6 @@ def _text(value: str | int | bool) -> str:
     return str(value)
 
 
-def _buttons(command: Command, args: CommandArgs, interaction: discord.Interaction) -> discord.ui.View | None:
-    """A wipe or a /forget_me that asks first gets its confirmation button (it sends MEMORY_WIPE_CONFIRM or
-    FORGET_ME_CONFIRM for its person)."""
-    if command.name == "forget_me" and args.get("confirm") != "true":
-        return view(ForgetButton(interaction.user.id))
-    asks = command.name == "memory" and args.get("action") == "wipe" and args.get("confirm") != "true"
-    return view(WipeButton(interaction.user.id)) if asks else None
-
-
 async def answer_command(core: Core, interaction: discord.Interaction, command: Command, args: CommandArgs) -> None:
     """A command answered without the LLM; personal answers are ephemeral (a refusal always is); buttons go under
     the last part."""
@@ -119,17 +110,11 @@ async def answer_command(core: Core, interaction: discord.Interaction, command: 
         await answer_file(core, interaction, command)
         return
     answer = await core.command(inc, command.name, args, must_answer=True)
-    if isinstance(answer, Reminded):  # made: an Undo button under what was understood
-        undo = view(ReminderButton(UNDO, answer.task_id))
-        await respond_parts(interaction, split_markdown(answer.text), ephemeral=command.private, buttons=undo)
-        return
-    if not isinstance(answer, str):
+    if isinstance(answer, Error | FileAnswer) or answer is None:
         await note(interaction, core.refusal_text(inc))
         return
-    buttons = _buttons(command, args, interaction)
-    if command.name == "model" and not args.get("name"):  # a button per model under the list
-        buttons = model_view(core, interaction.user.id)
-    await respond_parts(interaction, split_markdown(answer), ephemeral=command.private, buttons=buttons)
+    text, buttons = (answer, None) if isinstance(answer, str) else (answer.text, buttons_view(answer.rows))
+    await respond_parts(interaction, split_markdown(text), ephemeral=command.private, buttons=buttons)
 
 
 async def answer_file(core: Core, interaction: discord.Interaction, command: Command) -> None:

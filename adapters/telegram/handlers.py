@@ -24,32 +24,31 @@ from adapters.telegram.request import TelegramBot
 from adapters.telegram.send import Sender, refusal
 from core import (
     FAILED,
-    FORGET_LABEL,
-    FORGET_ME_CONFIRM,
-    MEMORY_WIPE_CONFIRM,
     MODEL_NOT_YOURS,
     NOT_YOUR_BUTTON,
     NOT_YOUR_FORGET,
-    REMINDER_BUTTON_LABELS,
+    NOT_YOUR_PRESS,
     SENT_PRIVATELY,
     TEXT_ONLY,
-    UNDO,
-    WIPE_LABEL,
+    Allow,
     Assistant,
     AssistantDelta,
+    Button,
     Command,
     CommandArgs,
     CommandName,
+    Confirm,
     Core,
     Delivery,
     Error,
     FileAnswer,
     Incoming,
-    Reminded,
+    OnTask,
     Spoken,
     Upload,
     UploadKind,
     file_too_large,
+    pack,
     sticker_text,
 )
 
@@ -62,6 +61,11 @@ DESCRIBED = frozenset({"sticker", "animation"})  # said in words (emoji, file na
 
 WIPE_HOW = "send /memory wipe"  # Telegram's way to ask for a wipe, in NOT_YOUR_BUTTON
 FORGET_HOW = "send /forget_me"  # Telegram's way to ask for a /forget_me, in NOT_YOUR_FORGET
+NOT_YOURS = {  # what someone else pressing a person's confirmation or choice is told
+    "memory": NOT_YOUR_BUTTON.format(how=WIPE_HOW),
+    "forget_me": NOT_YOUR_FORGET.format(how=FORGET_HOW),
+    "model": MODEL_NOT_YOURS,
+}
 NOT_STARTED = "I can't message you privately yet: open t.me/{bot}, press Start, then send {command} there."
 
 
@@ -122,18 +126,13 @@ class Handlers:
 
     @staticmethod
     def _allow_buttons(answer: Assistant) -> dict[str, Any]:
-        """An "Allow" button per call the answer waits on (`mcp:ok:<id>`: the core runs it for the person who was
-        asked only, once)."""
-        rows = [
-            [InlineKeyboardButton(f"✅ {ask.label}"[:TELEGRAM_BUTTON_LABEL], callback_data=f"mcp:ok:{ask.id}")]
-            for ask in answer.asks
-        ]
-        return {"reply_markup": InlineKeyboardMarkup(rows)} if rows else {}
+        """An "Allow" button per call the answer waits on (the core runs it for the person who was asked only, once)."""
+        return keyboard(tuple((Button(f"✅ {ask.label}", Allow(ask.id)),) for ask in answer.asks))
 
-    async def allow_button(self, query: CallbackQuery, data: str) -> None:
+    async def allow_button(self, query: CallbackQuery, press: Allow) -> None:
         """ "Allow" pressed: the parked call runs (only for the person who was asked, once) and its result comes as a
         message of its own, as plain text; anyone else, a second or a late press gets one line as an alert."""
-        ok, text = await self.core.allow_mcp(presser(query), int(data.rsplit(":", 1)[1]))
+        ok, text = await self.core.allow_mcp(presser(query), press.ask_id)
         if not ok:
             await query.answer(text, show_alert=True)
             return
@@ -165,44 +164,21 @@ class Handlers:
         await self.send.reply(msg, [esc(TEXT_ONLY)])
 
     async def command(self, msg: Message, command: Command, args: str) -> None:
-        """Ask the core for a command's answer (`args`: the text after it) and send it; a personal one (and a file:
-        /export) goes to the user's private chat when asked in a group, and `/memory wipe` and `/forget_me` get a
-        confirmation button. A refusal is sent where the command was asked."""
+        """Ask the core for a command's answer (`args`: the text after it) and send it, with its buttons; a personal
+        one (and a file: /export) goes to the user's private chat when asked in a group. A refusal is sent where the
+        command was asked."""
         inc = self._incoming(msg, msg.text or "")
         answer = await self.core.command(inc, command.name, args)
         if isinstance(answer, Error):
             await self.send.reply(msg, [esc(answer.message)])
         elif isinstance(answer, FileAnswer):
             await self._file(inc, msg, answer, f"/{command.name}")
-        elif isinstance(answer, Reminded):  # made: an Undo button under what was understood
-            undo = InlineKeyboardButton(REMINDER_BUTTON_LABELS[UNDO], callback_data=f"rem:{UNDO}:{answer.task_id}")
-            markup = InlineKeyboardMarkup([[undo]])
-            await self.send.reply(msg, split_html(markdown_to_html(answer.text)), reply_markup=markup)
-        elif answer is not None and command.private:
-            extra = self._wipe_button(inc) if command.name == "memory" and args.lower().split() == ["wipe"] else {}
-            if command.name == "model" and not args.strip():
-                extra = self._model_buttons(inc)
-            if command.name == "forget_me" and command.parse(args).get("confirm") != "true":
-                extra = self._forget_button(inc)
-            await self._privately(inc, msg, answer, f"/{command.name}", **extra)
         elif answer is not None:
-            await self.send.reply(msg, split_html(markdown_to_html(answer)))
-
-    @staticmethod
-    def _wipe_button(inc: Incoming) -> dict[str, Any]:
-        """The "Yes, wipe my memory" button under the question (the id in it only routes the press: the core acts on
-        the presser, and a press by anyone else is refused)."""
-        button = InlineKeyboardButton(WIPE_LABEL, callback_data=f"mem:wipe:{inc.user_id}")
-        return {"reply_markup": InlineKeyboardMarkup([[button]])}
-
-    def _model_buttons(self, inc: Incoming) -> dict[str, Any]:
-        """A button per model under /model's list (`model:<index>:<check>:<user id>`: at most ~40 bytes of Telegram's
-        64; the core checks the index still names the model shown, and a press by anyone else is refused)."""
-        rows = [
-            [InlineKeyboardButton(name, callback_data=f"model:{token}:{inc.user_id}")]
-            for name, token in self.core.model_menu()
-        ]
-        return {"reply_markup": InlineKeyboardMarkup(rows)} if rows else {}
+            text, extra = (answer, {}) if isinstance(answer, str) else (answer.text, keyboard(answer.rows))
+            if command.private:
+                await self._privately(inc, msg, text, f"/{command.name}", **extra)
+            else:
+                await self.send.reply(msg, split_html(markdown_to_html(text)), **extra)
 
     async def _privately(self, inc: Incoming, msg: Message, markdown: str, command: str, **kwargs: Any) -> None:
         """Personal data goes to the user's private chat; a group only sees a short note."""
@@ -236,48 +212,23 @@ class Handlers:
             note = NOT_STARTED.format(bot=self.bot.username, command=command)
         await self.send.reply(msg, [esc(note)])
 
-    async def reminder_button(self, query: CallbackQuery, data: str) -> None:
-        """Done / Snooze pressed: only the owner may; the message is edited to show what happened."""
-        _, action, task_id = data.split(":", 2)
-        ok, text = await self.core.press_reminder(presser(query), int(task_id), action)
+    async def reminder_button(self, query: CallbackQuery, press: OnTask) -> None:
+        """Done / Snooze (or /remind's Undo) pressed: only the owner may; the message is edited to show what
+        happened."""
+        ok, text = await self.core.press_reminder(presser(query), press.task_id, press.action)
         await query.answer(text, show_alert=not ok)
         if ok and isinstance(query.message, Message):
             original = query.message.text or ""
             await query.edit_message_text(f"{esc(original)}\n\n{esc(text)}", parse_mode=ParseMode.HTML)
 
-    async def wipe_button(self, query: CallbackQuery, data: str) -> None:
-        """ "Yes, wipe my memory" pressed: only by the person it was offered to, in their private chat."""
+    async def confirm_button(self, query: CallbackQuery, press: Confirm) -> None:
+        """A confirmation or a choice pressed (wipe my memory, delete everything, a model): only by the person it was
+        offered to, in their private chat; the message under it then shows the command's answer."""
         person = presser(query)
-        if data != f"mem:wipe:{person.user_id}" or person.chat_id != person.user_id:  # their private chat
-            await query.answer(NOT_YOUR_BUTTON.format(how=WIPE_HOW), show_alert=True)
+        if press.owner != person.user_id or person.chat_id != person.user_id:  # their private chat
+            await query.answer(NOT_YOURS.get(press.command, NOT_YOUR_PRESS), show_alert=True)
             return
-        await self._confirmed(query, person, "memory", MEMORY_WIPE_CONFIRM)
-
-    async def model_button(self, query: CallbackQuery, data: str) -> None:
-        """A model button pressed: only by the person it was offered to, in their private chat; the message then says
-        which model answers them."""
-        person = presser(query)
-        _, index, check, owner = data.split(":")
-        if owner != person.user_id or person.chat_id != person.user_id:  # their private chat
-            await query.answer(MODEL_NOT_YOURS, show_alert=True)
-            return
-        await self._confirmed(query, person, "model", {"choice": f"{index}:{check}"})
-
-    @staticmethod
-    def _forget_button(inc: Incoming) -> dict[str, Any]:
-        """The "Yes, delete everything about me" button under /forget_me's question (like the wipe's: the id only
-        routes the press; the core deletes the presser's own account, and a press by anyone else is refused)."""
-        button = InlineKeyboardButton(FORGET_LABEL, callback_data=f"forget:{inc.user_id}")
-        return {"reply_markup": InlineKeyboardMarkup([[button]])}
-
-    async def forget_button(self, query: CallbackQuery, data: str) -> None:
-        """ "Yes, delete everything about me" pressed: only by the person it was offered to, in their private chat;
-        the question is edited to say it is done."""
-        person = presser(query)
-        if data != f"forget:{person.user_id}" or person.chat_id != person.user_id:  # their private chat
-            await query.answer(NOT_YOUR_FORGET.format(how=FORGET_HOW), show_alert=True)
-            return
-        await self._confirmed(query, person, "forget_me", FORGET_ME_CONFIRM)
+        await self._confirmed(query, person, press.command, press.args)
 
     async def _confirmed(self, query: CallbackQuery, person: Incoming, name: CommandName, args: CommandArgs) -> None:
         """Run the command a button of its owner stands for, and edit the message under it to its answer (a refusal
@@ -295,6 +246,15 @@ class Handlers:
         if update.effective_chat is not None:
             with contextlib.suppress(TelegramError):
                 await self.bot.send_message(update.effective_chat.id, FAILED)
+
+
+def keyboard(rows: tuple[tuple[Button, ...], ...]) -> dict[str, Any]:
+    """Buttons as Telegram's inline keyboard (the press packed into the callback data), for a send's keywords."""
+    markup = [
+        [InlineKeyboardButton(b.label[:TELEGRAM_BUTTON_LABEL], callback_data=pack(b.press)) for b in row]
+        for row in rows
+    ]
+    return {"reply_markup": InlineKeyboardMarkup(markup)} if markup else {}
 
 
 def described(media: Media, text: str) -> str:

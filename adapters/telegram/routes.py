@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from typing import Any
 
 from telegram import CallbackQuery, Message, MessageEntity, Update
@@ -14,15 +13,11 @@ from telegram.ext import filters
 from adapters.telegram.handlers import Handlers
 from adapters.telegram.incoming import addressed
 from adapters.telegram.request import TelegramBot
-from core import COMMANDS, Command, Delivery
+from core import COMMANDS, Allow, Command, Confirm, Delivery, OnTask, unpack
 
 log = logging.getLogger(__name__)
 
 CATALOGUE = {name: c for c in COMMANDS for name in (c.name, *c.aliases)}  # what a user may type after the slash
-WIPE_DATA = re.compile(r"mem:wipe:\d+")  # the memory-wipe button's callback data (rem:… are the reminder buttons)
-FORGET_DATA = re.compile(r"forget:\d+")  # the /forget_me confirmation button: whose it is
-MODEL_DATA = re.compile(r"model:\d+:[0-9a-f]{8}:\d+")  # a /model button: the choice, its check, whose it is
-MCP_DATA = re.compile(r"mcp:ok:\d{1,18}")  # an "Allow" button under an answer: a call parked for the person's OK
 SERVICE = filters.StatusUpdate.ALL  # members joined or left, a pinned message, a new title…: PTB keeps the list
 
 
@@ -77,19 +72,13 @@ class Routes:
     async def _press(self, query: CallbackQuery) -> None:
         """A reminder's Done / Snooze, the memory-wipe or /forget_me confirmation, a model button or an MCP call's
         "Allow"; other presses are ignored."""
-        data = query.data
-        if data is None:
-            return
-        if data.startswith("rem:"):
-            await self.handlers.reminder_button(query, data)
-        elif WIPE_DATA.fullmatch(data):
-            await self.handlers.wipe_button(query, data)
-        elif FORGET_DATA.fullmatch(data):
-            await self.handlers.forget_button(query, data)
-        elif MODEL_DATA.fullmatch(data):
-            await self.handlers.model_button(query, data)
-        elif MCP_DATA.fullmatch(data):
-            await self.handlers.allow_button(query, data)
+        press = unpack(query.data or "")
+        if isinstance(press, OnTask):
+            await self.handlers.reminder_button(query, press)
+        elif isinstance(press, Confirm):
+            await self.handlers.confirm_button(query, press)
+        elif isinstance(press, Allow):
+            await self.handlers.allow_button(query, press)
 
 
 def starts_with_command(msg: Message) -> bool:

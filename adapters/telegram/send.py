@@ -24,7 +24,7 @@ from adapters.telegram.limits import (
 )
 from adapters.telegram.render import esc, markdown_to_html, plain_text, split_html, split_plain
 from adapters.telegram.request import TelegramBot
-from core import EMPTY_ANSWER, REMINDER_BUTTON_LABELS, DeliveryRefused, FileAnswer, ReminderMessage
+from core import EMPTY_ANSWER, REMINDER_BUTTON_LABELS, DeliveryRefused, FileAnswer, OnTask, ReminderMessage, pack
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,8 @@ class Sender:
             log.info("reminder for task %s was sent before its attempt failed; not sent again", msg.task_id)
             return None
         buttons = [
-            InlineKeyboardButton(REMINDER_BUTTON_LABELS[b], callback_data=f"rem:{b}:{msg.task_id}") for b in msg.buttons
+            InlineKeyboardButton(REMINDER_BUTTON_LABELS[b], callback_data=pack(OnTask(b, msg.task_id)))
+            for b in msg.buttons
         ]
         thread = int(msg.thread_id) if msg.thread_id else None
         sent = await self.deliver(

@@ -224,13 +224,15 @@ async def test_a_known_callers_large_body_is_parsed_off_the_loop(
     fake_llm.default = Reply(text="Got it.")
     loop = asyncio.get_running_loop()
     lags: list[float] = []
+    busy: list[float] = []  # the loop thread's own CPU time per beat: its work, whatever else loads the machine
     stop = asyncio.Event()
 
     async def beat() -> None:
         while not stop.is_set():
-            t0 = loop.time()
+            t0, cpu = loop.time(), time.thread_time()
             await asyncio.sleep(0.01)
             lags.append(loop.time() - t0 - 0.01)
+            busy.append(time.thread_time() - cpu)
 
     data = base64.b64encode(os.urandom(15 << 20)).decode()  # a 15 MiB file: 20 MB of base64
     body = json.dumps(
@@ -258,6 +260,7 @@ async def test_a_known_callers_large_body_is_parsed_off_the_loop(
         statuses = await asyncio.to_thread(send)  # a client off the server's loop
     stop.set()
     await beating
-    print(f"loop lag max {max(lags) * 1000:.0f} ms")
+    print(f"loop lag max {max(lags) * 1000:.0f} ms, its own work at most {max(busy) * 1000:.0f} ms a beat")
     assert statuses == [200, 200, 413], "a 20 MB upload and a long chat are taken; countless values are refused"
-    assert max(lags) < BEAT_S, f"the loop missed a beat by {max(lags) * 1000:.0f} ms"
+    # a busy machine makes every beat late (the wall-clock lag); what the loop did between two beats is its CPU time
+    assert max(busy) < BEAT_S, f"the loop worked {max(busy) * 1000:.0f} ms without a beat"

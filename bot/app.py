@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from adapters import console
+from adapters.base import Adapter
 from adapters.discord import DiscordAdapter
 from adapters.http import HttpApi
 from adapters.http import serve_api as serve_on
@@ -129,14 +130,14 @@ async def until_exit(core: Core, lines: AsyncIterator[str]) -> AsyncIterator[str
 
 async def run_platforms(settings: Settings, core: Core) -> int:
     """Start every configured platform adapter and the reminders, and run until interrupted."""
-    adapters: list[TelegramAdapter | DiscordAdapter] = []
+    adapters: list[Adapter] = []
     if settings.TELEGRAM_BOT_TOKEN is not None:
         adapters.append(TelegramAdapter(core, settings))
     if settings.DISCORD_BOT_TOKEN is not None:
         adapters.append(DiscordAdapter(core, settings))
     if not adapters:
         return 2
-    started: list[TelegramAdapter | DiscordAdapter] = []
+    started: list[Adapter] = []
     # health and metrics while polling only when PORT is set; webhook mode always serves it (Telegram posts there)
     webhook = settings.TELEGRAM_WEBHOOK_URL is not None
     host = settings.HOST or ALL_INTERFACES  # every interface unless HOST: a PaaS or container reaches it from outside

@@ -19,7 +19,7 @@ from adapters.discord.commands import install_commands
 from adapters.discord.files import fetch
 from adapters.discord.gateway import Client, Gateway
 from adapters.discord.incoming import StoredMessage, addressed, bot_id, has_media, message_text, received
-from adapters.discord.limits import DISCORD_CUT_NOTE_S, DISCORD_UPLOAD_LIMIT
+from adapters.discord.limits import DISCORD_CUT_NOTE_S, DISCORD_LIMITS, DISCORD_UPLOAD_LIMIT
 from adapters.discord.render import render_reply, split_markdown
 from adapters.discord.send import (
     NO_MENTIONS,
@@ -62,6 +62,7 @@ class DiscordAdapter:
     so they are answered directly."""
 
     platform = "discord"
+    limits = DISCORD_LIMITS
 
     def __init__(
         self,

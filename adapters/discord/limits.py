@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from discord.utils import DEFAULT_FILE_SIZE_LIMIT_BYTES
 
+from adapters.base import Limits
+
 DISCORD_MESSAGE_LIMIT = 2000  # Discord's content limit per message
 DISCORD_UPLOAD_LIMIT = DEFAULT_FILE_SIZE_LIMIT_BYTES  # 10 MiB: the largest file a bot may send anywhere
 DISCORD_BUTTON_LABEL = 80  # a button's label at most (a longer one is refused)
@@ -18,3 +20,4 @@ DISCORD_MAX_DOWNLOAD_BYTES = 20 << 20  # 20 MB: the largest attachment the bot d
 DISCORD_PHOTO_MIMES = frozenset({"image/jpeg", "image/png", "image/webp"})  # image attachments taken as photos
 DISCORD_GIF_MIME = "image/gif"  # a GIF attachment is described in words (its file name), never downloaded
 DISCORD_DOWNLOAD_TIMEOUT_S = 60.0  # an attachment's download gives up after this
+DISCORD_LIMITS = Limits(DISCORD_MESSAGE_LIMIT, DISCORD_UPLOAD_LIMIT, DISCORD_BUTTON_LABEL)  # the Adapter protocol's

@@ -27,6 +27,7 @@ from adapters.telegram.handlers import Handlers
 from adapters.telegram.limits import (
     TELEGRAM_FLEET_REFRESH_S,
     TELEGRAM_FLEET_STALE_S,
+    TELEGRAM_LIMITS,
     TELEGRAM_POLL_READ_MARGIN_S,
     TELEGRAM_POLL_TIMEOUT_S,
 )
@@ -43,6 +44,7 @@ class TelegramAdapter:
     """Runs the bot on Telegram inside the caller's event loop."""
 
     platform = "telegram"
+    limits = TELEGRAM_LIMITS
 
     def __init__(self, core: Core, settings: Settings, *, poll_timeout: int = TELEGRAM_POLL_TIMEOUT_S) -> None:
         """Build the bot and its parts (nothing is sent to Telegram before start)."""

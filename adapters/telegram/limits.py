@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from telegram.constants import FileSizeLimit, MessageLimit
 
+from adapters.base import Limits
+
 TELEGRAM_MESSAGE_LIMIT = int(MessageLimit.MAX_TEXT_LENGTH)  # 4096, in UTF-16 code units of the text after tags
 TELEGRAM_UPLOAD_LIMIT = int(FileSizeLimit.FILESIZE_UPLOAD)  # 50 MB: the largest file a bot may send
 # the largest file a bot may download from api.telegram.org: the Bot API server's MAX_DOWNLOAD_FILE_SIZE (20 MiB; PTB's
@@ -27,3 +29,4 @@ TELEGRAM_CONNECTIONS = 64  # the Bot API connection pool
 TELEGRAM_RATE_WINDOW_S = 1.1  # the bot's 30 messages per second are counted over this window (a second + jitter)
 TELEGRAM_FLEET_REFRESH_S = 2.0  # each process re-reads how many processes share the bot's messages this often
 TELEGRAM_FLEET_STALE_S = 20.0  # a fleet view older than this (database away) halves the process's share
+TELEGRAM_LIMITS = Limits(TELEGRAM_MESSAGE_LIMIT, TELEGRAM_UPLOAD_LIMIT, TELEGRAM_BUTTON_LABEL)  # the Adapter protocol's

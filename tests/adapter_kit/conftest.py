@@ -1,0 +1,53 @@
+"""The kit's one fixture: `driver`, a started adapter of each platform on a Core (every kit test runs once per
+platform). A new platform adds its branch here: its fake's fixture, the settings that point the core at it, its
+Driver."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from functools import partial
+
+import pytest
+
+from core.front_door import Core
+from core.storage.db import Pool
+from tests.adapter_kit import discord_driver, telegram_driver
+from tests.adapter_kit.driver import Driver, Who
+from tests.conftest import MakeCore
+from tests.fake_discord import FakeDiscord
+from tests.fake_openai import FakeOpenAI
+from tests.fake_telegram import FakeTelegram
+
+PLATFORMS = ["telegram", "discord"]
+OTHER_MODEL = "fake-big"  # LLM_MODELS: a second model on offer (the first is LLM_MODEL), so /model offers a choice
+
+
+@pytest.fixture(params=PLATFORMS)
+async def driver(
+    request: pytest.FixtureRequest, fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool
+) -> AsyncIterator[Driver]:
+    """The platform's adapter, started against its fake on a Core where the owner is an admin, the friend may use
+    the bot and the stranger may not; in Berlin's time zone, with two models on offer."""
+    platform: str = request.param
+    async with FakeTelegram() if platform == "telegram" else FakeDiscord() as fake:
+        users: dict[Who, int]
+        build: Callable[[FakeOpenAI, Core, Pool], Driver]
+        if isinstance(fake, FakeTelegram):
+            settings, users = telegram_driver.TelegramDriver.settings(fake), telegram_driver.USERS
+            build = partial(telegram_driver.TelegramDriver, fake)
+        else:
+            settings, users = discord_driver.DiscordDriver.settings(fake), discord_driver.USERS
+            build = partial(discord_driver.DiscordDriver, fake)
+        core = make_core(
+            **settings,
+            ADMINS=f"{platform}:{users['owner']}",
+            ALLOWED_USERS=f"{platform}:{users['friend']}",
+            DEFAULT_TIMEZONE="Europe/Berlin",
+            LLM_MODELS=OTHER_MODEL,
+        )
+        made = build(fake_llm, core, pool)
+        await made.adapter.start()
+        try:
+            yield made
+        finally:
+            await made.adapter.stop()

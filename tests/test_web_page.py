@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.async_api import ConsoleMessage, Dialog, Locator, Page, async_playwright, expect
+from playwright.async_api import ConsoleMessage, Dialog, Locator, Page, Route, async_playwright, expect
 
 from adapters.http import HttpApi, serve_api
 from bot.web import WebServer
@@ -437,6 +437,97 @@ async def test_commands_and_buttons_work_on_the_page_without_reloading(
         await expect(reminder.locator("button")).to_have_count(0, timeout=TURN_MS)
     assert problems == [], problems
     assert fake_llm.requests == [], "no command went to the model"
+
+
+async def test_a_running_answer_keeps_its_steps_whatever_the_page_reads_again(
+    serve_page: Serve, fake_llm: FakeOpenAI
+) -> None:
+    """Each read of the page overlapping an answer's stream, made to: the page's own first reads ending after the first
+    message was sent (they opened no chat over it), and a read of the session answered with a snapshot taken while the
+    answer had no step yet (it undid nothing). The answer stays running with its step until it is released."""
+    site = await serve_page()
+    link, _ = await site.link()
+    asked = [asyncio.Event(), asyncio.Event()]  # the model was asked the first time in answer 1, in answer 2
+    go = [asyncio.Event(), asyncio.Event()]  # ... and answers with a step
+    release = [asyncio.Event(), asyncio.Event()]  # ... and then with the final text
+
+    def held(n: int, title: str) -> Callable[[dict[str, Any]], Awaitable[Reply]]:
+        async def answer(body: dict[str, Any]) -> Reply:
+            asked[n].set()
+            await go[n].wait()
+            return Reply(text="Let me note that.", tool_calls=[("manage_tasks", {"action": "create", "title": title})])
+
+        return answer
+
+    def final(n: int) -> Callable[[dict[str, Any]], Awaitable[Reply]]:
+        async def answer(body: dict[str, Any]) -> Reply:
+            await release[n].wait()
+            return Reply(text="Noted.")
+
+        return answer
+
+    fake_llm.script(held(0, "Buy milk"), final(0), held(1, "Buy bread"), final(1))
+    wait_s = TURN_MS / 1000
+    step = re.compile(r"^1 step")
+    async with in_a_browser() as (page, problems):
+        running = page.locator("article.message.assistant.running")
+        posted = asyncio.Event()
+        page.on("request", lambda r: posted.set() if r.method == "POST" and r.url.endswith("/messages") else None)
+
+        async def panel_late(route: Route) -> None:
+            await asyncio.wait_for(posted.wait(), wait_s)
+            await route.continue_()
+
+        # the page's first reads end after the first message went out (a loaded machine's order)
+        await page.route("**/v1/tasks", panel_late)
+        await page.goto(link)
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.locator("#who")).to_have_text("Ann", timeout=TURN_MS)
+        await page.locator("#input").fill("add buy milk")
+        await page.locator("#input").press("Enter")
+        await asyncio.wait_for(asked[0].wait(), wait_s)
+        await expect(page.locator("#tasks")).to_contain_text("no open tasks", timeout=TURN_MS)  # the first reads ended
+        await page.unroute("**/v1/tasks")
+        go[0].set()
+        await expect(running.locator("details.steps summary")).to_have_text(step, timeout=TURN_MS)
+        release[0].set()
+        await expect(page.locator("article.message.assistant.done")).to_contain_text("Noted.", timeout=TURN_MS)
+        await expect(page.locator("#sessions li.current")).to_have_text("add buy milk", timeout=TURN_MS)
+
+        # a read of the session starts, a message is sent, the read answers with the session as stored meanwhile
+        turn_stored, snapshot, deliver = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def stale(route: Route) -> None:
+            if route.request.method != "GET":
+                await route.fallback()
+                return
+            await asyncio.wait_for(turn_stored.wait(), wait_s)
+            response = await route.fetch()  # the answer running, no step yet
+            snapshot.set()
+            await asyncio.wait_for(deliver.wait(), wait_s)
+            await route.fulfill(response=response)
+
+        await page.route("**/v1/sessions/*/messages", stale)
+        async with page.expect_request(lambda r: r.method == "GET" and r.url.endswith("/messages")):
+            await page.evaluate("window.dispatchEvent(new Event('focus'))")
+        await page.locator("#input").fill("add buy bread")
+        await page.locator("#input").press("Enter")
+        await asyncio.wait_for(asked[1].wait(), wait_s)  # the turn is stored as running
+        turn_stored.set()
+        await asyncio.wait_for(snapshot.wait(), wait_s)
+        go[1].set()
+        await expect(running.locator("details.steps summary")).to_have_text(step, timeout=TURN_MS)
+        await page.evaluate("document.querySelectorAll('article').forEach((a) => { a.dataset.before = '1'; })")
+        deliver.set()
+        await expect(page.locator("article[data-before]")).to_have_count(0, timeout=TURN_MS)  # drawn from the read
+        await expect(running.locator("details.steps summary")).to_have_text(step)
+        await expect(running).to_contain_text("Let me note that.")
+        release[1].set()
+        await expect(page.locator("article.message.assistant.done")).to_have_count(2, timeout=TURN_MS)
+        await expect(
+            page.locator("article.message.assistant.done").nth(1).locator("details.steps summary")
+        ).to_have_text(step)
+    assert problems == [], problems
 
 
 async def test_the_signin_card_keeps_a_margin_on_a_phone(serve_page: Serve) -> None:

@@ -338,9 +338,12 @@ async function loadSessions() {
   renderSessions();
 }
 
-/** The stored messages, with the exchanges of commands seen on this page (never stored) where they were shown. */
+/** The stored messages, with the exchanges of commands seen on this page (never stored) where they were shown. A
+ * message streamed here stays as its events left it while the stored one is still running: a read that overlaps the
+ * stream has the answer as it was (no steps yet, or none of its text) and would undo what the stream showed. */
 function merged(stored, shown) {
-  const out = [...stored];
+  const live = new Map(shown.filter((m) => m.live).map((m) => [m.id, m]));
+  const out = stored.map((m) => (m.status === "running" && live.has(m.id) ? live.get(m.id) : m));
   const ids = new Set(stored.map((m) => m.id));
   let after = null;
   for (const message of shown) {
@@ -375,9 +378,11 @@ async function loadEarlier() {
 }
 
 async function openSession(id) {
-  state.current = id;
-  state.messages = [];
-  state.before = null;
+  if (id !== state.current) {
+    state.current = id;
+    state.messages = [];
+    state.before = null;
+  } // the open one is read again, its streamed answer kept
   const found = state.sessions.find((s) => s.id === id);
   $("session-title").textContent = found?.title || "Untitled chat";
   history.replaceState(null, "", id ? `#${id}` : location.pathname);
@@ -511,9 +516,12 @@ async function start() {
   show("app", true);
   try {
     await Promise.all([loadSessions(), loadPanel()]);
-    const wanted = decodeURIComponent(location.hash.slice(1));
-    const known = state.sessions.some((s) => s.id === wanted);
-    await openSession(known ? wanted : (state.sessions[0]?.id ?? null));
+    if (!state.streaming && !state.current) {
+      // else the person sent a message meanwhile: that chat, its answer streaming in, stays open
+      const wanted = decodeURIComponent(location.hash.slice(1));
+      const known = state.sessions.some((s) => s.id === wanted);
+      await openSession(known ? wanted : (state.sessions[0]?.id ?? null));
+    }
   } catch (error) {
     if (!(error instanceof SignedOut)) notice(error.message, true);
   }

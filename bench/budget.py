@@ -38,9 +38,9 @@ from bench.common import (
     quiet_logging,
     spread,
 )
+from core.accounts.usage import Spending, TurnMeter
 from core.front_door import Core
 from core.types import Assistant, Incoming, UserRef
-from core.usage import Spending, TurnMeter
 
 GOAL_CHECK_MS = 0.5
 USERS = 5  # private chats per variant, round robin

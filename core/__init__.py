@@ -7,10 +7,16 @@ any other import of a core module from them), listed in docs/architecture.md ("T
 - the command catalogue (`COMMANDS`, `Command`, `Option`) and the texts every front end shows the same way.
 """
 
+from core.accounts.api_tokens import Bearer
+from core.accounts.own_data import FileAnswer, file_too_large
+from core.accounts.web_signin import SIGNIN_PATH
 from core.activity import activity_lines, outcome_of, summary_line
 from core.agent.providers import config_problem, fix_hint, nothing_configured
-from core.api import Api
-from core.api_tokens import Bearer
+from core.api.feed import Feed, progress
+from core.api.parts import REPLY, ErrorPart, Part, TextPart, ToolCallPart, ToolResultPart
+from core.api.parts import Message as ApiMessage
+from core.api.parts import Session as ApiSession
+from core.api.service import Api
 from core.buttons import CONFIRM_IDS, Allow, Button, Buttons, Confirm, OnTask, Press, ShowSteps, pack, unpack
 from core.buttons import Style as ButtonStyle
 from core.commands import (
@@ -35,15 +41,10 @@ from core.mcp_servers.config import variables as mcp_variables
 from core.mcp_servers.oauth import CALLBACK_PATH as MCP_OAUTH_CALLBACK_PATH
 from core.media.images import sticker_text
 from core.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from core.own_data import FileAnswer, file_too_large
 from core.remind import Reminded
 from core.reminders.buttons import UNDO
 from core.reminders.engine import DeliveryRefused, Outbox
 from core.reminders.messages import ReminderMessage
-from core.sessions import API as API_PLATFORM
-from core.sessions import REPLY, ErrorPart, Feed, Part, TextPart, ToolCallPart, ToolResultPart, progress
-from core.sessions import Message as ApiMessage
-from core.sessions import Session as ApiSession
 from core.settings import EXIT_UNREACHABLE, Settings, SettingsError, StartupError, load_settings, redact
 from core.startup import open_core
 from core.texts import (
@@ -64,6 +65,7 @@ from core.texts import (
 )
 from core.textsafe import clean_json, strip_nul
 from core.timeutil import machine_zone
+from core.types import API as API_PLATFORM
 from core.types import (
     Assistant,
     AssistantDelta,
@@ -78,7 +80,6 @@ from core.types import (
     Upload,
     UploadKind,
 )
-from core.web_signin import SIGNIN_PATH
 
 __all__ = [
     "API_PLATFORM",

@@ -29,7 +29,7 @@ MODEL_CONNECT_TIMEOUT_S = 10.0  # connecting to a model server (a request then g
 SPEECH_VOICE = "alloy"  # the voice of spoken answers (one every OpenAI-compatible speech server knows)
 SPEECH_INPUT_CHARS = 4096  # the speech API's input limit: a longer answer is cut to it
 
-# Token budgets (core/usage.py, sql/022).
+# Token budgets (core/accounts/usage.py, sql/022).
 USAGE_CALL_RESERVE = 16_000  # tokens a model call in flight counts against a budget until its usage is written
 USAGE_LEASE_MARGIN = timedelta(seconds=30)  # a call's reservation lapses this long after AGENT_STEP_TIMEOUT
 USAGE_BUSY_POLL_S = 0.05  # a call near a budget waits for the account's calls in flight, asking again this often
@@ -133,7 +133,7 @@ RETENTION_BATCH = 1000  # rows one DELETE removes at most
 RETENTION_ROUNDS = 10  # batches per table and prune at most (a larger backlog goes at the next prunes)
 REFUSAL_KEEP = timedelta(days=1)  # a chat's last refusal notice is deleted after this (only the last hour counts)
 
-# Linking identities (core/accounts.py, sql/021): one-time codes and the lock after wrong ones.
+# Linking identities (core/accounts/linking.py, sql/021): one-time codes and the lock after wrong ones.
 LINK_CODE_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"  # 32 symbols, no 0/O or 1/I look-alikes
 LINK_CODE_CHARS = 8  # 32^8 = 2^40 codes, shown as two groups of four (K7QX-M2PA)
 LINK_CODE_TTL = timedelta(minutes=10)  # a code works this long after /link made it, once
@@ -144,7 +144,7 @@ LINK_KEEP = timedelta(days=1)  # expired codes are deleted after this (when the 
 LINK_RETRIES = 3  # a link whose accounts changed while it waited for them starts over at most this often
 LINK_NOTICE_TIMEOUT_S = 10.0  # telling the code's issuer gives up after this (the link stands)
 
-# Per-account bearer tokens (core/api_tokens.py, sql/025): `/token new NAME`, `bot token`.
+# Per-account bearer tokens (core/accounts/api_tokens.py, sql/025): `/token new NAME`, `bot token`.
 API_TOKEN_PREFIX = "abt_"  # every secret starts with it (a scanner can spot a leaked one)
 API_TOKEN_BYTES = 24  # random bytes of a secret: 32 url-safe characters after the prefix
 API_TOKEN_MAX_LIVE = 20  # live (not revoked) tokens one account may hold
@@ -158,7 +158,7 @@ API_RESULT_SHOWN = 2000  # characters of a tool result a message part shows; the
 API_FEED_KEEP_S = 300.0  # a finished answer's live events stay this long in its process, for a client to resume
 API_FEEDS_KEPT = 1000  # finished answers' feeds kept at most (the oldest go first)
 
-# Signing in to the web chat page (core/web_signin.py, sql/027): `/web` makes a one-time link.
+# Signing in to the web chat page (core/accounts/web_signin.py, sql/027): `/web` makes a one-time link.
 WEB_LINK_TTL = timedelta(minutes=10)  # a link works this long after /web made it, once
 WEB_LINK_BYTES = 24  # random bytes of a link's code: 32 url-safe characters
 WEB_LINK_LIVE = 5  # unused links one identity may hold at a time (older ones stop working)

@@ -12,7 +12,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from core import api_tokens, journal, web_signin
+from core import journal
+from core.accounts import api_tokens, web_signin
+from core.accounts.usage import Spending
 from core.agent.llm import LLM
 from core.agent.loop import Limits, run_agent
 from core.agent.prompt import system_prompt
@@ -55,7 +57,6 @@ from core.metrics import Metrics
 from core.reminders.buttons import UNDO, press
 from core.reminders.engine import Outbox, ReminderEngine
 from core.reminders.scheduler import ReminderScheduler
-from core.sessions import API as API_PLATFORM
 from core.settings import Settings
 from core.storage import conversations, fleet, refusals
 from core.storage.db import Pool
@@ -67,6 +68,7 @@ from core.tools.framework import Caps, Tool, ToolContext, ToolRegistry
 from core.tools.sql import EXECUTE_SQL
 from core.tools.tasks import MANAGE_TASKS
 from core.tools.timezone import SET_TIMEZONE
+from core.types import API as API_PLATFORM
 from core.types import (
     JOB_MESSAGE_PREFIX,
     Assistant,
@@ -78,7 +80,6 @@ from core.types import (
     ToolResult,
     TurnSteps,
 )
-from core.usage import Spending
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class Core:
         self.llm = llm
         self.models = model_choices(settings)  # what /model offers, the default first (config_problem checked it)
         self.registry = registry or default_registry()
-        self.spending = Spending(pool, settings, clock)  # token usage and budgets (core/usage.py)
+        self.spending = Spending(pool, settings, clock)  # token usage and budgets (core/accounts/usage.py)
         metered = embedder.metered(self.spending.embedded) if embedder is not None else None  # embeddings' usage too
         for tool in memory_tools(
             settings.MEMORY_BLOCK_WORDS,
@@ -525,7 +526,7 @@ class Core:
         async with self.capabilities.following(), pruning(self.pool, self.clock, keep):
             self.task_listeners.append(scheduler.tasks_changed)
             await scheduler.start()
-            self.outboxes.update(outboxes)  # also for telling a link code's issuer (core/accounts.py)
+            self.outboxes.update(outboxes)  # also for telling a link code's issuer (core/accounts/linking.py)
             try:
                 yield
             finally:
@@ -647,7 +648,9 @@ class Core:
                 log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
         writes = journal.TurnJournal(self.pool, chat, turn_id, delivery)
-        meter = self.spending.meter(user, start.budget)  # the budget check before each model call (core/usage.py)
+        meter = self.spending.meter(
+            user, start.budget
+        )  # the budget check before each model call (core/accounts/usage.py)
         flood = self._flood(inc, start.user_recent, start.chat_recent)
         if flood is not None:  # stored, not answered: the note (once) is the turn's answer, resent on a redelivery
             meter.close()

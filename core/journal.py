@@ -35,7 +35,7 @@ async def begin(
     budget: Sequence[Any] | None = None,
 ) -> TurnStart:
     """Store the message and open its turn (one round trip); a redelivered update takes its turn back; with `budget`
-    (core/usage.py), its first model call is checked and admitted in the same round trip."""
+    (core/accounts/usage.py), its first model call is checked and admitted in the same round trip."""
     return await conversations.begin_turn(
         pool,
         inc,

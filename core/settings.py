@@ -155,7 +155,7 @@ class Settings(BaseSettings):
     RETENTION_DAYS: int = Field(
         default=90, ge=1
     )  # reminder occurrences (delivered, failed, skipped) are kept this long
-    # Model token budgets (core/usage.py): unset, no cap. An account's day ends at midnight in its time zone.
+    # Model token budgets (core/accounts/usage.py): unset, no cap. An account's day ends at midnight in its time zone.
     USER_DAILY_TOKENS: int | None = Field(default=None, ge=1, lt=10**15)  # per account; /budget overrides
     USER_MONTHLY_TOKENS: int | None = Field(default=None, ge=1, lt=10**15)  # per account, calendar month
     BOT_DAILY_TOKENS: int | None = Field(default=None, ge=1, lt=10**15)  # the whole bot, DEFAULT_TIMEZONE

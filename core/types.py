@@ -9,6 +9,7 @@ from core.textsafe import clean_fields
 
 ChatKind = Literal["private", "group"]
 QuotedKind = Literal["forward", "quote", "reply", "job", "file", "photo"]
+API = "api"  # the platform (chats.platform) of the HTTP API's sessions, and the `via` of its turns
 JOB_MESSAGE_PREFIX = "job:"  # the platform message id of a scheduled agent job's turn starts with this
 
 
@@ -122,7 +123,7 @@ class UserRef:
 @dataclass(frozen=True)
 class Bearer:
     """Whom an API token or a web sign-in acts as: its identity (admin rights are the identity's) and that identity's
-    account now (core/api_tokens.py, core/web_signin.py)."""
+    account now (core/accounts/api_tokens.py, core/accounts/web_signin.py)."""
 
     token_id: int  # the API token's id (0: a web sign-in)
     name: str  # the token's name ("web": a web sign-in)

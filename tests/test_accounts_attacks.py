@@ -16,17 +16,17 @@ import pytest
 
 from adapters.telegram import TelegramAdapter
 from core import Buttons
-from core.accounts import NOT_LINKED, UNLINK_BUSY
+from core.accounts.linking import NOT_LINKED, UNLINK_BUSY
+from core.accounts.own_data import FileAnswer
+from core.accounts.usage import BUDGET_ADMINS_ONLY, BUDGET_USAGE
 from core.capabilities.runtime import CapabilityQueryError, run_query
 from core.commands import CommandArgs, CommandName
 from core.front_door import Core
-from core.own_data import FileAnswer
 from core.reminders.engine import DeliveryRefused, ReminderEngine
 from core.reminders.messages import ReminderMessage
 from core.storage import conversations
 from core.storage.db import Pool
 from core.types import Error, Incoming, UserRef
-from core.usage import BUDGET_ADMINS_ONLY, BUDGET_USAGE
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram
@@ -362,7 +362,7 @@ async def test_forget_me_takes_its_locks_in_the_order_a_link_does(core: Core, po
     ann_dc = dc()
     await say(core, ann_dc, "link", "ZZZZ-ZZZZ")  # her wrong-code row
     merged = await account(pool, ann_dc)
-    link = await asyncpg.connect(db_dsn)  # a link by her, between its first lock and its second (core/accounts.py)
+    link = await asyncpg.connect(db_dsn)  # a link by her, between its first and second lock (core/accounts/linking.py)
     try:
         tx = link.transaction()
         await tx.start()

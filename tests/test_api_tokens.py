@@ -1,6 +1,6 @@
-"""Per-account bearer tokens (issue 22, who may call the API; core/api_tokens.py, sql/025): `/token` in a private chat
-lists, makes (shown once, stored hashed) and revokes them, `bot token` makes one for the terminal user, and
-authenticate() says which identity and account a secret acts as."""
+"""Per-account bearer tokens (issue 22, who may call the API; core/accounts/api_tokens.py, sql/025): `/token` in a
+private chat lists, makes (shown once, stored hashed) and revokes them, `bot token` makes one for the terminal user,
+and authenticate() says which identity and account a secret acts as."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from core import Core, FileAnswer, Incoming
-from core.api_tokens import Bearer, authenticate
+from core.accounts.api_tokens import Bearer, authenticate
 from core.commands import HELP
 from core.constants import API_TOKEN_MAX_LIVE
 from core.storage.db import Pool

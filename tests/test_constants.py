@@ -25,7 +25,7 @@ NOT_LIMITS = {
     ("core/capabilities/manager.py", "EXIT_RESTART"),
     ("core/storage/migrations.py", "MIGRATION_LOCK_KEY"),
     ("core/storage/db.py", "DEFAULT_PORT"),
-    ("core/own_data.py", "EXPORT_VERSION"),  # the export file format's version, not a limit
+    ("core/accounts/own_data.py", "EXPORT_VERSION"),  # the export file format's version, not a limit
     ("adapters/http/sse.py", "OPENING"),  # the events a stream opens with (ids 0 and 1), not a limit
 }
 

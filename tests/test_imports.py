@@ -1,5 +1,5 @@
-"""What starting the bot imports: the `mcp` SDK only once an MCP server is used (its HTTP client, httpx2, comes with
-the openai SDK anyway)."""
+"""What the code imports: starting the bot imports the `mcp` SDK only once an MCP server is used (its HTTP client,
+httpx2, comes with the openai SDK anyway), and no module of core/, adapters/ or bot/ imports itself back."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import grimp
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,3 +22,17 @@ def test_starting_the_bot_imports_no_mcp_sdk() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False"]
+
+
+def test_no_import_circle() -> None:
+    """No module reaches itself again through its imports, function-local and TYPE_CHECKING ones included, a package's
+    __init__ too (pyproject.toml's acyclic_siblings contract sees packages as wholes, but not a circle through one's
+    __init__)."""
+    graph = grimp.build_graph("core", "adapters", "bot", cache_dir=None)
+    circles: dict[frozenset[str], str] = {}
+    for importer in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            back = graph.find_shortest_chain(importer=imported, imported=importer)
+            if back is not None:
+                circles.setdefault(frozenset(back), " → ".join((importer, *back)))
+    assert not circles, "import circles:\n" + "\n".join(sorted(circles.values()))

@@ -1,6 +1,6 @@
-"""Linking identities into one account (/link, /link CODE, /unlink; core/accounts.py, sql/021): the merge, both sides
-told, codes that expire and work once, the lock after wrong codes, and the attacks: guessing, strangers, admin
-rights, racing links, linking while a turn runs, and isolation between linked people."""
+"""Linking identities into one account (/link, /link CODE, /unlink; core/accounts/linking.py and merge.py, sql/021):
+the merge, both sides told, codes that expire and work once, the lock after wrong codes, and the attacks: guessing,
+strangers, admin rights, racing links, linking while a turn runs, and isolation between linked people."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from adapters.discord.adapter import DiscordAdapter
 from adapters.telegram import TelegramAdapter
-from core.accounts import (
+from core.accounts.linking import (
     ALREADY,
     BUSY,
     LOCKED,

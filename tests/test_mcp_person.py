@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from bot.web import WebServer
+from core.accounts.own_data import FileAnswer
 from core.front_door import Core
-from core.own_data import FileAnswer
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import incoming, run, tool_messages, tool_names, until

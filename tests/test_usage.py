@@ -13,10 +13,10 @@ import asyncpg
 import pytest
 
 from adapters.telegram import TelegramAdapter
+from core.accounts.usage import BUDGET_ADMINS_ONLY, BUDGET_USAGE
 from core.agent.llm import LLM
 from core.front_door import Core
 from core.storage.db import Pool
-from core.usage import BUDGET_ADMINS_ONLY, BUDGET_USAGE
 from tests.conftest import FakeClock, MakeCore, MakeSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram

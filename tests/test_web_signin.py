@@ -1,6 +1,6 @@
-"""Signing in to the web chat page without a password (issue 22; core/web_signin.py, sql/027): `/web` in a private
-chat answers with a one-time link (10 minutes, once) on the bot's public address; redeeming it makes a web sign-in
-(a cookie secret stored hashed, a CSRF token) that acts for the identity's account at the time of use, until it
+"""Signing in to the web chat page without a password (issue 22; core/accounts/web_signin.py, sql/027): `/web` in a
+private chat answers with a one-time link (10 minutes, once) on the bot's public address; redeeming it makes a web
+sign-in (a cookie secret stored hashed, a CSRF token) that acts for the identity's account at the time of use, until it
 expires or is signed out. /export lists sign-ins without secrets; /forget_me deletes them."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import pytest
 
 from adapters.telegram.render import markdown_to_html
 from core import Core, FileAnswer, Incoming
-from core.api_tokens import Bearer as TokenBearer
+from core.accounts.api_tokens import Bearer as TokenBearer
+from core.accounts.web_signin import NO_BASE_URL, NOT_SERVED, authenticate, csrf_matches, redeem, sign_out
 from core.commands import HELP
 from core.constants import WEB_LINK_LIVE, WEB_LINK_TTL, WEB_LOGIN_MAX_LIVE, WEB_LOGIN_TTL
 from core.settings import SettingsError, load_settings
 from core.storage.db import Pool
 from core.types import Bearer
-from core.web_signin import NO_BASE_URL, NOT_SERVED, authenticate, csrf_matches, redeem, sign_out
 from tests.conftest import FakeClock, MakeCore
 from tests.helpers import incoming
 from tests.test_own_data import traces

@@ -3,8 +3,9 @@ web page, served on the process's one HTTP server (bot/web.py)."""
 
 from fastapi import FastAPI
 
+from adapters.http.errors import install_errors
 from adapters.http.gate import CallerFirst
-from adapters.http.routes import HttpApi, install_errors
+from adapters.http.routes import HttpApi
 from adapters.http.schema import describe
 from adapters.http.web_page import add_web_page
 from core import Core, app_version

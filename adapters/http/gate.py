@@ -11,8 +11,9 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from adapters.http.errors import ApiError, error_response
 from adapters.http.limits import MAX_BODY_BYTES
-from adapters.http.routes import ApiError, HttpApi, error_response
+from adapters.http.routes import HttpApi
 
 
 def large_body(scope: Scope) -> bool:

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from adapters.http.models import SESSION_EVENTS, ErrorBody
-from adapters.http.openai_compat import CompletionUsage
+from adapters.http.openai_models import CompletionUsage
 from adapters.http.sse import EVENT_STREAM
 
 REF = "#/components/schemas/{model}"

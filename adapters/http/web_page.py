@@ -16,8 +16,9 @@ from fastapi.staticfiles import StaticFiles
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
+from adapters.http.errors import error_response
 from adapters.http.limits import SIGNIN_FORM_BYTES
-from adapters.http.routes import NO_CSRF, HttpApi, error_response
+from adapters.http.routes import NO_CSRF, HttpApi
 from adapters.http.signin_cookie import CSRF_HEADER, clear_signin_cookie, set_signin_cookie, signin_secret
 from core import SIGNIN_PATH
 

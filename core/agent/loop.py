@@ -32,7 +32,7 @@ OVER_BUDGET = "over_budget"  # the Error code of a turn refused by a budget befo
 
 
 class Budget(Protocol):
-    """The spending check around each model call of a turn (core/usage.py)."""
+    """The spending check around each model call of a turn (core/accounts/usage.py)."""
 
     async def admit(self) -> str | None:
         """Before a model call: None to go ahead, or the line saying which budget is used up (no call then)."""

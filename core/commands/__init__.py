@@ -3,6 +3,7 @@ parser, handler) beside its handler in a module of its subject; catalogue.py ord
 
 from core.commands.account import FORGET_ME_CONFIRM
 from core.commands.base import Answer, Ask, Command, CommandArgs, CommandName, CoreParts, Option
+from core.commands.board import StatusBoard
 from core.commands.catalogue import (
     COMMAND,
     COMMANDS,
@@ -15,7 +16,7 @@ from core.commands.catalogue import (
 )
 from core.commands.memory import MEMORY_WIPE_CONFIRM
 from core.commands.model import MODEL_NOT_YOURS, chosen_model, model_token
-from core.commands.status import StatusBoard, app_version, status_text
+from core.commands.status import app_version, status_text
 
 __all__ = [
     "COMMAND",

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from core import accounts, api_tokens, web_signin
+from core.accounts import api_tokens, web_signin
+from core.accounts import linking as accounts
+from core.accounts.own_data import FileAnswer, Summary, export_account, forget_account, summary
+from core.accounts.usage import BUDGET_ADMINS_ONLY
 from core.buttons import FORGET_ARGS, Button, Buttons, Confirm
 from core.commands.base import Ask, Command, CommandArgs, Option, counted
 from core.constants import ABANDONED_MARGIN, WEB_LINK_TTL
-from core.own_data import FileAnswer, Summary, export_account, forget_account, summary
 from core.reminders.queries import replan_zones
 from core.texts import FORGET_LABEL
-from core.usage import BUDGET_ADMINS_ONLY
 
 FORGET_ME_CONFIRM: CommandArgs = FORGET_ARGS  # what the /forget_me confirmation button sends
 FORGET_ME_ASK = (
@@ -88,8 +89,8 @@ async def token(ask: Ask) -> str:
 
 
 async def web(ask: Ask) -> str:
-    """/web: a one-time link signing the speaker in to the web chat (core/web_signin.py); only in a private chat,
-    so the link is never shown in a group. The terminal's user, at this machine, gets the local page's address
+    """/web: a one-time link signing the speaker in to the web chat (core/accounts/web_signin.py); only in a private
+    chat, so the link is never shown in a group. The terminal's user, at this machine, gets the local page's address
     when no public one is set (or how to serve it)."""
     if ask.inc.chat_kind != "private":
         return accounts.ONLY_IN_PRIVATE.format(command="/web")
@@ -129,7 +130,7 @@ async def forget_me(ask: Ask) -> str | Buttons:
 
 
 async def usage(ask: Ask) -> str:
-    """/usage: the speaker's tokens today and this month, and the budget left (core/usage.py)."""
+    """/usage: the speaker's tokens today and this month, and the budget left (core/accounts/usage.py)."""
     user, _ = await ask.speaker()
     return await ask.core.spending.report(user)
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
+from core.accounts.own_data import FileAnswer
+from core.accounts.usage import Spending
 from core.agent.llm import LLM
 from core.agent.providers import ModelChoice
 from core.buttons import Buttons
+from core.commands.board import StatusBoard
 from core.mcp_servers.hub import Hub
 from core.media.audio import Audio
-from core.own_data import FileAnswer
 from core.remind import Reminded
 from core.reminders.engine import Outbox
 from core.settings import Settings
@@ -21,10 +23,6 @@ from core.storage.db import Pool
 from core.timeutil import Clock
 from core.tools.framework import Caps
 from core.types import ChatRef, Incoming, UserRef
-from core.usage import Spending
-
-if TYPE_CHECKING:
-    from core.commands.status import StatusBoard
 
 CommandName = str  # a name of the catalogue (core/commands/catalogue.py: COMMAND)
 CommandArgs = Mapping[str, str]

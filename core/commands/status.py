@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, version
 
 from core.commands.base import Ask, Command, CoreParts
+from core.commands.board import StatusBoard
 from core.commands.model import NO_MODEL_STATUS, your_model
 from core.constants import FLEET_SEEN_S
 from core.storage import dead_letters, fleet
@@ -23,18 +23,6 @@ def app_version() -> str:
         return version("assistant-bot")
     except PackageNotFoundError:
         return "dev"
-
-
-@dataclass
-class StatusBoard:
-    """Facts for /status that adapters and the scheduler report into."""
-
-    started_monotonic: float = field(default_factory=time.monotonic)
-    adapters: dict[str, str] = field(default_factory=dict)  # name → state
-    disconnected: set[str] = field(default_factory=set)  # adapters whose platform connection is down now
-    last_poll: dict[str, datetime] = field(default_factory=dict)  # adapter → last successful poll (UTC)
-    failed_deliveries: int = 0
-    process_id: str | None = None  # this process's id in the fleet while it beats (core/storage/fleet.py)
 
 
 def _uptime(seconds: float) -> str:

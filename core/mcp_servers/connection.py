@@ -8,17 +8,14 @@ opened or its answers read (its transports: core/mcp_servers/transports.py), not
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import math
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, suppress
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit
 
 import anyio
 from anyio.abc import TaskStatus
@@ -29,7 +26,9 @@ from core.constants import (
     MCP_LINE_CHARS,
     MCP_PAGES_MAX,
 )
+from core.mcp_servers.attempt import ATTEMPT, Attempt
 from core.mcp_servers.config import ServerConfig
+from core.mcp_servers.errors import describe
 from core.mcp_servers.results import Outcome, clean, outcome
 from core.quoting import truncate
 
@@ -50,7 +49,6 @@ INHERITED_ENV = (
     *("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"),
     *("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"),
 )
-_URL_TAIL = re.compile(r"(\b[a-z][a-z0-9+.-]*://)(?:[^\s/@]*@)?([^\s?#]*)[?#]\S*", re.IGNORECASE)
 
 
 class _TeardownNoise(logging.Filter):
@@ -84,27 +82,6 @@ class CallFailed(Exception):
         """`reached` False: the request never reached the server (safe to retry); True: the outcome is unknown."""
         super().__init__(message)
         self.reached = reached
-
-
-@dataclass
-class _Attempt:
-    """What the transport saw of one call's request."""
-
-    delivered: bool = False  # it may have reached the server
-    refused: bool = False  # the server turned it away unread: its session is gone (HTTP 404, or 400 naming it)
-
-
-# The call the current task is making: the transports mark it (the SDK writes a request in the caller's task, and the
-# HTTP transport posts it under a copy of the caller's context).
-_ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("mcp_attempt", default=None)
-
-
-def mark(delivered: bool = True, refused: bool = False) -> None:
-    """Note on the current call what happened to its request."""
-    attempt = _ATTEMPT.get()
-    if attempt is not None:
-        attempt.delivered = attempt.delivered or delivered
-        attempt.refused = attempt.refused or refused
 
 
 def child_env(config: ServerConfig, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -431,9 +408,9 @@ class Connection:
         retried = False
         while True:
             client, number = await self._current(deadline)
-            attempt = _Attempt()
+            attempt = Attempt()
             failure: Exception
-            token = _ATTEMPT.set(attempt)
+            token = ATTEMPT.set(attempt)
             try:
                 remaining = max(deadline - loop.time(), 0.0)
                 with anyio.fail_after(remaining + MCP_CALL_GRACE_S):
@@ -448,7 +425,7 @@ class Connection:
             except Exception as e:
                 failure, gone, late = e, False, False
             finally:
-                _ATTEMPT.reset(token)
+                ATTEMPT.reset(token)
             if late:
                 raise self._timed_out(tool, reached=attempt.delivered or isinstance(failure, MCPError))
             if not gone:
@@ -493,43 +470,9 @@ class Connection:
             reached=reached,
         )
 
-    # Errors as one line without secrets.
-
     def describe(self, error: BaseException) -> str:
-        """`error` as one line with no secret in it: no env or header value, no URL query or user."""
-        import httpx2
-        from mcp.shared.exceptions import MCPError
-
-        leaf = _leaf(error)
-        if isinstance(leaf, httpx2.ConnectError | httpx2.ConnectTimeout):
-            text = f"cannot connect to {_origin(self.config.url or '')}"
-        elif isinstance(leaf, httpx2.TimeoutException):
-            text = "the server did not answer in time"
-        elif isinstance(leaf, httpx2.HTTPStatusError):
-            text = f"HTTP {leaf.response.status_code}"
-        elif isinstance(leaf, httpx2.HTTPError):
-            text = f"network error ({type(leaf).__name__})"
-        elif isinstance(leaf, FileNotFoundError | PermissionError) and self.config.command:
-            text = f"cannot start {os.path.basename(self.config.command)}: {leaf.strerror or type(leaf).__name__}"
-        elif isinstance(leaf, MCPError):
-            text = leaf.message or f"error {leaf.code}"
-        elif isinstance(leaf, TimeoutError):
-            text = str(leaf) or "no answer in time"
-        elif isinstance(leaf, OSError):
-            text = leaf.strerror or type(leaf).__name__
-        else:
-            text = f"{type(leaf).__name__}: {leaf}" if str(leaf) else type(leaf).__name__
-        return truncate(self._scrub(clean(text)), MCP_LINE_CHARS, one_line=True)
-
-    def _scrub(self, text: str) -> str:
-        """`text` without env and header values (nor their words after an auth scheme) and URL queries."""
-        text = _URL_TAIL.sub(r"\1\2", text)
-        values = [*self.config.env.values(), *self._extra_env.values()]
-        values += [*self.config.headers.values(), *self._extra_headers.values()]
-        secrets = {v for value in values for v in (value, *value.split()) if len(v) >= 4}
-        for secret in sorted(secrets, key=len, reverse=True):
-            text = text.replace(secret, "…")
-        return text
+        """`error` as one line with no secret of this connection's in it (core/mcp_servers/errors.py)."""
+        return describe(error, self.config, (*self._extra_env.values(), *self._extra_headers.values()))
 
 
 def _remote(tool: types.Tool) -> RemoteTool:
@@ -548,17 +491,3 @@ def _needs_tasks(tool: types.Tool) -> bool:
     """Whether a tool can only be called as a task (2025-11-25 `execution.taskSupport: required`), which the bot
     does not do: its plain call would fail."""
     return tool.execution is not None and tool.execution.task_support == "required"
-
-
-def _leaf(error: BaseException) -> BaseException:
-    """The first real exception inside exception groups."""
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        error = error.exceptions[0]
-    return error
-
-
-def _origin(url: str) -> str:
-    """scheme://host:port of a URL (never its path, query or user)."""
-    parts = urlsplit(url)
-    host = parts.hostname or "?"
-    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")

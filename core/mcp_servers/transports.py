@@ -4,6 +4,7 @@ the server."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
@@ -21,9 +22,12 @@ from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
 from mcp.shared.message import SessionMessage
 
 from core.constants import MCP_LINE_CHARS, MCP_SESSION_BODY_BYTES, MCP_STDIO_EXIT_S, MCP_STDIO_LINE_BYTES
-from core.mcp_servers.connection import log, mark
+from core.mcp_servers.attempt import mark
 from core.mcp_servers.results import clean
 from core.quoting import truncate
+
+# What the transports say is logged as the connection's own (the name operators and tests filter on)
+log = logging.getLogger("core.mcp_servers.connection")
 
 # A 400 whose body says this names a lost session (the TypeScript SDK's servers: "No valid session ID provided", "Server
 # not initialized"); the Python SDK's say 404.

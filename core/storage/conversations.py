@@ -168,7 +168,7 @@ class TurnStart:
     memory: list[dict[str, Any]] | None = None
     user_recent: int = 0  # turns the speaker started in the minute before this one (scheduled jobs aside)
     chat_recent: int = 0  # turns started in this chat in that minute
-    budget: Any = None  # usage_admit's verdict on the first model call (core/usage.py); None: no budget applies
+    budget: Any = None  # usage_admit's verdict on its first model call (core/accounts/usage.py); None: no budget
 
 
 async def begin_turn(
@@ -191,8 +191,8 @@ async def begin_turn(
     (only for turns where personal memory applies: never in groups). Retried on a dropped connection; a retry takes back
     the turn an earlier attempt may have committed (same platform message id, still running, unanswered). A
     redelivered message (its first handler died) takes its turn back and starts it over unless an answer was stored.
-    With `budget` (usage_admit's arguments after the account, core/usage.py), a fresh turn's first model call is
-    checked against the budgets and admitted in the same round trip.
+    With `budget` (usage_admit's arguments after the account, core/accounts/usage.py), a fresh turn's first model call
+    is checked against the budgets and admitted in the same round trip.
     """
 
     kinds, origins, texts = [q.kind for q in inc.quoted], [q.origin for q in inc.quoted], [q.text for q in inc.quoted]

@@ -19,7 +19,6 @@ from core.constants import (
     API_TOKEN_PREFIX,
     API_TOKEN_TOUCH_EVERY,
 )
-from core.sessions import SESSION_OF_CALLER, Session, session_of
 from core.storage.db import Pool
 from core.timeutil import fmt_local, zone
 from core.types import Bearer as Bearer  # re-exported: it lived here first
@@ -49,8 +48,9 @@ WHERE u.id = $1 AND (SELECT count(*) FROM api_tokens t WHERE t.account_id = u.ac
 ON CONFLICT DO NOTHING
 RETURNING id
 """
-# The token's identity and that identity's account now; last_used_at written only when older than a minute.
-_AUTHENTICATE_SQL = """
+# The token's identity and that identity's account now; last_used_at written only when older than a minute. The API
+# joins the session a request names to it (core/api/sessions.py: one round trip).
+AUTHENTICATE_SQL = """
 WITH found AS (
     SELECT t.id, t.name, t.last_used_at, u.id AS identity_id, u.account_id, u.platform, u.platform_user_id,
            u.display_name
@@ -61,7 +61,6 @@ WITH found AS (
     WHERE t.id = f.id AND (t.last_used_at IS NULL OR t.last_used_at <= $3)
 )
 SELECT * FROM found f"""
-_AUTHENTICATE_IN_SQL = _AUTHENTICATE_SQL + SESSION_OF_CALLER
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ class TokenRefused(Exception):
     """A token could not be made; the message is the one line to show."""
 
 
-def _hash(secret: str) -> bytes:
+def secret_hash(secret: str) -> bytes:
     """What the table stores of a secret."""
     return hashlib.sha256(secret.encode()).digest()
 
@@ -88,7 +87,7 @@ async def create(pool: Pool, user: UserRef, name: str, now: datetime) -> str:
     if not NAME.fullmatch(name):
         raise TokenRefused(NAME_RULE)
     secret = API_TOKEN_PREFIX + secrets.token_urlsafe(API_TOKEN_BYTES)
-    made = await pool.fetchval(_CREATE_SQL, user.id, name, _hash(secret), now, API_TOKEN_MAX_LIVE)
+    made = await pool.fetchval(_CREATE_SQL, user.id, name, secret_hash(secret), now, API_TOKEN_MAX_LIVE)
     if made is not None:
         return secret
     taken = await pool.fetchval(
@@ -121,26 +120,21 @@ async def revoke(pool: Pool, account_id: int, name: str, now: datetime) -> bool:
     return status != "UPDATE 0"
 
 
+def well_formed(secret: str) -> bool:
+    """Whether a presented secret can be a token's at all (else the database is not asked)."""
+    return len(secret) == SECRET_CHARS and secret.startswith(API_TOKEN_PREFIX)
+
+
 async def authenticate(pool: Pool, secret: str, now: datetime) -> Bearer | None:
     """Whom a presented secret acts as, or None for a wrong or revoked one (found by its hash: no secret is compared
     character by character); notes the use at most once per API_TOKEN_TOUCH_EVERY."""
-    found = await authenticate_in(pool, secret, now, None)
-    return None if found is None else found[0]
-
-
-async def authenticate_in(
-    pool: Pool, secret: str, now: datetime, session_id: str | None
-) -> tuple[Bearer, Session | None] | None:
-    """authenticate(), and in the same round trip the account's session `session_id` (None: not theirs, or none)."""
-    if len(secret) != SECRET_CHARS or not secret.startswith(API_TOKEN_PREFIX):
+    if not well_formed(secret):
         return None
-    row = await pool.fetchrow(_AUTHENTICATE_IN_SQL, _hash(secret), now, now - API_TOKEN_TOUCH_EVERY, session_id)
-    if row is None:
-        return None
-    return _bearer(row), session_of(row)
+    row = await pool.fetchrow(AUTHENTICATE_SQL, secret_hash(secret), now, now - API_TOKEN_TOUCH_EVERY)
+    return None if row is None else bearer_of(row)
 
 
-def _bearer(row: Any) -> Bearer:
+def bearer_of(row: Any) -> Bearer:
     """Whom an authenticated row acts as."""
     return Bearer(
         row["id"],

@@ -12,26 +12,28 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
-from core import api_tokens, sessions, web_signin
-from core.api_tokens import Bearer
+from core.accounts import web_signin
+from core.accounts.api_tokens import Bearer
+from core.accounts.own_data import FileAnswer
+from core.accounts.web_signin import WebLogin
+from core.api import sessions
+from core.api.feed import Feed, Feeds
+from core.api.parts import REMINDER_PREFIX, Button, Message, Page, Session, message_key
 from core.buttons import Buttons
 from core.commands import CommandArgs, CommandName, TypedCommand, typed_command
 from core.memory.blocks import DESCRIPTIONS
 from core.memory.show_and_erase import memory_overview
-from core.own_data import FileAnswer
 from core.remind import Reminded
 from core.reminders import recurrence
 from core.reminders.buttons import UNDO
 from core.reminders.engine import DeliveryRefused
 from core.reminders.messages import ReminderMessage
-from core.sessions import API, Button, Feed, Feeds, Message, Page, Session
 from core.storage import conversations
 from core.texts import FAILED
 from core.textsafe import strip_nul
 from core.timeutil import zone
 from core.tools.tasks import open_tasks
-from core.types import Assistant, AssistantDelta, Error, Incoming, Upload
-from core.web_signin import WebLogin
+from core.types import API, Assistant, AssistantDelta, Error, Incoming, Upload
 
 if TYPE_CHECKING:
     from core.front_door import Core
@@ -100,9 +102,9 @@ class Api:
     async def caller(self, secret: str, session_id: str | None = None) -> tuple[Bearer, Session | None] | None:
         """Whom a bearer token acts as (None: wrong or revoked) and, in the same round trip, the account's session
         `session_id` when one is named (None: not theirs, or none such)."""
-        return await api_tokens.authenticate_in(self.core.pool, secret, self.core.clock(), session_id)
+        return await sessions.caller(self.core.pool, secret, self.core.clock(), session_id)
 
-    # ---- the web page's sign-in (core/web_signin.py) ----------------------------------------------------------------
+    # ---- the web page's sign-in (core/accounts/web_signin.py) -------------------------------------------------------
 
     async def web_caller(self, secret: str) -> tuple[Bearer, str] | None:
         """Whom a web sign-in's cookie secret acts as, with its CSRF token (None: unknown, expired or signed out)."""
@@ -217,7 +219,7 @@ class Api:
         away): its live feed; with an Idempotency-Key seen before, that turn's feed or, when it is no longer live here,
         its stored messages."""
         content = strip_nul(content)  # from any client: PostgreSQL takes no NUL
-        message_id = sessions.message_key(key)
+        message_id = message_key(key)
         live = self.feeds.get(session.id, message_id)
         if live is not None:
             return live
@@ -347,4 +349,4 @@ class Api:
         if not await sessions.store_reminder(self.core.pool, msg.chat_id, key, msg.text):
             raise DeliveryRefused(SESSION_GONE)
         await msg.mark_sent(1)
-        return sessions.REMINDER_PREFIX + key
+        return REMINDER_PREFIX + key

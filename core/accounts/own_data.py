@@ -235,8 +235,8 @@ async def forget_account(
 
 async def _lock_account(conn: Conn, platform: str, platform_user_id: str) -> int | None:
     """The identity's account, locked for this transaction (a link moving the identity meanwhile is waited for): in
-    the order linking takes them (core/accounts.py), the identities' wrong-code rows, the identities, then the account,
-    so a link and a forget of the same person wait for each other and never deadlock."""
+    the order linking takes them (core/accounts/linking.py), the identities' wrong-code rows, the identities, then the
+    account, so a link and a forget of the same person wait for each other and never deadlock."""
     for _ in range(3):
         account_id: int | None = await conn.fetchval(
             "SELECT account_id FROM users WHERE platform = $1 AND platform_user_id = $2", platform, platform_user_id

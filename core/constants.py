@@ -201,6 +201,7 @@ MEDIA_HEARD_CHARS = 200  # a transcript as the reply's "heard" step shows it, at
 # MCP tool servers (core/mcp_servers/): the configuration file MCP_CONFIG names (core/mcp_servers/config.py).
 MCP_CONFIG_MAX_BYTES = 1024 * 1024  # a larger configuration file is refused unread (it lists servers, not data)
 MCP_SERVER_NAME_CHARS = 32  # a server's name: letters, digits, _ and -, at most this long (it goes into tool names)
+MCP_SSE_READ_TIMEOUT_S = 300.0  # a streamable-HTTP server's event stream may stay silent this long (the SDK's own)
 MCP_CALL_TIMEOUT_S = 30.0  # a server's `timeout` unless the file says otherwise: one tool call
 MCP_CONNECT_TIMEOUT_S = 10.0  # a server's `connect_timeout` unless the file says otherwise
 MCP_SESSION_BODY_BYTES = 64 * 1024  # of an HTTP server's 400, read to look for words saying the session is lost

@@ -358,7 +358,7 @@ class Inbox:
             item.attempts,
         )
         if self._leases.get(item.update_id) is lease and lease.task is not asyncio.current_task():
-            lease.task.cancel()  # (confirm_lease() stops its own task itself)
+            lease.task.cancel()  # (Inbox.confirm stops its own task itself)
 
 
 def _reason(e: BaseException) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
 EMPTY_ANSWER = "(The answer was empty.)"
-TEXT_ONLY = "I can only read text for now — please type your message (text sent with a photo or file works too)."
+TEXT_ONLY = "I can't read this kind of message — text, voice notes, photos and documents work (with a caption too)."
 SENT_PRIVATELY = "I've sent it to you in a private chat."
 CUT_SHORT = "Sorry — I was restarting and had to stop working on that. Please ask again in a minute."
 RESTARTING = "I'm restarting right now — please send that again in a minute."  # new work while draining

@@ -154,7 +154,8 @@ class Handlers:
         return replace(base, data=data)
 
     async def text_only(self, msg: Message) -> None:
-        """Photos, stickers, voice…: a short "text only" note (the refusal for someone who may not use the bot)."""
+        """A message the bot cannot read (a video, a location, a contact…): a short note saying what it reads (the
+        refusal for someone who may not use the bot)."""
         inc = self._incoming(msg, "")
         if not self.core.is_allowed(inc):
             refused = await self.core.refusal(inc)  # once per chat within the hour

@@ -15,6 +15,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, cast
 
 import aiohttp
+
+# the types of the request methods this class overrides: PTB declares them only in its private _utils (mypy checks the
+# overrides' signatures against them)
 from telegram._utils.defaultvalue import DefaultValue
 from telegram._utils.types import JSONDict, ODVInput
 from telegram.constants import FloodLimit

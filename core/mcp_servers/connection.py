@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import httpx2
     from mcp import types
     from mcp.client import Client, IncomingMessage
-    from mcp.client._transport import TransportStreams
+    from mcp.client._transport import TransportStreams  # the SDK exports this type from its private module only
 
 log = logging.getLogger(__name__)
 

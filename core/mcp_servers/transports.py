@@ -15,13 +15,18 @@ import httpx2
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp import types
-from mcp.client._transport import TransportStreams
+from mcp.client._transport import TransportStreams  # the SDK's type of a transport's streams: only exported there
 from mcp.client.streamable_http import streamable_http_client
 from mcp.os.posix.utilities import terminate_posix_process_tree
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT
 from mcp.shared.message import SessionMessage
 
-from core.constants import MCP_LINE_CHARS, MCP_SESSION_BODY_BYTES, MCP_STDIO_EXIT_S, MCP_STDIO_LINE_BYTES
+from core.constants import (
+    MCP_LINE_CHARS,
+    MCP_SESSION_BODY_BYTES,
+    MCP_SSE_READ_TIMEOUT_S,
+    MCP_STDIO_EXIT_S,
+    MCP_STDIO_LINE_BYTES,
+)
 from core.mcp_servers.attempt import mark
 from core.mcp_servers.results import clean
 from core.quoting import truncate
@@ -95,7 +100,7 @@ async def http(
     url: str, headers: Mapping[str, str], connect_timeout: float, auth: httpx2.Auth | None = None
 ) -> AsyncIterator[TransportStreams]:
     """The Streamable HTTP transport to `url` sending `headers` (and `auth`'s, e.g. an OAuth bearer token)."""
-    timeout = httpx2.Timeout(connect_timeout, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
+    timeout = httpx2.Timeout(connect_timeout, read=MCP_SSE_READ_TIMEOUT_S)
     transport = _Watched(httpx2.AsyncHTTPTransport())
     http = httpx2.AsyncClient(headers=dict(headers), timeout=timeout, transport=transport, auth=auth)
     async with http, streamable_http_client(url, http_client=http) as streams:

@@ -211,16 +211,12 @@ def understand(text: str, tz: ZoneInfo, now: datetime, languages: Sequence[str] 
     """Read `/remind`'s text (`<when> <what>`) in the person's zone `tz` and languages (theirs first), seen from
     `now`: what it understood, or one line with an example saying why nothing can be made."""
     text = " ".join(text.split())
-    if not text:
-        return USAGE.format(zone=tz.key)
-    repeat = repeating(text)
+    repeat = repeating(text) if text else USAGE.format(zone=tz.key)
     if isinstance(repeat, str):
         return repeat
     if repeat is not None:
         rec, rest = repeat
-        when = text[: len(text) - len(rest)].strip()
-        what = _what(rest)
-        return Understood(what, when, None, rec) if what else NOTHING_TO_SAY.format(when=when, text=text)
+        return _repeats(text[: len(text) - len(rest)].strip(), _what(rest), rec, text)
     langs = list(dict.fromkeys([*languages, *LANGUAGES]))
     for when, rest in _split(text):
         found = _at(when, tz, now, langs)
@@ -236,20 +232,21 @@ def understand_parts(
 ) -> Understood | str:
     """The same for a `when` and a `what` given apart (Discord's slash command options)."""
     when, what = " ".join(when.split()), " ".join(what.split())
-    if not when:
-        return USAGE.format(zone=tz.key)
-    repeat = repeating(when)
+    repeat = repeating(when) if when else USAGE.format(zone=tz.key)
     if isinstance(repeat, str):
         return repeat
     if repeat is not None:
         rec, rest = repeat
-        if rest.strip():
-            return REPEAT_NOT_UNDERSTOOD.format(when=when[:80])
-        return Understood(what, when, None, rec) if what else NOTHING_TO_SAY.format(when=when, text=when)
+        return REPEAT_NOT_UNDERSTOOD.format(when=when[:80]) if rest.strip() else _repeats(when, what, rec, when)
     found = _at(when, tz, now, list(dict.fromkeys([*languages, *LANGUAGES])))
     if found is None:
         return NOT_UNDERSTOOD.format(text=when[:80])
     return _checked(when, what, *found, tz, now, when)
+
+
+def _repeats(when: str, what: str, rec: Recurrence, text: str) -> Understood | str:
+    """A repeating reminder understood, or the question what it is about when no text follows the time."""
+    return Understood(what, when, None, rec) if what else NOTHING_TO_SAY.format(when=when, text=text)
 
 
 def _checked(

@@ -45,6 +45,7 @@ SQL_MAX_ROWS = 50  # execute_sql returns at most this many rows
 SQL_MAX_CHARS = 6000  # and at most this many characters of them as JSON
 TASK_LIST_ROWS = 50  # manage_tasks list and the open tasks shown at most
 NEXT_OCCURRENCES = 3  # a recurring task shows this many of its next times
+EXAMPLE_CHARS = 40  # a /remind refusal's example repeats at most this much of the person's reminder text
 MAX_WHEN_WORDS = 8  # the longest time of day or date /remind looks for before the reminder's text
 VALIDATION_PROBLEMS_SHOWN = 6  # a tool call's invalid arguments: at most this many problems named to the model
 

@@ -112,6 +112,12 @@ def test_what_is_not_understood_ambiguous_or_past_gets_one_line_with_an_example(
     assert "e.g." in got or "Forms I know" in got
 
 
+def test_a_refusal_stays_one_short_line_whatever_was_sent() -> None:
+    got = understand("tomorrow " + "x" * 30_000, BERLIN, NOW)
+    assert isinstance(got, str) and "\n" not in got and len(got) < 200
+    assert isinstance(understand("tomorrow 9:00 \x00", BERLIN, NOW), str)  # nothing but a NUL: nothing to remind of
+
+
 def test_remind_alone_explains_itself_with_three_examples() -> None:
     got = understand("", BERLIN, NOW)
     assert isinstance(got, str) and got.count("/remind ") == 3 and "Europe/Berlin" in got

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import ValidationError
 
-from core.constants import MAX_WHEN_WORDS
+from core.constants import EXAMPLE_CHARS, MAX_WHEN_WORDS
 from core.reminders.recurrence import Recurrence
 from core.timeutil import fmt_local
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 # Languages tried after the person's own (dateparser detects which one a text is in among them).
 LANGUAGES = ("en", "de", "fr", "es", "it", "pt", "nl")
-EXAMPLE = "/remind tomorrow 9:00 Buy milk"
+EXAMPLE = "/remind tomorrow 9:00 Buy milk"  # the example of a refusal, unless the person's own words make a better one
 USAGE = (
     "Tell me when and what, e.g.:\n"
     "- /remind in 10 minutes Take the pizza out\n"
@@ -256,7 +256,7 @@ def _checked(
     if not what:
         return NOTHING_TO_SAY.format(when=when, text=text)
     if period not in ("time", "part_of_day") and not _RELATIVE.match(when):
-        example = EXAMPLE if any(c.isdigit() for c in when) else f"/remind {when} 9:00 {what}"  # `tomorrow 25:00`
+        example = EXAMPLE if any(c.isdigit() for c in when) else f"/remind {when} 9:00 {what[:EXAMPLE_CHARS]}"
         return NO_TIME_OF_DAY.format(when=when, example=example)
     if due <= now:
         return IN_THE_PAST.format(when=when, now=fmt_local(now, tz, now))

@@ -22,6 +22,7 @@ from adapters.http.limits import JSON_CONTAINERS_MAX, MAX_BODY_BYTES, UPLOAD_BOD
 from bot.app import freeze_startup_objects
 from tests import test_http_api
 from tests.fake_openai import FakeOpenAI, Reply
+from tests.helpers import WAIT_S
 from tests.test_http_api import ANN, Serve, token_of
 
 serve = test_http_api.serve  # the fixture: a server with the /v1 routes
@@ -109,8 +110,7 @@ async def test_many_parallel_29_mb_bodies_without_a_token_neither_stall_the_loop
                     answers += await asyncio.gather(*(post_big(port, p, h, size, ch) for p, h, ch in attacks))
             return answers
 
-        while not probed.is_set():  # /healthz answers before the attack starts
-            time.sleep(0.01)
+        assert probed.wait(WAIT_S), "/healthz answered before the attack starts"
         return asyncio.run(waves())
 
     stop, probed = threading.Event(), threading.Event()
@@ -123,7 +123,7 @@ async def test_many_parallel_29_mb_bodies_without_a_token_neither_stall_the_loop
                 assert client.get("/healthz").status_code == 200
                 times.append(time.monotonic() - t0)
                 probed.set()
-                time.sleep(0.02)
+                stop.wait(0.02)  # a probe every 20 ms: the pace of a health checker, ended at once by stop
         return times
 
     loop = asyncio.get_running_loop()

@@ -7,7 +7,7 @@ import getpass
 import os
 import sys
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TextIO
 
@@ -21,7 +21,11 @@ from core import (
     Incoming,
     Reminded,
     ReminderMessage,
+    Sent,
     Settings,
+    Spoken,
+    ToolCall,
+    ToolResult,
     activity_lines,
     fix_hint,
     summary_line,
@@ -135,11 +139,42 @@ async def ask_once(core: Core, text: str, *, fresh: bool = True) -> tuple[str, b
 
 async def ask(core: Core, inc: Incoming, show: Show = as_written, prefix: str = "") -> tuple[str, bool]:
     """Answer one message; returns the printed text and whether it was answered without error."""
-    async with aclosing(core.handle(inc)) as events:
-        async for event in events:
-            if isinstance(event, Assistant | Error):
-                return render(event, core.settings, show, prefix), isinstance(event, Assistant)
-    return prefix, True
+    reply = ConsoleReply(core.settings, show, prefix)
+    await core.answer(inc, reply)
+    return reply.text, reply.ok
+
+
+class ConsoleReply:
+    """The reply port of one terminal message: the answer's text as it will be printed."""
+
+    streams = False
+
+    def __init__(self, settings: Settings, show: Show, prefix: str) -> None:
+        """Render with `show` after `prefix` (nothing came: the prefix alone)."""
+        self.settings, self.show, self.prefix = settings, show, prefix
+        self.text, self.ok = prefix, True
+
+    @asynccontextmanager
+    async def working(self) -> AsyncIterator[None]:
+        """The prompt waits: nothing to show meanwhile."""
+        yield
+
+    async def draft(self, text: str) -> None:
+        """Not shown."""
+
+    async def step(self, event: ToolCall | ToolResult) -> None:
+        """Summarised under the answer."""
+
+    async def answer(self, answer: Assistant, sent: Sent) -> None:
+        """The answer with its activity."""
+        self.text, self.ok = render(answer, self.settings, self.show, self.prefix), True
+
+    async def error(self, error: Error) -> None:
+        """The error line (with what to check about the model)."""
+        self.text, self.ok = render(error, self.settings, self.show, self.prefix), False
+
+    async def voice(self, spoken: Spoken) -> None:
+        """The terminal answers in text."""
 
 
 async def command(

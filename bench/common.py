@@ -455,8 +455,14 @@ class CoreTrace:
 
     @contextmanager
     def on(self, core: Core) -> Iterator[CoreTrace]:
-        """Wrap the front door of this one Core (instance attributes, removed afterwards)."""
-        wrapped: list[str] = []
+        """Wrap the front door of this one Core (instance attributes, put back afterwards): Core.receive, and the
+        turn's events where the core runs them (its turn room when it has one, else Core.handle)."""
+        wrapped: list[tuple[Any, str, Any]] = []  # (object, name, what its instance held before: None for nothing)
+
+        def wrap(obj: Any, name: str, new: Any) -> None:
+            wrapped.append((obj, name, vars(obj).get(name)))
+            setattr(obj, name, new)
+
         receive = getattr(core, "receive", None)
         if receive is not None:
 
@@ -468,11 +474,11 @@ class CoreTrace:
                 finally:
                     marks.setdefault("stored", time.monotonic())
 
-            core.receive = traced_receive  # type: ignore[method-assign]
-            wrapped.append("receive")
+            wrap(core, "receive", traced_receive)
         else:
             self.missing.append("Core.receive")
-        handle = core.handle
+        runner = getattr(core, "turns", core)  # where the turn's events are made (core/turn/runner.py)
+        handle = runner.handle
 
         async def events(gen: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
             marks = self.cur
@@ -482,13 +488,15 @@ class CoreTrace:
                     marks.setdefault(type(ev).__name__, time.monotonic())
                     yield ev
 
-        core.handle = lambda *a, **k: events(handle(*a, **k))  # type: ignore[method-assign]
-        wrapped.append("handle")
+        wrap(runner, "handle", lambda *a, **k: events(handle(*a, **k)))
         try:
             yield self
         finally:
-            for name in wrapped:
-                delattr(core, name)  # back to the class's method
+            for obj, name, before in reversed(wrapped):
+                if before is None:
+                    delattr(obj, name)  # back to the class's method
+                else:
+                    setattr(obj, name, before)
 
 
 def print_timeline(columns: Mapping[str, Sequence[Sequence[tuple[str, float | None]]]], steps: Sequence[str]) -> None:

@@ -181,7 +181,7 @@ async def part_sequential(rig: Rig, meter: CpuMeter, turns: int, warmup: int) ->
 
 STEPS = (
     "→ post_message returned  [fake Discord, in the bot's process: message, JSON, websocket write]",
-    "→ Core.handle called  [discord.py: frame → Message, event task; adapter: addressed?, Incoming]",
+    "→ the turn starts  [discord.py: frame → Message, event task; adapter: addressed?, Incoming, Core.answer]",
     "→ the request reaches the fake model  [core: checks, begin_turn, prompt; openai SDK]",
     "→ the Assistant event leaves the core  [fake model, SSE, SDK parsing; finish_turn]",
     "→ POST …/messages reaches the fake  [adapter: render; discord.py REST, rate limiter]",

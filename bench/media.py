@@ -105,12 +105,12 @@ def instrumented(core: Core, timings: Timings) -> Iterator[None]:
     download = names["download"]
     names["download"] = timings.timed("download", download)
     core.audio.transcribe = timings.timed("transcribe", core.audio.transcribe)  # type: ignore[method-assign]
-    core._take_in = timings.timed("intake", core._take_in)  # type: ignore[method-assign]
+    core.turns._take_in = timings.timed("intake", core.turns._take_in)  # type: ignore[method-assign]
     try:
         yield
     finally:
         names["download"] = download
-        del core.audio.transcribe, core._take_in  # back to the classes' methods
+        del core.audio.transcribe, core.turns._take_in  # back to the classes' methods
 
 
 async def media_turn(rig: Rig, update: dict[str, Any], expect: str = "ok") -> float:
@@ -177,7 +177,7 @@ async def part_voice(rig: Rig, turns: int, warmup: int, voice_kb: int) -> None:
     print("  inside the voice turns:")
     print(timings.line("download", "download: getFile + GET of the file [adapter]"))
     print(timings.line("transcribe", "upload to /audio/transcriptions [core, SDK]"))
-    print(timings.line("intake", "whole intake: transcribe + store [core]"))
+    print(timings.line("intake", "whole intake: download, transcribe, store"))
     print()
 
 
@@ -205,7 +205,7 @@ async def part_photo(rig: Rig, turns: int, warmup: int) -> None:
     photo = lambda: rig.fake.photo_update([(4000, 3000, data)], caption="what is this?", **message_fields(rig))  # noqa: E731
     timings = await against_text(rig, turns, warmup, photo, "ok", "photo")
     print(timings.line("download", "download: getFile + GET of the file [adapter]"))
-    print(timings.line("intake", "whole intake: decode, resize, JPEG, store [core]"))
+    print(timings.line("intake", "whole intake: download, decode, resize, JPEG, store"))
     print()
 
 
@@ -243,7 +243,7 @@ async def part_pdf(rig: Rig, runs: int, pages: int) -> None:
                                               caption="what is the rent?", **message_fields(rig))  # fmt: skip
             turn_ms.append(await media_turn(rig, update))
             await asyncio.sleep(PAUSE_S)
-    print(timings.line("intake", "whole intake: extract + store in PostgreSQL"))
+    print(timings.line("intake", "whole intake: download, extract, store in PostgreSQL"))
     print(timings.line("download", "download: getFile + GET of the file"))
     print(f"    {'document turn, push → sendMessage':<44} {spread(sorted(turn_ms))}")
     print()

@@ -335,7 +335,7 @@ STEPS = (
     "→ the fake answers the waiting getUpdates  [fake Telegram, in the bot's process]",
     "→ Core.receive called  [PTB: the poll's reply → Update, dispatch; adapter]",
     "→ Core.receive returned  [core: store (and take) the update]",
-    "→ Core.handle called  [inbox → the adapter's handler → Incoming]",
+    "→ the turn starts  [inbox → the adapter's handler → Incoming, reply port → Core.answer]",
     "→ the request reaches the fake model  [core: checks, begin_turn, prompt; openai SDK]",
     "→ the Assistant event leaves the core  [fake model, SSE, SDK parsing; finish_turn]",
     "→ sendMessage reaches the fake  [adapter: render; PTB request layer]",

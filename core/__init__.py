@@ -65,6 +65,7 @@ from core.texts import (
 )
 from core.textsafe import clean_json, strip_nul
 from core.timeutil import machine_zone
+from core.turn.reply import Reply, Sent
 from core.types import API as API_PLATFORM
 from core.types import (
     Assistant,
@@ -141,6 +142,8 @@ __all__ = [
     "Quoted",
     "Reminded",
     "ReminderMessage",
+    "Reply",
+    "Sent",
     "Settings",
     "SettingsError",
     "ShowSteps",

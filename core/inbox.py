@@ -63,6 +63,19 @@ class _Lease:
     finishing: bool = False  # the handler is done: the update is being marked done
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How an inbox takes stored updates: at most `concurrency` at once, each under a lease of `lease_s` (renewed
+    while its turn runs), with a look for work every `poll_s` besides the notifications."""
+
+    concurrency: int = INBOX_CONCURRENCY
+    lease_s: float = INBOX_LEASE_S
+    poll_s: float = INBOX_POLL_S
+
+
+DEFAULT_PACE = Pace()
+
+
 class Inbox:
     """Stores updates before they are acknowledged and runs them here, in order per chat, across all processes."""
 

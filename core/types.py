@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,7 +39,8 @@ UploadKind = Literal["voice", "audio", "photo", "document", "sticker"]
 @dataclass(frozen=True)
 class Upload:
     """A file that came with a message, as its adapter fetched it: `data` None when it could not (`refused` says why,
-    in one line); `platform_ref` is the platform's own reference to the file (kept, so nothing is lost)."""
+    in one line); `platform_ref` is the platform's own reference to the file (kept, so nothing is lost). With `load`,
+    not fetched yet: the core loads it only for a person who may use the bot, within their message rate."""
 
     kind: UploadKind
     name: str
@@ -47,6 +49,7 @@ class Upload:
     platform_ref: str | None = None
     duration_s: float | None = None
     refused: str | None = None
+    load: Callable[[], Awaitable[Upload]] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Nothing PostgreSQL cannot store in the file's name (core/textsafe.py)."""

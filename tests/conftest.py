@@ -26,6 +26,7 @@ import pytest
 
 from core.agent.llm import LLM
 from core.front_door import Core
+from core.inbox import DEFAULT_PACE, Pace
 from core.settings import Settings, StartupError, load_settings
 from core.storage.db import Pool, create_pool
 from core.storage.embedded import start_embedded
@@ -535,9 +536,9 @@ async def make_core(
     """A Core on the test database and the fake LLM; drained at the end (its inbox stops), as bot/ does."""
     made: list[Core] = []
 
-    def make(**overrides: Any) -> Core:
+    def make(inbox_pace: Pace = DEFAULT_PACE, **overrides: Any) -> Core:
         settings = make_settings(**overrides)
-        made.append(Core(settings, pool, make_llm(settings), clock=clock))
+        made.append(Core(settings, pool, make_llm(settings), clock=clock, inbox_pace=inbox_pace))
         return made[-1]
 
     yield make

@@ -25,20 +25,20 @@ ALICE, BOB = 2001, 2002  # Discord: Alice is an admin, Bob is allowed
 
 
 class Seen:
-    """Every Incoming the adapter hands to Core.handle (the core then runs as usual)."""
+    """Every Incoming the adapter hands to Core.answer (the core then runs as usual)."""
 
     def __init__(self, core: Core, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Wrap the core's handle."""
+        """Wrap the core's answer."""
         self.items: list[Incoming] = []
         self._changed = asyncio.Event()
-        handle = core.handle
+        answer = core.answer
 
-        def spy(inc: Incoming, **kw: Any) -> Any:
+        def spy(inc: Incoming, reply: Any, **kw: Any) -> Any:
             self.items.append(inc)
             self._changed.set()
-            return handle(inc, **kw)
+            return answer(inc, reply, **kw)
 
-        monkeypatch.setattr(core, "handle", spy)
+        monkeypatch.setattr(core, "answer", spy)
 
     async def wait(self, count: int = 1) -> Incoming:
         """The `count`-th Incoming, once it came."""

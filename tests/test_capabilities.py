@@ -485,7 +485,7 @@ async def test_non_admin_queries_refused_clearly_without_the_reader_role(
 async def test_full_restart_exits_only_after_the_answer_was_consumed(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
     core = admin_core(make_core)
     stopped: list[int | None] = []
-    core.stop_listeners.append(lambda: stopped.append(core.exit_code))
+    core.on_exit(lambda: stopped.append(core.exit_code))
     fake_llm.script(Reply(tool_calls=[("restart", {"mode": "full"})]), Reply(text="Restarting now."))
     async with aclosing(core.handle(incoming("restart yourself", user=ADMIN))) as events:
         async for event in events:

@@ -13,7 +13,7 @@ import pytest
 from adapters.discord.adapter import DiscordAdapter
 from core import COMMANDS, CUT_SHORT
 from core.front_door import Core
-from core.inbox import Inbox
+from core.inbox import Pace
 from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_discord import FakeDiscord
@@ -60,8 +60,8 @@ async def start_proc(dc: FakeDiscord, make_core: MakeCore) -> AsyncIterator[Star
             DISCORD_API_BASE_URL=dc.api_base,
             DISCORD_GATEWAY_URL=dc.gateway_url,
             ALLOWED_USERS="*",
+            inbox_pace=Pace(lease_s=lease_s, poll_s=0.05),
         )
-        core.inbox = Inbox(core.pool, core.process_id, core.metrics, lease_s=lease_s, poll_s=0.05)
         adapter = DiscordAdapter(core, core.settings, guild_ready_timeout=0.05)
         await adapter.start()  # a later process's connection replaces the one before (one session per shard)
         started.append(Proc(core, adapter))

@@ -17,7 +17,7 @@ from adapters.telegram.receive import SECRET_HEADER
 from bot.web import WebServer
 from core.constants import INBOX_CONCURRENCY
 from core.front_door import Core
-from core.inbox import Inbox
+from core.inbox import Pace
 from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
@@ -56,10 +56,8 @@ async def start_proc(tg: FakeTelegram, make_core: MakeCore) -> AsyncIterator[Sta
                 TELEGRAM_API_BASE_URL=tg.base_url,
                 TELEGRAM_WEBHOOK_URL=url,
                 ALLOWED_USERS="*",
+                inbox_pace=Pace(concurrency, lease_s, poll_s),
                 **overrides,
-            )
-            core.inbox = Inbox(
-                core.pool, core.process_id, core.metrics, concurrency=concurrency, lease_s=lease_s, poll_s=poll_s
             )
             adapter = TelegramAdapter(core, core.settings, poll_timeout=1)
             web = WebServer(core, ["telegram"], port, host="127.0.0.1")

@@ -19,7 +19,7 @@ from adapters.telegram import TelegramAdapter
 from bot.web import WebServer
 from core.agent.llm import LLM
 from core.front_door import Core
-from core.inbox import Delivery, Inbox
+from core.inbox import Delivery, Inbox, Pace
 from core.metrics import Metrics
 from core.storage import inbox_table as store
 from core.storage.db import Pool
@@ -59,8 +59,7 @@ async def start(
                 TELEGRAM_WEBHOOK_URL=url,
                 ALLOWED_USERS="*",
             )
-            core = Core(settings, db, make_llm(settings), clock=clock)
-            core.inbox = Inbox(db, core.process_id, core.metrics, lease_s=lease_s, poll_s=poll_s)
+            core = Core(settings, db, make_llm(settings), clock=clock, inbox_pace=Pace(lease_s=lease_s, poll_s=poll_s))
             adapter = TelegramAdapter(core, core.settings, poll_timeout=1)
             web = WebServer(core, ["telegram"], port, host="127.0.0.1")
             assert adapter.webhook_path is not None

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from core import journal
 from core.inbox import Delivery
 from core.storage.db import Pool
+from core.turn import journal
 from core.types import Assistant, Error, ModelToolCalls, Step, ToolResult
 from tests.helpers import incoming
 

@@ -37,6 +37,7 @@ StartTg = Callable[..., Awaitable[Bot]]
 def quick_audio(core: Core) -> Core:
     """The core's audio without SDK retries, so a failing speech server fails at once (no real backoff sleeps)."""
     core.audio = Audio.from_settings(core.settings, PROVIDERS, max_retries=0)
+    core.turns.parts = replace(core.turns.parts, audio=core.audio)  # the turns speak through it too
     return core
 
 

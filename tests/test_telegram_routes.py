@@ -102,20 +102,20 @@ Running = tuple[TelegramAdapter, Seen]
 
 @pytest.fixture
 async def running(tg: FakeTelegram, make_core: MakeCore, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Running]:
-    """The adapter against the fake (PTB's Application may not be built: routing needs none); Core.handle spied."""
+    """The adapter against the fake (PTB's Application may not be built: routing needs none); Core.answer spied."""
 
     def no_application(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("PTB's Application is not needed")
 
     monkeypatch.setattr("telegram.ext.Application.__init__", no_application)
     core = make_core(TELEGRAM_BOT_TOKEN=tg.token, TELEGRAM_API_BASE_URL=tg.base_url, ALLOWED_USERS="*")
-    seen, handle = Seen(), core.handle
+    seen, answer = Seen(), core.answer
 
-    def spy(inc: Any, **kw: Any) -> Any:
+    def spy(inc: Any, reply: Any, **kw: Any) -> Any:
         seen.calls.append((inc, kw.get("delivery")))
-        return handle(inc, **kw)
+        return answer(inc, reply, **kw)
 
-    monkeypatch.setattr(core, "handle", spy)
+    monkeypatch.setattr(core, "answer", spy)
     adapter = TelegramAdapter(core, core.settings, poll_timeout=1)
     await adapter.start()
     try:

@@ -4,32 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
 import discord
 from discord.abc import Messageable
 
-from adapters.discord.buttons import BUTTONS, AllowButton, ReminderButton, StepsButton
+from adapters.discord.buttons import BUTTONS, ReminderButton
 from adapters.discord.commands import install_commands
-from adapters.discord.files import fetch
+from adapters.discord.files import lazy
 from adapters.discord.gateway import Client, Gateway
 from adapters.discord.incoming import StoredMessage, addressed, bot_id, has_media, message_text, received
-from adapters.discord.limits import DISCORD_CUT_NOTE_S, DISCORD_LIMITS, DISCORD_UPLOAD_LIMIT
-from adapters.discord.render import render_reply, split_markdown
+from adapters.discord.limits import DISCORD_CUT_NOTE_S, DISCORD_LIMITS
+from adapters.discord.reply import ChannelReply
 from adapters.discord.send import (
     NO_MENTIONS,
-    Sent,
     briefly,
     deliver_reminder,
-    keep_typing,
     reply_reference,
     send_parts,
-    stop_task,
     tell,
     view,
 )
@@ -38,19 +33,15 @@ from core import (
     FAILED,
     RESTARTING,
     TEXT_ONLY,
-    Assistant,
     Core,
     Delivery,
-    Error,
     ReminderMessage,
     Settings,
-    Spoken,
 )
 
 log = logging.getLogger(__name__)
 
 LEGACY_SOURCE = "discord"  # the inbox key of messages stored before it named the bot
-VOICE_FILE_NAME = "answer.ogg"  # an answer read aloud, sent as a file
 
 
 class DiscordAdapter:
@@ -214,66 +205,12 @@ class DiscordAdapter:
         reference: discord.MessageReference | None,
         delivery: Delivery,
     ) -> None:
-        """Run the core on one message (with its voice messages and documents, downloaded now) with typing shown,
-        then send the reply."""
-        typing = asyncio.create_task(keep_typing(channel))
-        try:
-            inc = stored.incoming
-            if stored.files and self.core.is_allowed(inc):  # fetched for the core, only for who may use the bot
-                inc = replace(inc, uploads=tuple([await fetch(self.client, f) for f in stored.files]))
-            async with aclosing(self.core.handle(inc, delivery=delivery)) as events:
-                async for event in events:
-                    if isinstance(event, Assistant):
-                        await stop_task(typing)
-                        await self._send_answer(channel, reference, event)
-                    elif isinstance(event, Error):
-                        await stop_task(typing)
-                        await send_parts(channel, split_markdown(event.message), reference=reference)
-                        if event.turn_id is not None:  # an error answer is recorded as sent like any answer
-                            await self.core.mark_sent(event.turn_id, 1)
-                    elif isinstance(event, Spoken):  # a voice message answered aloud too (/voice on)
-                        await self._send_spoken(channel, reference, event)
-        finally:
-            await stop_task(typing)
-
-    @staticmethod
-    async def _send_spoken(channel: Messageable, reference: discord.MessageReference | None, spoken: Spoken) -> None:
-        """Send an answer read aloud as the file answer.ogg under the text answer; best effort: a refusal or a file
-        larger than Discord lets a bot send is logged, the text answer stands."""
-        if len(spoken.data) > DISCORD_UPLOAD_LIMIT:
-            log.warning("the answer read aloud (%d bytes) is larger than Discord takes; not sent", len(spoken.data))
-            return
-        file = discord.File(io.BytesIO(spoken.data), filename=VOICE_FILE_NAME)
-        extra: dict[str, Any] = {"reference": reference} if reference is not None else {}
-        try:
-            await channel.send(file=file, allowed_mentions=NO_MENTIONS, **extra)
-        except discord.HTTPException as e:
-            log.warning("the answer read aloud could not be sent: %s", e)
-
-    async def _send_answer(
-        self, channel: Messageable, reference: discord.MessageReference | None, answer: Assistant
-    ) -> None:
-        """Send the parts of an answer Discord does not have yet, each recorded right after it is accepted (a
-        process that takes the message again sends only the rest); Show steps goes under the last part."""
-        parts = render_reply(answer.text, answer.steps, answer.elapsed_s)
-        if answer.sent_parts >= len(parts):
-            log.info("answer of turn %s was sent before its process died; not sent again", answer.turn_id)
-            return
-        items: list[discord.ui.Item[Any]] = [StepsButton(answer.turn_id)] if answer.steps and answer.turn_id else []
-        items += [AllowButton(ask.id, ask.label) for ask in answer.asks]  # calls waiting for the person's OK
-        steps = view(*items) if items else None
-        first, sent = answer.sent_parts, self._recorder(answer.turn_id)
-        await send_parts(channel, parts, reference=reference, buttons=steps, first=first, sent=sent)
-
-    def _recorder(self, turn_id: int | None) -> Sent | None:
-        """What records how many parts of a turn's answer Discord has (None: no turn to record on)."""
-        if turn_id is None:
-            return None
-
-        async def sent(parts: int) -> None:
-            await self.core.mark_sent(turn_id, parts)
-
-        return sent
+        """Have the core answer one message (with its voice messages, documents and photos, downloaded when the
+        core takes them in) through the channel's reply port."""
+        inc = stored.incoming
+        if stored.files:
+            inc = replace(inc, uploads=tuple(lazy(self.client, f) for f in stored.files))
+        await self.core.answer(inc, ChannelReply(channel, reference), delivery=delivery)
 
     async def send_reminder(self, msg: ReminderMessage) -> str | None:
         """Push a reminder into its channel with Done / Snooze buttons (see send.deliver_reminder)."""

@@ -6,18 +6,18 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Mapping, Sequence
-from contextlib import aclosing
 from typing import Any, cast
 
 import discord
 from discord import app_commands
 
-from adapters.discord.buttons import StepsButton, buttons_view
+from adapters.discord.buttons import buttons_view
 from adapters.discord.gateway import Client, Owner
 from adapters.discord.incoming import interaction_incoming
-from adapters.discord.render import render_reply, split_markdown
-from adapters.discord.send import NO_MENTIONS, followups, note, respond_parts, send_file, view
-from core import COMMANDS, Assistant, Command, CommandArgs, Core, Error, FileAnswer, Option
+from adapters.discord.render import split_markdown
+from adapters.discord.reply import InteractionReply
+from adapters.discord.send import NO_MENTIONS, note, respond_parts, send_file
+from core import COMMANDS, Command, CommandArgs, Core, Error, FileAnswer, Option
 
 log = logging.getLogger(__name__)
 
@@ -138,18 +138,9 @@ async def answer_ask(core: Core, interaction: discord.Interaction, text: str) ->
         await note(interaction, core.refusal_text(inc))
         return
     await interaction.response.defer(thinking=True)
-    answered = False
-    async with aclosing(core.handle(inc)) as events:
-        async for event in events:
-            if isinstance(event, Assistant):
-                parts = render_reply(event.text, event.steps, event.elapsed_s)
-                steps = view(StepsButton(event.turn_id)) if event.steps and event.turn_id else None
-                await followups(interaction, parts, steps)
-                answered = True
-            elif isinstance(event, Error):
-                await followups(interaction, split_markdown(event.message), None)
-                answered = True
-    if not answered:  # a duplicate delivery of the same interaction
+    reply = InteractionReply(interaction)
+    await core.answer(inc, reply)
+    if not reply.answered:  # a duplicate delivery of the same interaction
         await interaction.followup.send(ALREADY_ANSWERED, ephemeral=True, allowed_mentions=NO_MENTIONS)
 
 

@@ -101,6 +101,12 @@ async def fetch(client: discord.Client, file: StoredFile) -> Upload:
     return replace(base, data=data)
 
 
+def lazy(client: discord.Client, file: StoredFile) -> Upload:
+    """A stored file as the core takes it, downloaded (see fetch) only when the core loads it."""
+    base = Upload(file.kind, file.name, file.mime, None, platform_ref=file.ref, duration_s=file.duration_s)
+    return replace(base, load=lambda: fetch(client, file))
+
+
 def _mime(attachment: discord.Attachment) -> str | None:
     """An attachment's type without its parameters ("; charset=utf-8"): Discord's, else (none, or the generic
     application/octet-stream) guessed from its name."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import discord
@@ -13,7 +13,7 @@ from discord.abc import Messageable
 
 from adapters.discord.limits import DISCORD_CUT_NOTE_S, DISCORD_TYPING_EVERY_S, DISCORD_UPLOAD_LIMIT
 from adapters.discord.render import split_markdown
-from core import DeliveryRefused, FileAnswer, ReminderMessage, file_too_large
+from core import DeliveryRefused, FileAnswer, ReminderMessage, Sent, file_too_large
 
 NO_MENTIONS = discord.AllowedMentions.none()  # every send pings nobody (not even the author it replies to) …
 # permanent refusals of a reminder send (Discord JSON error codes) → the reason shown in /tasks
@@ -23,7 +23,6 @@ REFUSALS = {
     50013: "the bot lacks permission to post in the channel",
     50007: "the user does not accept direct messages from the bot",
 }
-Sent = Callable[[int], Awaitable[None]]  # told how many parts Discord has accepted so far
 
 
 def owner_ping(owner_id: str) -> discord.AllowedMentions:

@@ -7,21 +7,21 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable
-from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
-from telegram import CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
-from telegram.constants import ChatType, ParseMode
+from telegram import CallbackQuery, Message, Update
+from telegram.constants import ParseMode
 from telegram.error import BadRequest, Forbidden, TelegramError
 
 from adapters.telegram.config import bot_id
 from adapters.telegram.files import FileRefused, Media, download, media_of
 from adapters.telegram.incoming import incoming, presser
-from adapters.telegram.limits import TELEGRAM_BUTTON_LABEL, TELEGRAM_MAX_DOWNLOAD_BYTES, TELEGRAM_UPLOAD_LIMIT
-from adapters.telegram.render import esc, markdown_to_html, render_reply, split_html
+from adapters.telegram.limits import TELEGRAM_MAX_DOWNLOAD_BYTES, TELEGRAM_UPLOAD_LIMIT
+from adapters.telegram.render import esc, markdown_to_html, split_html
+from adapters.telegram.reply import TelegramReply
 from adapters.telegram.request import TelegramBot
-from adapters.telegram.send import Sender, refusal
+from adapters.telegram.send import Sender, keyboard, refusal
 from core import (
     FAILED,
     MODEL_NOT_YOURS,
@@ -31,9 +31,6 @@ from core import (
     SENT_PRIVATELY,
     TEXT_ONLY,
     Allow,
-    Assistant,
-    AssistantDelta,
-    Button,
     Command,
     CommandArgs,
     CommandName,
@@ -44,11 +41,9 @@ from core import (
     FileAnswer,
     Incoming,
     OnTask,
-    Spoken,
     Upload,
     UploadKind,
     file_too_large,
-    pack,
     sticker_text,
 )
 
@@ -82,52 +77,17 @@ class Handlers:
         return incoming(msg, text, self.bot.username, self.bot_id)
 
     async def turn(self, msg: Message, delivery: Delivery) -> None:
-        """Run the core on a text (or captioned) message, a voice note or a document with live feedback, then send the
-        reply."""
-        private = msg.chat.type == ChatType.PRIVATE
+        """Have the core answer a text (or captioned) message, a voice note, a document or a photo through the
+        message's reply port (files are fetched only when the core asks for them)."""
         inc = self._incoming(msg, msg.text or msg.caption or "")
         media = media_of(msg)
         if media is not None and media.kind in DESCRIBED:  # a sticker or GIF: its words, then the caption
             inc = replace(inc, text=described(media, inc.text))
-        if media is not None and media.kind in UPLOADED and self.core.is_allowed(inc):  # fetched for the core
-            inc = replace(inc, uploads=(await self._upload(media, inc.text),))
-        typing = self.send.typing(msg)
-        draft = self.send.draft(msg) if private else None
-        try:
-            async with aclosing(self.core.handle(inc, stream=private, delivery=delivery)) as events:
-                async for event in events:
-                    if isinstance(event, AssistantDelta) and draft is not None:
-                        await draft.add(event.text)
-                    elif isinstance(event, Assistant):
-                        await self._answer(msg, event)
-                    elif isinstance(event, Error):
-                        await self.send.reply(msg, [esc(event.message)])
-                        if event.turn_id is not None:  # an error answer is recorded as sent like any answer
-                            await self.core.mark_sent(event.turn_id, 1)
-                    elif isinstance(event, Spoken):  # a voice note answered aloud too (/voice on)
-                        await self.send.voice(msg, event.data)
-        finally:
-            await typing.stop()
-
-    async def _answer(self, msg: Message, answer: Assistant) -> None:
-        """Send the parts of an answer that Telegram does not have yet, recording each one right after it is sent
-        (the update may be taken again by another process if this one dies before the inbox marks it done)."""
-        turn_id = answer.turn_id
-
-        async def sent(parts: int) -> None:
-            if turn_id is not None:
-                await self.core.mark_sent(turn_id, parts)
-
-        parts = render_reply(answer.text, answer.steps, answer.elapsed_s)
-        if answer.sent_parts >= len(parts):
-            log.info("answer of turn %s was sent before its process died; not sent again", turn_id)
-            return
-        await self.send.reply(msg, parts, first=answer.sent_parts, sent=sent, **self._allow_buttons(answer))
-
-    @staticmethod
-    def _allow_buttons(answer: Assistant) -> dict[str, Any]:
-        """An "Allow" button per call the answer waits on (the core runs it for the person who was asked only, once)."""
-        return keyboard(tuple((Button(f"✅ {ask.label}", Allow(ask.id)),) for ask in answer.asks))
+        if media is not None and media.kind in UPLOADED:  # fetched when the core takes it in
+            inc = replace(inc, uploads=(self._upload(media, inc.text),))
+        await self.core.answer(
+            inc, TelegramReply(self.send, msg, private=inc.chat_kind == "private"), delivery=delivery
+        )
 
     async def allow_button(self, query: CallbackQuery, press: Allow) -> None:
         """ "Allow" pressed: the parked call runs (only for the person who was asked, once) and its result comes as a
@@ -141,17 +101,23 @@ class Handlers:
         if isinstance(query.message, Message):
             await self.send.reply(query.message, split_html(esc(text)))
 
-    async def _upload(self, media: Media, caption: str = "") -> Upload:
-        """A voice note, audio file, document or photo as the core takes it: its bytes, or why they could not be
-        fetched. A photo is named by its caption (without the bot's @mention), else its file name."""
+    def _upload(self, media: Media, caption: str = "") -> Upload:
+        """A voice note, audio file, document or photo as the core takes it, fetched when it does: its bytes, or why
+        they could not be fetched. A photo is named by its caption (without the bot's @mention), else its file name."""
         kind = UPLOADED[media.kind]
         name = (caption if kind == "photo" else "") or media.file_name or UPLOAD_NAMES[kind]
         base = Upload(kind, name, media.mime_type, None, platform_ref=media.file_id, duration_s=media.duration)
-        try:
-            data = await download(self.bot, media.file_id, max_bytes=TELEGRAM_MAX_DOWNLOAD_BYTES, size=media.file_size)
-        except FileRefused as e:
-            return replace(base, refused=str(e))
-        return replace(base, data=data)
+
+        async def load() -> Upload:
+            try:
+                data = await download(
+                    self.bot, media.file_id, max_bytes=TELEGRAM_MAX_DOWNLOAD_BYTES, size=media.file_size
+                )
+            except FileRefused as e:
+                return replace(base, refused=str(e))
+            return replace(base, data=data)
+
+        return replace(base, load=load)
 
     async def text_only(self, msg: Message) -> None:
         """A message the bot cannot read (a video, a location, a contact…): a short note saying what it reads (the
@@ -184,7 +150,7 @@ class Handlers:
     async def _privately(self, inc: Incoming, msg: Message, markdown: str, command: str, **kwargs: Any) -> None:
         """Personal data goes to the user's private chat; a group only sees a short note."""
         parts = split_html(markdown_to_html(markdown))
-        if msg.chat.type == ChatType.PRIVATE:
+        if inc.chat_kind == "private":
             await self.send.reply(msg, parts, **kwargs)
             return
         await self._from_group(inc, msg, command, self.send.deliver(int(inc.user_id), parts, **kwargs))
@@ -195,7 +161,7 @@ class Handlers:
         if len(answer.data) > TELEGRAM_UPLOAD_LIMIT:
             await self.send.reply(msg, [esc(file_too_large(len(answer.data), TELEGRAM_UPLOAD_LIMIT))])
             return
-        if msg.chat.type == ChatType.PRIVATE:
+        if inc.chat_kind == "private":
             await self.send.document(msg.chat.id, answer)
             return
         await self._from_group(inc, msg, command, self.send.document(int(inc.user_id), answer))
@@ -247,15 +213,6 @@ class Handlers:
         if update.effective_chat is not None:
             with contextlib.suppress(TelegramError):
                 await self.bot.send_message(update.effective_chat.id, FAILED)
-
-
-def keyboard(rows: tuple[tuple[Button, ...], ...]) -> dict[str, Any]:
-    """Buttons as Telegram's inline keyboard (the press packed into the callback data), for a send's keywords."""
-    markup = [
-        [InlineKeyboardButton(b.label[:TELEGRAM_BUTTON_LABEL], callback_data=pack(b.press)) for b in row]
-        for row in rows
-    ]
-    return {"reply_markup": InlineKeyboardMarkup(markup)} if markup else {}
 
 
 def described(media: Media, text: str) -> str:

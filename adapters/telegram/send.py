@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, Message, ReplyParameters
@@ -15,6 +15,7 @@ from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, TelegramError
 
 from adapters.telegram.limits import (
+    TELEGRAM_BUTTON_LABEL,
     TELEGRAM_DRAFT_CHARS,
     TELEGRAM_DRAFT_EVERY_S,
     TELEGRAM_PREVIEW_TIMEOUT_S,
@@ -24,11 +25,20 @@ from adapters.telegram.limits import (
 )
 from adapters.telegram.render import esc, markdown_to_html, plain_text, split_html, split_plain
 from adapters.telegram.request import TelegramBot
-from core import EMPTY_ANSWER, REMINDER_BUTTON_LABELS, DeliveryRefused, FileAnswer, OnTask, ReminderMessage, pack
+from core import (
+    EMPTY_ANSWER,
+    REMINDER_BUTTON_LABELS,
+    Button,
+    DeliveryRefused,
+    FileAnswer,
+    OnTask,
+    ReminderMessage,
+    Sent,
+    pack,
+)
 
 log = logging.getLogger(__name__)
 
-Sent = Callable[[int], Awaitable[None]]  # awaited with the number of parts sent so far, after each part
 NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 VOICE_FILE_NAME = "answer.ogg"  # an answer read aloud, sent as a voice note
 # 400s that mean the chat itself is gone or closed to the bot (lower case; PTB capitalises the description)
@@ -224,6 +234,15 @@ class Draft:
             )
         except TelegramError as e:  # a draft is only a preview: never let it disturb the answer
             log.debug("draft update failed: %s", e)
+
+
+def keyboard(rows: tuple[tuple[Button, ...], ...]) -> dict[str, Any]:
+    """Buttons as Telegram's inline keyboard (the press packed into the callback data), for a send's keywords."""
+    markup = [
+        [InlineKeyboardButton(b.label[:TELEGRAM_BUTTON_LABEL], callback_data=pack(b.press)) for b in row]
+        for row in rows
+    ]
+    return {"reply_markup": InlineKeyboardMarkup(markup)} if markup else {}
 
 
 def _part_kwargs(kwargs: dict[str, Any], i: int, n: int) -> dict[str, Any]:

@@ -81,6 +81,11 @@ def _entry(settings: Settings, entry: str) -> ModelChoice:
     return ModelChoice(f"{provider}:{model}", model, provider)
 
 
+def chosen_model(choices: tuple[ModelChoice, ...], stored: str | None) -> ModelChoice | None:
+    """An account's stored choice among those on offer (None: the default, or a name no longer offered)."""
+    return next((c for c in choices if c.name == stored), None)
+
+
 def model_choices(settings: Settings) -> tuple[ModelChoice, ...]:
     """The models people may pick: the default (LLM_MODEL or the provider's) first, then LLM_MODELS' entries (each
     once); ValueError says what is wrong with LLM_MODELS (config_problem reports it at start)."""

@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -23,7 +24,8 @@ from core.api.parts import (
 )
 from core.constants import API_FEED_KEEP_S, API_FEEDS_KEPT
 from core.timeutil import Clock
-from core.types import Assistant, AssistantDelta, Error, Event, ToolCall, ToolResult
+from core.turn.reply import Sent
+from core.types import Assistant, AssistantDelta, Error, Event, Spoken, ToolCall, ToolResult
 
 
 @dataclass
@@ -79,6 +81,41 @@ class Feed:
         """The final event, once there is one."""
         last = self.events[-1] if self.events else None
         return last if isinstance(last, Assistant | Error) else None
+
+
+class FeedReply:
+    """The reply port of an API turn (core/turn/reply.py): every event goes into its feed as it comes."""
+
+    def __init__(self, feed: Feed) -> None:
+        """Fill `feed`."""
+        self.feed = feed
+
+    streams = True
+
+    @asynccontextmanager
+    async def working(self) -> AsyncIterator[None]:
+        """The feed itself shows that the turn runs."""
+        yield
+
+    async def draft(self, text: str) -> None:
+        """More of the answer as it is written."""
+        self.feed.push(AssistantDelta(text))
+
+    async def step(self, event: ToolCall | ToolResult) -> None:
+        """A tool call starting or its result."""
+        self.feed.push(event)
+
+    async def answer(self, answer: Assistant, sent: Sent) -> None:
+        """The whole answer (the session's stored messages have it: nothing to record)."""
+        self.feed.push(answer)
+
+    async def error(self, error: Error) -> None:
+        """An error answer."""
+        self.feed.push(error)
+
+    async def voice(self, spoken: Spoken) -> None:
+        """The answer read aloud."""
+        self.feed.push(spoken)
 
 
 class Feeds:

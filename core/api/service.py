@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import aclosing
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
@@ -17,7 +16,7 @@ from core.accounts.api_tokens import Bearer
 from core.accounts.own_data import FileAnswer
 from core.accounts.web_signin import WebLogin
 from core.api import sessions
-from core.api.feed import Feed, Feeds
+from core.api.feed import Feed, FeedReply, Feeds
 from core.api.parts import REMINDER_PREFIX, Button, Message, Page, Session, message_key
 from core.buttons import Buttons
 from core.commands import CommandArgs, CommandName, TypedCommand, typed_command
@@ -243,9 +242,7 @@ class Api:
     async def _run(self, inc: Incoming, feed: Feed) -> None:
         """Run one turn into its feed (a failure of the core becomes the chats' error text)."""
         try:
-            async with aclosing(self.core.handle(inc, stream=True)) as events:
-                async for event in events:
-                    feed.push(event)
+            await self.core.answer(inc, FeedReply(feed))
         except Exception:
             if await sessions.exists(self.core.pool, feed.session_id):
                 log.exception("an API turn failed")

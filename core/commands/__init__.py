@@ -15,7 +15,7 @@ from core.commands.catalogue import (
     typed_command,
 )
 from core.commands.memory import MEMORY_WIPE_CONFIRM
-from core.commands.model import MODEL_NOT_YOURS, chosen_model, model_token
+from core.commands.model import MODEL_NOT_YOURS, model_token
 from core.commands.status import app_version, status_text
 
 __all__ = [
@@ -38,7 +38,6 @@ __all__ = [
     "StatusBoard",
     "TypedCommand",
     "app_version",
-    "chosen_model",
     "model_token",
     "status_text",
     "typed_command",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from core.agent.providers import ModelChoice
+from core.agent.providers import ModelChoice, chosen_model
 from core.buttons import Button, Buttons, Confirm
 from core.commands.base import Ask, Command, Option
 from core.media import speaking
@@ -44,11 +44,6 @@ def model_by_name(choices: tuple[ModelChoice, ...], name: str) -> ModelChoice | 
     by_name = [c for c in choices if c.name.lower() == wanted]
     by_model = [c for c in choices if c.model.lower() == wanted]
     return by_name[0] if by_name else by_model[0] if len(by_model) == 1 else None
-
-
-def chosen_model(choices: tuple[ModelChoice, ...], stored: str | None) -> ModelChoice | None:
-    """An account's stored choice among those on offer (None: the default, or a name no longer offered)."""
-    return next((c for c in choices if c.name == stored), None)
 
 
 async def model(ask: Ask) -> str | Buttons:

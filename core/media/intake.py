@@ -54,6 +54,7 @@ async def take_in(pool: Pool, audio: Audio | None, uploads: tuple[Upload, ...], 
     """Transcribe, extract and keep the message's files, in order."""
     intake = Intake()
     for up in uploads:
+        up = await up.load() if up.load is not None else up  # fetched from its platform only now
         try:
             if up.refused is not None or up.data is None:
                 raise _Refused(up.refused or "I could not fetch that file.")

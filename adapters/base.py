@@ -1,5 +1,7 @@
 """What a platform front end is: the `Adapter` protocol every platform adapter satisfies (Telegram, Discord), and the
-`Limits` it keeps. The shared behaviour tests every adapter passes against its own fake are in tests/adapter_kit."""
+`Limits` it keeps. Each message it answers goes to `Core.answer` with a reply port of its own (the core's `Reply`,
+in the adapter's reply.py). The shared behaviour tests every adapter passes against its own fake are in
+tests/adapter_kit."""
 
 from __future__ import annotations
 

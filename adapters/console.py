@@ -21,7 +21,6 @@ from core import (
     Incoming,
     Reminded,
     ReminderMessage,
-    Sent,
     Settings,
     Spoken,
     ToolCall,
@@ -165,9 +164,10 @@ class ConsoleReply:
     async def step(self, event: ToolCall | ToolResult) -> None:
         """Summarised under the answer."""
 
-    async def answer(self, answer: Assistant, sent: Sent) -> None:
+    async def answer(self, answer: Assistant) -> AsyncIterator[int]:
         """The answer with its activity."""
         self.text, self.ok = render(answer, self.settings, self.show, self.prefix), True
+        yield 1
 
     async def error(self, error: Error) -> None:
         """The error line (with what to check about the model)."""

@@ -65,7 +65,7 @@ from core.texts import (
 )
 from core.textsafe import clean_json, strip_nul
 from core.timeutil import machine_zone
-from core.turn.reply import Reply, Sent
+from core.turn.reply import Reply
 from core.types import API as API_PLATFORM
 from core.types import (
     Assistant,

@@ -1,5 +1,6 @@
 """What the code imports: starting the bot imports the `mcp` SDK only once an MCP server is used (its HTTP client,
-httpx2, comes with the openai SDK anyway), and no module of core/, adapters/ or bot/ imports itself back."""
+httpx2, comes with the openai SDK anyway), no module of core/, adapters/ or bot/ imports itself back, and none is too
+long."""
 
 from __future__ import annotations
 
@@ -36,3 +37,15 @@ def test_no_import_circle() -> None:
             if back is not None:
                 circles.setdefault(frozenset(back), " → ".join((importer, *back)))
     assert not circles, "import circles:\n" + "\n".join(sorted(circles.values()))
+
+
+def test_no_product_file_is_too_long_to_read_and_core_stays_a_facade() -> None:
+    """The house's size rules (issue 33): no module of core/, adapters/ or bot/ over 500 lines, and `Core` (the
+    facade in core/front_door.py) under 250: new work gets a room of its own instead of widening them."""
+    lines = {
+        path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+        for folder in ("core", "adapters", "bot")
+        for path in (ROOT / folder).rglob("*.py")
+    }
+    assert {path: n for path, n in lines.items() if n > 500} == {}
+    assert lines["core/front_door.py"] < 250

@@ -16,8 +16,8 @@ from discord.abc import Messageable
 from adapters.discord.buttons import AllowButton, StepsButton
 from adapters.discord.limits import DISCORD_UPLOAD_LIMIT
 from adapters.discord.render import render_reply, split_markdown
-from adapters.discord.send import NO_MENTIONS, followups, keep_typing, send_parts, stop_task, view
-from core import Assistant, Error, Sent, Spoken, ToolCall, ToolResult
+from adapters.discord.send import NO_MENTIONS, followups, keep_typing, send_parts, sending, stop_task, view
+from core import Assistant, Error, Spoken, ToolCall, ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,9 @@ class ChannelReply:
     async def step(self, event: ToolCall | ToolResult) -> None:
         """Steps show behind the answer's Show steps button, not one by one."""
 
-    async def answer(self, answer: Assistant, sent: Sent) -> None:
-        """The parts Discord does not have yet, each recorded right after it is accepted; Show steps and an Allow
-        button per call the answer waits on go under the last part."""
+    async def answer(self, answer: Assistant) -> AsyncIterator[int]:
+        """The parts Discord does not have yet, yielding as each is accepted; Show steps and an Allow button per call
+        the answer waits on go under the last part."""
         await self._stop_typing()
         parts = render_reply(answer.text, answer.steps, answer.elapsed_s)
         if answer.sent_parts >= len(parts):
@@ -66,7 +66,8 @@ class ChannelReply:
         items += [AllowButton(ask.id, ask.label) for ask in answer.asks]  # calls waiting for the person's OK
         buttons = view(*items) if items else None
         first = answer.sent_parts
-        await send_parts(self.channel, parts, reference=self.reference, buttons=buttons, first=first, sent=sent)
+        async for count, _ in sending(self.channel, parts, reference=self.reference, buttons=buttons, first=first):
+            yield count
 
     async def error(self, error: Error) -> None:
         """One line (split when long)."""
@@ -108,12 +109,13 @@ class InteractionReply:
     async def step(self, event: ToolCall | ToolResult) -> None:
         """Steps show behind Show steps."""
 
-    async def answer(self, answer: Assistant, sent: Sent) -> None:
+    async def answer(self, answer: Assistant) -> AsyncIterator[int]:
         """The answer's parts with Show steps under the last."""
         parts = render_reply(answer.text, answer.steps, answer.elapsed_s)
         steps = view(StepsButton(answer.turn_id)) if answer.steps and answer.turn_id else None
         await followups(self.interaction, parts, steps)
         self.answered = True
+        yield len(parts)
 
     async def error(self, error: Error) -> None:
         """One line."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 import discord
@@ -13,7 +13,7 @@ from discord.abc import Messageable
 
 from adapters.discord.limits import DISCORD_CUT_NOTE_S, DISCORD_TYPING_EVERY_S, DISCORD_UPLOAD_LIMIT
 from adapters.discord.render import split_markdown
-from core import DeliveryRefused, FileAnswer, ReminderMessage, Sent, file_too_large
+from core import DeliveryRefused, FileAnswer, ReminderMessage, file_too_large
 
 NO_MENTIONS = discord.AllowedMentions.none()  # every send pings nobody (not even the author it replies to) …
 # permanent refusals of a reminder send (Discord JSON error codes) → the reason shown in /tasks
@@ -55,22 +55,28 @@ async def send_parts(
     *,
     reference: discord.MessageReference | None = None,
     buttons: discord.ui.View | None = None,
-    first: int = 0,
-    sent: Sent | None = None,
 ) -> list[discord.Message]:
-    """Send parts[first:] in order: the first one sent replies to `reference`, the buttons go on the last one, and
-    `sent` hears of each part Discord accepted."""
-    messages = []
+    """Send parts in order (see `sending`)."""
+    return [m async for _, m in sending(channel, parts, reference=reference, buttons=buttons)]
+
+
+async def sending(
+    channel: Messageable,
+    parts: Sequence[str],
+    *,
+    reference: discord.MessageReference | None = None,
+    buttons: discord.ui.View | None = None,
+    first: int = 0,
+) -> AsyncIterator[tuple[int, discord.Message]]:
+    """Send parts[first:] in order, yielding after each how many parts Discord has accepted and the message: the
+    first one sent replies to `reference`, the buttons go on the last one."""
     for i in range(first, len(parts)):
         extra: dict[str, Any] = {}
         if i == first and reference is not None:
             extra["reference"] = reference
         if buttons is not None and i == len(parts) - 1:
             extra["view"] = buttons
-        messages.append(await channel.send(parts[i], allowed_mentions=NO_MENTIONS, **extra))
-        if sent is not None:
-            await sent(i + 1)
-    return messages
+        yield i + 1, await channel.send(parts[i], allowed_mentions=NO_MENTIONS, **extra)
 
 
 async def respond_parts(

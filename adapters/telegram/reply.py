@@ -11,7 +11,7 @@ from telegram import Message
 
 from adapters.telegram.render import esc, render_reply
 from adapters.telegram.send import Draft, Sender, keyboard
-from core import Allow, Assistant, Button, Error, Sent, Spoken, ToolCall, ToolResult
+from core import Allow, Assistant, Button, Error, Spoken, ToolCall, ToolResult
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +41,16 @@ class TelegramReply:
     async def step(self, event: ToolCall | ToolResult) -> None:
         """Steps show under the answer (and behind its Show steps), not one by one."""
 
-    async def answer(self, answer: Assistant, sent: Sent) -> None:
-        """The parts Telegram does not have yet, each recorded right after it is sent, with an "Allow" button per call
-        the answer waits on under the last."""
+    async def answer(self, answer: Assistant) -> AsyncIterator[int]:
+        """The parts Telegram does not have yet, yielding as each is sent, with an "Allow" button per call the answer
+        waits on under the last."""
         parts = render_reply(answer.text, answer.steps, answer.elapsed_s)
         if answer.sent_parts >= len(parts):
             log.info("answer of turn %s was sent before its process died; not sent again", answer.turn_id)
             return
         allow = tuple((Button(f"✅ {ask.label}", Allow(ask.id)),) for ask in answer.asks)
-        await self.send.reply(self.msg, parts, first=answer.sent_parts, sent=sent, **keyboard(allow))
+        async for count, _ in self.send.replying(self.msg, parts, first=answer.sent_parts, **keyboard(allow)):
+            yield count
 
     async def error(self, error: Error) -> None:
         """One line."""

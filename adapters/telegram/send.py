@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, LinkPreviewOptions, Message, ReplyParameters
@@ -33,11 +33,12 @@ from core import (
     FileAnswer,
     OnTask,
     ReminderMessage,
-    Sent,
     pack,
 )
 
 log = logging.getLogger(__name__)
+
+Sent = Callable[[int], Awaitable[None]]  # awaited with the number of parts sent so far, after each part
 
 NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 VOICE_FILE_NAME = "answer.ogg"  # an answer read aloud, sent as a voice note
@@ -65,24 +66,35 @@ class Sender:
     async def reply(self, msg: Message, parts: Sequence[str], **kwargs: Any) -> list[Message]:
         """Send HTML parts in order to the message's chat (and topic); in groups the first part replies to the user
         (`kwargs` such as reply_markup go to deliver)."""
+        return [m async for _, sent in self.replying(msg, parts, **kwargs) for m in sent]
+
+    def replying(self, msg: Message, parts: Sequence[str], **kwargs: Any) -> AsyncIterator[tuple[int, list[Message]]]:
+        """reply's parts one at a time, as `sending` yields them."""
         thread = msg.message_thread_id if msg.is_topic_message else None
         private = msg.chat.type == ChatType.PRIVATE
         reply = None if private else ReplyParameters(msg.message_id, allow_sending_without_reply=True)
-        return await self.deliver(msg.chat.id, parts, message_thread_id=thread, reply_parameters=reply, **kwargs)
+        return self.sending(msg.chat.id, parts, message_thread_id=thread, reply_parameters=reply, **kwargs)
 
     async def deliver(
-        self, chat_id: int, parts: Sequence[str], *, first: int = 0, sent: Sent | None = None, **kwargs: Any
+        self, chat_id: int, parts: Sequence[str], *, sent: Sent | None = None, **kwargs: Any
     ) -> list[Message]:
-        """Send HTML parts in order, from part `first` on, awaiting `sent(parts sent so far)` after each one:
-        reply_parameters go with the first message, reply_markup with the last; a part Telegram rejects is resent
-        as plain text and nothing is ever sent as nothing, so a reply is never lost."""
-        parts = [p for p in parts if p.strip()] or [esc(EMPTY_ANSWER)]
+        """Send HTML parts (see `sending`), awaiting `sent(parts sent so far)` after each one."""
         out: list[Message] = []
-        for i in range(first, len(parts)):
-            out += await self._html(chat_id, parts[i], **_part_kwargs(kwargs, i, len(parts)))
+        async for count, messages in self.sending(chat_id, parts, **kwargs):
+            out += messages
             if sent is not None:
-                await sent(i + 1)
+                await sent(count)
         return out
+
+    async def sending(
+        self, chat_id: int, parts: Sequence[str], *, first: int = 0, **kwargs: Any
+    ) -> AsyncIterator[tuple[int, list[Message]]]:
+        """Send HTML parts in order, from part `first` on, yielding after each one how many parts Telegram has and
+        the messages it took: reply_parameters go with the first message, reply_markup with the last; a part Telegram
+        rejects is resent as plain text and nothing is ever sent as nothing, so a reply is never lost."""
+        parts = [p for p in parts if p.strip()] or [esc(EMPTY_ANSWER)]
+        for i in range(first, len(parts)):
+            yield i + 1, await self._html(chat_id, parts[i], **_part_kwargs(kwargs, i, len(parts)))
 
     async def _html(self, chat_id: int, html_text: str, **kwargs: Any) -> list[Message]:
         """Send one HTML message without link previews; on any 400 but a closed chat (bad HTML, too long, empty

@@ -24,7 +24,6 @@ from core.api.parts import (
 )
 from core.constants import API_FEED_KEEP_S, API_FEEDS_KEPT
 from core.timeutil import Clock
-from core.turn.reply import Sent
 from core.types import Assistant, AssistantDelta, Error, Event, Spoken, ToolCall, ToolResult
 
 
@@ -105,9 +104,10 @@ class FeedReply:
         """A tool call starting or its result."""
         self.feed.push(event)
 
-    async def answer(self, answer: Assistant, sent: Sent) -> None:
-        """The whole answer (the session's stored messages have it: nothing to record)."""
+    async def answer(self, answer: Assistant) -> AsyncIterator[int]:
+        """The whole answer (the session's stored messages have it)."""
         self.feed.push(answer)
+        yield 1
 
     async def error(self, error: Error) -> None:
         """An error answer."""

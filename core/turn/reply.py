@@ -1,18 +1,17 @@
 """The reply port: how a front end receives one message's answer. The front end hands the core an `Incoming` with
-a `Reply`; the core runs the turn, sends each event through the port and records what the platform accepted itself.
+a `Reply`; the core runs the turn, sends each event through the port and records what the platform accepted itself
+(the port yields as each part is accepted: it never calls the core).
 Data flows one way: platform → adapter → core → port → platform; the core never calls the adapter otherwise."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 from core.storage.db import Pool
 from core.turn.journal import mark_sent
 from core.types import Assistant, AssistantDelta, Error, Event, Spoken, ToolCall, ToolResult
-
-Sent = Callable[[int], Awaitable[None]]  # awaited with how many parts the platform has accepted so far
 
 
 class Reply(Protocol):
@@ -29,9 +28,9 @@ class Reply(Protocol):
     async def step(self, event: ToolCall | ToolResult) -> None:
         """A tool call starting or its result, while the turn runs (a chat shows them under the answer instead)."""
 
-    async def answer(self, answer: Assistant, sent: Sent) -> None:
+    def answer(self, answer: Assistant) -> AsyncIterator[int]:
         """Send the answer's parts from `answer.sent_parts` on (the ones sent before its process died are not sent
-        again), awaiting `sent(parts accepted so far)` after each, with its steps and its buttons."""
+        again) with its steps and its buttons, yielding after each how many parts the platform has accepted."""
 
     async def error(self, error: Error) -> None:
         """Send a one-line error answer (or a refusal, a rate note)."""
@@ -50,20 +49,12 @@ async def send_through(pool: Pool, events: AsyncIterator[Event], reply: Reply, *
         elif isinstance(event, ToolCall | ToolResult):
             await reply.step(event)
         elif isinstance(event, Assistant):
-            await reply.answer(event, _recorder(pool, event.turn_id if record else None))
+            async for parts in reply.answer(event):
+                if record and event.turn_id is not None:
+                    await mark_sent(pool, event.turn_id, parts)
         elif isinstance(event, Error):
             await reply.error(event)
             if record and event.turn_id is not None:  # an error answer is recorded as sent like any answer
                 await mark_sent(pool, event.turn_id, 1)
         elif isinstance(event, Spoken):
             await reply.voice(event)
-
-
-def _recorder(pool: Pool, turn_id: int | None) -> Sent:
-    """What records how many parts of a turn's answer the platform has (nothing when there is no turn to record)."""
-
-    async def sent(parts: int) -> None:
-        if turn_id is not None:
-            await mark_sent(pool, turn_id, parts)
-
-    return sent

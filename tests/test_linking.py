@@ -250,6 +250,25 @@ async def test_link_lists_the_identities_and_unlink_separates_one_with_an_empty_
     assert await account(pool, ann_dc) != kept
 
 
+async def test_whoami_says_the_id_to_allow_the_linked_accounts_and_the_zone(core: Core, pool: Pool) -> None:
+    ann, ann_dc = tg(), dc()
+    alone = await say(core, ann, "whoami")
+    assert alone == (
+        "You are `telegram:100` (Ann): the id ALLOWED_USERS and ADMINS name.\n"
+        "No other platform is linked (/link does it).\nTime zone: UTC."
+    )
+    await say(core, ann, "timezone", "Europe/Berlin")
+    await say(core, ann_dc, "link", await new_code(core, ann))
+    said = await say(core, ann_dc, "whoami")
+    assert said.splitlines() == [
+        "You are `discord:200` (ann#0): the id ALLOWED_USERS and ADMINS name.",
+        "Linked: `telegram:100`.",
+        "Time zone: Europe/Berlin.",
+    ]
+    boss = await say(core, incoming("", user="local", platform="console"), "whoami")
+    assert boss.endswith("You are an admin here.")  # the terminal's user
+
+
 async def test_link_and_unlink_only_in_a_private_chat_and_no_code_in_a_group(core: Core, pool: Pool) -> None:
     code = await new_code(core, tg())
     in_group = tg(chat="-50", kind="group")

@@ -86,6 +86,7 @@ async def test_commands_registered_at_start(bot: Bot) -> None:
         "voice",
         "mcp",
         "usage",
+        "whoami",
         "budget",
         "link",
         "unlink",

@@ -1,4 +1,4 @@
-"""The person's account: /link and /unlink, /token, /web, /export and /forget_me, /usage and /budget."""
+"""The person's account: /link and /unlink, /token, /web, /export and /forget_me, /usage, /whoami and /budget."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ FORGET_ME_HOW = {  # how to confirm, per platform (the chat adapters put a butto
 FORGOTTEN = "Done — I deleted your account and everything in it: {what}. If you write to me again, I start afresh."
 NOTHING_TO_FORGET = "I keep nothing about you (any more)."
 EXPORT_TEXT = "Everything I keep about you, as JSON: {what}."
+WHOAMI = "You are `{key}` ({name}): the id ALLOWED_USERS and ADMINS name."
+WHOAMI_ALONE = "No other platform is linked (/link does it)."
 
 
 def _held(held: Summary) -> str:
@@ -135,6 +137,19 @@ async def usage(ask: Ask) -> str:
     return await ask.core.spending.report(user)
 
 
+async def whoami(ask: Ask) -> str:
+    """/whoami: the speaker's id as ALLOWED_USERS and ADMINS name it, the identities linked to it, and their zone."""
+    user, _ = await ask.speaker()
+    me = f"{user.platform}:{user.platform_user_id}"
+    others = [i.key for i in await accounts.identities(ask.core.pool, user.account_id) if i.key != me]
+    lines = [
+        WHOAMI.format(key=me, name=user.display_name or "no name"),
+        f"Linked: {', '.join(f'`{k}`' for k in others)}." if others else WHOAMI_ALONE,
+        f"Time zone: {user.timezone}." + (" You are an admin here." if ask.core.is_admin(ask.inc) else ""),
+    ]
+    return "\n".join(lines)
+
+
 async def budget(ask: Ask) -> str:
     """/budget platform:id tokens|off: admins set one person's daily token budget."""
     if not ask.core.is_admin(ask.inc):
@@ -210,6 +225,13 @@ USAGE = Command(
     "your model tokens today and this month",
     "the model tokens you used today and this month (per model), and the budget you have left",
     usage,
+    private=True,
+)
+WHOAMI_COMMAND = Command(
+    "whoami",
+    "your id here, linked accounts, time zone",
+    "your id as ALLOWED_USERS and ADMINS name it, the accounts linked to it and your time zone",
+    whoami,
     private=True,
 )
 BUDGET = Command(

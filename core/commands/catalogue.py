@@ -94,6 +94,7 @@ COMMANDS: tuple[Command, ...] = (
     account.TOKEN,
     account.WEB,
     account.USAGE,
+    account.WHOAMI_COMMAND,
     account.BUDGET,
     RESET,
     MCP,

@@ -139,6 +139,11 @@ UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2
 """
 
 
+def _upserted(inc: Incoming) -> tuple[str, str, str, str, str, str, str]:
+    """$1-$7 of _UPSERT_TEMPLATE: the speaking user and the chat (its platform is passed apart: $8 or $28)."""
+    return inc.platform, inc.user_id, inc.user_name, inc.chat_id, inc.thread_id, inc.chat_kind, inc.chat_title
+
+
 def _refs(row: Record, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:
     """The user and chat references from an upsert's row."""
     user = UserRef(
@@ -201,13 +206,7 @@ async def begin_turn(
         mode = 2 if redelivered else 1 if retry else 0  # $11: see _BEGIN_SQL
         return pool.fetchrow(
             _BEGIN_WITH_CONTEXT_SQL,
-            inc.platform,
-            inc.user_id,
-            inc.user_name,
-            inc.chat_id,
-            inc.thread_id,
-            inc.chat_kind,
-            inc.chat_title,
+            *_upserted(inc),
             inc.message_id,
             inc.text,
             True,
@@ -275,16 +274,7 @@ async def recent_messages(pool: Pool, identity_id: int) -> int:
 
 async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef]:
     """Upsert the speaking user and the chat and return their references (no turn is opened)."""
-    args = (
-        inc.platform,
-        inc.user_id,
-        inc.user_name,
-        inc.chat_id,
-        inc.thread_id,
-        inc.chat_kind,
-        inc.chat_title,
-        inc.chat_platform,
-    )
+    args = (*_upserted(inc), inc.chat_platform)
     row = await retry_dropped(
         lambda: pool.fetchrow(_IDENTIFY_SQL, *args),
         "identifying a user",

@@ -7,7 +7,6 @@ import getpass
 import os
 import sys
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TextIO
 
@@ -19,12 +18,10 @@ from core import (
     Error,
     FileAnswer,
     Incoming,
+    QuietReply,
     Reminded,
     ReminderMessage,
     Settings,
-    Spoken,
-    ToolCall,
-    ToolResult,
     activity_lines,
     fix_hint,
     summary_line,
@@ -143,26 +140,13 @@ async def ask(core: Core, inc: Incoming, show: Show = as_written, prefix: str = 
     return reply.text, reply.ok
 
 
-class ConsoleReply:
+class ConsoleReply(QuietReply):
     """The reply port of one terminal message: the answer's text as it will be printed."""
-
-    streams = False
 
     def __init__(self, settings: Settings, show: Show, prefix: str) -> None:
         """Render with `show` after `prefix` (nothing came: the prefix alone)."""
         self.settings, self.show, self.prefix = settings, show, prefix
         self.text, self.ok = prefix, True
-
-    @asynccontextmanager
-    async def working(self) -> AsyncIterator[None]:
-        """The prompt waits: nothing to show meanwhile."""
-        yield
-
-    async def draft(self, text: str) -> None:
-        """Not shown."""
-
-    async def step(self, event: ToolCall | ToolResult) -> None:
-        """Summarised under the answer."""
 
     async def answer(self, answer: Assistant) -> AsyncIterator[int]:
         """The answer with its activity."""
@@ -172,9 +156,6 @@ class ConsoleReply:
     async def error(self, error: Error) -> None:
         """The error line (with what to check about the model)."""
         self.text, self.ok = render(error, self.settings, self.show, self.prefix), False
-
-    async def voice(self, spoken: Spoken) -> None:
-        """The terminal answers in text."""
 
 
 async def command(

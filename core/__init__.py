@@ -65,7 +65,7 @@ from core.texts import (
 )
 from core.textsafe import clean_json, strip_nul
 from core.timeutil import machine_zone
-from core.turn.reply import Reply
+from core.turn.reply import QuietReply, Reply
 from core.types import API as API_PLATFORM
 from core.types import (
     Assistant,
@@ -139,6 +139,7 @@ __all__ = [
     "Outbox",
     "Part",
     "Press",
+    "QuietReply",
     "Quoted",
     "Reminded",
     "ReminderMessage",

@@ -17,17 +17,15 @@ from adapters.discord.buttons import AllowButton, StepsButton
 from adapters.discord.limits import DISCORD_UPLOAD_LIMIT
 from adapters.discord.render import render_reply, split_markdown
 from adapters.discord.send import NO_MENTIONS, followups, keep_typing, send_parts, sending, stop_task, view
-from core import Assistant, Error, Spoken, ToolCall, ToolResult
+from core import Assistant, Error, QuietReply, Spoken
 
 log = logging.getLogger(__name__)
 
 VOICE_FILE_NAME = "answer.ogg"  # an answer read aloud, sent as a file
 
 
-class ChannelReply:
+class ChannelReply(QuietReply):
     """Answers a stored message in its channel (replying to it in a server), with "typing…" until the answer."""
-
-    streams = False  # Discord shows the answer once it is written
 
     def __init__(self, channel: Messageable, reference: discord.MessageReference | None) -> None:
         """Answer in `channel`, replying to `reference`."""
@@ -47,12 +45,6 @@ class ChannelReply:
         """No more typing: the answer is here."""
         if self._typing is not None:
             await stop_task(self._typing)
-
-    async def draft(self, text: str) -> None:
-        """Not shown (see streams)."""
-
-    async def step(self, event: ToolCall | ToolResult) -> None:
-        """Steps show behind the answer's Show steps button, not one by one."""
 
     async def answer(self, answer: Assistant) -> AsyncIterator[int]:
         """The parts Discord does not have yet, yielding as each is accepted; Show steps and an Allow button per call
@@ -88,26 +80,13 @@ class ChannelReply:
             log.warning("the answer read aloud could not be sent: %s", e)
 
 
-class InteractionReply:
+class InteractionReply(QuietReply):
     """Answers /ask as follow-ups of its deferred interaction ("thinking…" until then)."""
-
-    streams = False
 
     def __init__(self, interaction: discord.Interaction) -> None:
         """Follow up `interaction`."""
         self.interaction = interaction
         self.answered = False  # nothing came: a duplicate delivery of the same interaction
-
-    @asynccontextmanager
-    async def working(self) -> AsyncIterator[None]:
-        """Discord shows "thinking…" for the deferred interaction."""
-        yield
-
-    async def draft(self, text: str) -> None:
-        """Not shown."""
-
-    async def step(self, event: ToolCall | ToolResult) -> None:
-        """Steps show behind Show steps."""
 
     async def answer(self, answer: Assistant) -> AsyncIterator[int]:
         """The answer's parts with Show steps under the last."""
@@ -121,6 +100,3 @@ class InteractionReply:
         """One line."""
         await followups(self.interaction, split_markdown(error.message), None)
         self.answered = True
-
-    async def voice(self, spoken: Spoken) -> None:
-        """/ask answers in text only."""

@@ -11,12 +11,12 @@ from telegram import Message
 
 from adapters.telegram.render import esc, render_reply
 from adapters.telegram.send import Draft, Sender, keyboard
-from core import Allow, Assistant, Button, Error, Spoken, ToolCall, ToolResult
+from core import Allow, Assistant, Button, Error, QuietReply, Spoken
 
 log = logging.getLogger(__name__)
 
 
-class TelegramReply:
+class TelegramReply(QuietReply):
     """Answers `msg` in its chat (and topic) through `send`."""
 
     def __init__(self, send: Sender, msg: Message, *, private: bool) -> None:
@@ -37,9 +37,6 @@ class TelegramReply:
         """The streamed draft (throttled, best effort)."""
         if self._draft is not None:
             await self._draft.add(text)
-
-    async def step(self, event: ToolCall | ToolResult) -> None:
-        """Steps show under the answer (and behind its Show steps), not one by one."""
 
     async def answer(self, answer: Assistant) -> AsyncIterator[int]:
         """The parts Telegram does not have yet, yielding as each is sent, with an "Allow" button per call the answer

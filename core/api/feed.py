@@ -7,7 +7,6 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -24,6 +23,7 @@ from core.api.parts import (
 )
 from core.constants import API_FEED_KEEP_S, API_FEEDS_KEPT
 from core.timeutil import Clock
+from core.turn.reply import QuietReply
 from core.types import Assistant, AssistantDelta, Error, Event, Spoken, ToolCall, ToolResult
 
 
@@ -82,19 +82,14 @@ class Feed:
         return last if isinstance(last, Assistant | Error) else None
 
 
-class FeedReply:
+class FeedReply(QuietReply):
     """The reply port of an API turn (core/turn/reply.py): every event goes into its feed as it comes."""
+
+    streams = True
 
     def __init__(self, feed: Feed) -> None:
         """Fill `feed`."""
         self.feed = feed
-
-    streams = True
-
-    @asynccontextmanager
-    async def working(self) -> AsyncIterator[None]:
-        """The feed itself shows that the turn runs."""
-        yield
 
     async def draft(self, text: str) -> None:
         """More of the answer as it is written."""

@@ -6,7 +6,7 @@ Data flows one way: platform → adapter → core → port → platform; the cor
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol
 
 from core.storage.db import Pool
@@ -37,6 +37,27 @@ class Reply(Protocol):
 
     async def voice(self, spoken: Spoken) -> None:
         """Send the answer read aloud (OGG/Opus), best effort."""
+
+
+class QuietReply:
+    """A port's defaults, for a front end to override what it shows: nothing while the turn runs, no drafts, steps
+    only under the answer, no voice."""
+
+    streams = False
+
+    @asynccontextmanager
+    async def working(self) -> AsyncIterator[None]:
+        """Nothing to show while the turn runs."""
+        yield
+
+    async def draft(self, text: str) -> None:
+        """Drafts are not shown."""
+
+    async def step(self, event: ToolCall | ToolResult) -> None:
+        """Steps show under the answer, not one by one."""
+
+    async def voice(self, spoken: Spoken) -> None:
+        """The answer is sent in text only."""
 
 
 async def send_through(pool: Pool, events: AsyncIterator[Event], reply: Reply, *, record: bool) -> None:

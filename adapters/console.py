@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import TextIO
 
 from core import (
+    NOT_YOUR_PRESS,
     Assistant,
     Buttons,
+    CommandArgs,
     CommandName,
+    Confirm,
     Core,
     Error,
     FileAnswer,
@@ -36,11 +39,14 @@ NO_MODEL_BANNER = (
 PROMPT = "you › "
 BOT = "bot › "
 QUIT = ("/quit", "/exit")
+PRESS_HOW = "Type its number to press it; anything else leaves it as it is."  # under a confirmation's numbered buttons
+LEFT = "Left as it was."  # a confirmation or choice answered with anything but one of its numbers
 READ_SIZE = 65536  # bytes read from standard input at a time
 MIN_WIDTH = 20  # columns Markdown is laid out in, however narrow the terminal
 EXPORTS = "exports"  # /export writes its file into this folder of DATA_DIR
 Write = Callable[[str], None]
 Show = Callable[[str, str], str]  # (prefix, Markdown) → the text printed: the prefix, then the Markdown
+Choices = tuple[tuple[str, Confirm], ...]  # a confirmation's or choice's buttons (label, press), numbered from 1
 # markdown-it's inline tokens shown otherwise than rich does: a soft line break stays a break, and `<name>` (read as
 # inline HTML, which rich drops) is text: /help's `/model <name>` keeps its placeholder
 INLINE_AS = {"softbreak": "hardbreak", "html_inline": "text"}
@@ -161,14 +167,50 @@ class ConsoleReply(QuietReply):
 async def command(
     core: Core, name: CommandName, arg: str, show: Show = as_written, prefix: str = "", *, chat: str = CHAT
 ) -> str:
-    """A command of the catalogue typed in the terminal chat (or `bot ask`'s, `chat`), answered without the LLM."""
-    answer = await core.command(console_incoming(f"/{name} {arg}", chat), name, arg.strip(), must_answer=True)
+    """A command of the catalogue typed in the terminal chat (or `bot ask`'s, `chat`), answered without the LLM; a
+    confirmation or a choice as its text, which says what to type (`bot ask` cannot ask for a number)."""
+    said, _ = await answered(core, console_incoming(f"/{name} {arg}", chat), name, arg.strip(), show, prefix)
+    return said
+
+
+async def answered(
+    core: Core, inc: Incoming, name: CommandName, args: CommandArgs | str, show: Show, prefix: str
+) -> tuple[str, Choices]:
+    """A command's answer as printed, and the buttons of a confirmation or a choice under it (the chat numbers them;
+    /remind's Undo is not one: its text stays as it is, as a file's or a refusal's)."""
+    answer = await core.command(inc, name, args, must_answer=True)
     if isinstance(answer, FileAnswer):
         path = save_file(core.settings.DATA_DIR / EXPORTS, answer)
-        return show(prefix, f"{answer.text}\n\nSaved to `{path}`.")
-    if isinstance(answer, Reminded | Buttons):  # no buttons here: the text says what to type instead
-        return show(prefix, answer.text)
-    return render(answer, core.settings, show, prefix) if isinstance(answer, Error) else show(prefix, answer or "")
+        return show(prefix, f"{answer.text}\n\nSaved to `{path}`."), ()
+    if isinstance(answer, Buttons):
+        choices = tuple((b.label, b.press) for row in answer.rows for b in row if isinstance(b.press, Confirm))
+        return show(prefix, answer.text), choices
+    if isinstance(answer, Reminded):
+        return show(prefix, answer.text), ()
+    return render(answer, core.settings, show, prefix) if isinstance(answer, Error) else show(prefix, answer or ""), ()
+
+
+def numbered(choices: Choices) -> str:
+    """The buttons as the chat lists them under the answer (`1) Yes  2) No`), and how to press one ("": none)."""
+    if not choices:
+        return ""
+    indent = " " * len(BOT)
+    listed = "  ".join(f"{n}) {label}" for n, (label, _) in enumerate(choices, 1))
+    return f"{indent}{listed}\n{indent}{PRESS_HOW}\n"
+
+
+def pick(choices: Choices, typed: str) -> Confirm | None:
+    """The press of the button whose number was typed (None: anything else)."""
+    return {str(n): confirm for n, (_, confirm) in enumerate(choices, 1)}.get(typed)
+
+
+async def press(core: Core, pressed: Confirm, show: Show = as_written) -> tuple[str, Choices]:
+    """A button pressed by its number, as a press on Telegram: the command run again for the button's owner (only the
+    terminal's user); its answer as printed, with the buttons of a confirmation or choice under it."""
+    inc = console_incoming(f"/{pressed.command}")
+    if pressed.owner != inc.user_id:
+        return f"{BOT}{NOT_YOUR_PRESS}", ()
+    return await answered(core, inc, pressed.command, pressed.args, show, BOT)
 
 
 def save_file(folder: Path, answer: FileAnswer) -> Path:
@@ -221,15 +263,28 @@ async def stdin_lines() -> AsyncIterator[str]:
 
 async def chat_loop(core: Core, lines: AsyncIterator[str], write: Write, show: Show = as_written) -> None:
     """The interactive terminal conversation: the commands of the catalogue (/help lists them) are answered without
-    the LLM, other /words get a one-line hint, /quit (or end of input) leaves, anything else goes to the model."""
+    the LLM (a confirmation's or choice's buttons numbered, the next line pressing one by its number), other /words get
+    a one-line hint, /quit (or end of input) leaves, anything else goes to the model."""
     write((NO_MODEL_BANNER if core.settings.model_off else BANNER) + "\n")
+    choices: Choices = ()
     async for line in lines:
         text = line.strip()
         typed = typed_command(text)  # the catalogue's commands are found as the HTTP API finds them (core)
         if text.lower() in QUIT:
             return
+        if choices:  # the line answers the buttons listed: a number presses one, anything else leaves it
+            pressed, choices = pick(choices, text), ()
+            if pressed is not None:
+                said, choices = await press(core, pressed, show)
+                write(f"{said}\n{numbered(choices)}")
+                continue
+            write(f"{BOT}{LEFT}\n")
+            if typed is None:  # never sent to the model; a command typed instead still runs
+                continue
         if typed is not None and typed.command is not None:
-            write(f"{await command(core, typed.command.name, typed.args, show, BOT)}\n")
+            inc = console_incoming(f"/{typed.command.name} {typed.args}")
+            said, choices = await answered(core, inc, typed.command.name, typed.args.strip(), show, BOT)
+            write(f"{said}\n{numbered(choices)}")
         elif typed is not None:
             write(f"{BOT}{typed.unknown()}\n")
         elif text:

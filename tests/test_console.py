@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from adapters import console
-from core import COMMANDS
+from core import COMMANDS, NOT_YOUR_PRESS, WIPE_LABEL, Confirm, Core
 from core.commands import HELP, RESET_DONE
 from core.storage.db import Pool
 from tests.conftest import MakeCore
@@ -198,14 +198,90 @@ async def test_terminal_memory_shows_forgets_and_wipes_without_the_llm(
 
     printed: list[str] = []
     await console.chat_loop(core, lines(), printed.append)
-    shown, forgot, bad, ask, wiped, after = printed[1:]
+    shown, forgot, bad, ask, left, wiped, after = printed[1:]
     assert "1: Name: Sam\n2: Likes: tea" in shown and "Archival memory: 1 entry" in shown
     assert forgot == "bot › Forgot line 1 of [human]: “Name: Sam”.\n"
     assert bad == "bot › line 5 does not exist in [human]; valid lines: 1-1\n"
-    assert "/memory wipe confirm" in ask and "I erased 1 line and 1 archival entry" in wiped
+    assert "/memory wipe confirm" in ask and f"1) {WIPE_LABEL}" in ask
+    assert left == f"bot › {console.LEFT}\n", "a command typed instead of a number leaves the wipe's button, then runs"
+    assert "I erased 1 line and 1 archival entry" in wiped
     assert "(0 lines" in after and "Archival memory: 0 entries" in after
     assert await pool.fetchval("SELECT count(*) FROM archival_memory WHERE user_id = $1", local) == 0
     assert fake_llm.requests == []
+
+
+async def typed_in_chat(core: Core, typed: list[str]) -> list[str]:
+    """What the terminal chat printed for each line of `typed` (the banner left out)."""
+
+    async def lines() -> AsyncIterator[str]:
+        for line in typed:
+            yield line
+
+    printed: list[str] = []
+    await console.chat_loop(core, lines(), printed.append)
+    return printed[1:]
+
+
+async def test_terminal_chat_numbers_a_confirmations_buttons_and_presses_one_by_its_number(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    from tests.test_memory_command import remember
+
+    core = make_core()
+    local = await remember(core, console.console_incoming(""), ["Name: Sam"], ["old note"])
+    # anything but a listed number leaves it as it was, and is not sent to the model
+    typed = ["/memory wipe", "", "/memory wipe", "wipe it, please", "/memory wipe", "2", "/memory wipe", " 1 "]
+    printed = await typed_in_chat(core, [*typed, "/memory"])
+    asked, left, asked2, left2, asked3, left3, asked4, wiped, after = printed
+    indent = " " * len(console.BOT)
+    assert asked.endswith(f"/memory wipe confirm.\n{indent}1) {WIPE_LABEL}\n{indent}{console.PRESS_HOW}\n")
+    assert asked == asked2 == asked3 == asked4
+    assert left == left2 == left3 == f"bot › {console.LEFT}\n"
+    assert wiped.startswith("bot › Done — I erased 1 line and 1 archival entry") and indent not in wiped
+    assert "Archival memory: 0 entries" in after
+    assert await pool.fetchval("SELECT count(*) FROM archival_memory WHERE user_id = $1", local) == 0
+    assert fake_llm.requests == []
+
+
+async def test_terminal_chat_picks_a_model_by_its_number(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    core = make_core(LLM_MODELS="fake-model, fake-big")
+    fake_llm.script(Reply(text="big answer"))
+    shown, picked, answered = await typed_in_chat(core, ["/model", "2", "hello"])
+    assert "Switch with /model <name>" in shown and "1) fake-model  2) fake-big\n" in shown
+    assert picked == "bot › Done — **fake-big** answers you from now on, on every platform you linked.\n"
+    assert answered == "bot › big answer\n" and [r["model"] for r in fake_llm.requests] == ["fake-big"]
+
+
+async def test_terminal_press_runs_only_the_terminal_users_own_buttons(make_core: MakeCore, pool: Pool) -> None:
+    from core.commands.memory import MEMORY_WIPE_CONFIRM
+    from tests.test_memory_command import remember
+
+    core = make_core()
+    local = await remember(core, console.console_incoming(""), ["Name: Sam"])
+    said, choices = await console.press(core, Confirm("memory", MEMORY_WIPE_CONFIRM, "someone else"))
+    assert (said, choices) == (f"bot › {NOT_YOUR_PRESS}", ())
+    assert await pool.fetchval("SELECT count(*) FROM memory_blocks WHERE user_id = $1", local) == 1
+    said, _ = await console.press(core, Confirm("memory", MEMORY_WIPE_CONFIRM, "local"))
+    assert said.startswith("bot › Done — I erased 1 line")
+
+
+async def test_bot_ask_says_what_to_type_for_each_confirmation_and_choice(make_core: MakeCore, pool: Pool) -> None:
+    """`bot ask` cannot ask for a number: each answer with buttons says what to type, and that typed works."""
+    from tests.test_memory_command import remember
+
+    core = make_core(LLM_MODELS="fake-model, fake-big")
+    local = await remember(core, console.console_incoming("", console.ASK_CHAT), ["Name: Sam"])
+    for asked, typed, done in [
+        ("/memory wipe", "/memory wipe confirm", "Done — I erased 1 line"),
+        ("/model", "/model fake-big", "Done — **fake-big** answers you"),
+        ("/forget_me", "/forget_me confirm", "Done — I deleted your account"),
+    ]:
+        said, ok = await console.ask_once(core, asked)
+        example = typed.replace("fake-big", "<name>") if asked == "/model" else typed
+        assert ok and example in said and console.PRESS_HOW not in said, said
+        said, ok = await console.ask_once(core, typed)
+        assert ok and said.startswith(done), said
+    assert await pool.fetchval("SELECT count(*) FROM users WHERE id = $1", local) == 0
 
 
 async def test_bot_ask_answers_every_command_of_the_catalogue_locally_and_with_server(

@@ -504,10 +504,11 @@ async def test_commands_in_a_session_are_answered_as_the_terminal_answers_them(
         assert said["parts"] == [{"type": "text", "text": "Unknown command /nope — try /help."}]
         mcp = (await c.post(f"/v1/sessions/{sid}/messages", json={"content": "/mcp reconnect nosuch"})).json()
         assert mcp["status"] == "done" and "nosuch" in mcp["parts"][0]["text"]
-        # a confirmation is said as the API takes it (no button under a Telegram identity's answer here)
+        # a confirmation says how the API takes it typed, and has its button among the message's choices
         wipe = (await c.post(f"/v1/sessions/{sid}/messages", json={"content": "/memory wipe"})).json()
         text = wipe["parts"][0]["text"]
         assert "/memory wipe confirm" in text and "POST /v1/memory/wipe" in text and "button" not in text
+        assert [c["label"] for c in wipe["choices"]] == ["🗑 Yes, wipe my memory"] and wipe["buttons"] == []
         shot = (await c.post("/v1/one-shot", json={"prompt": "/TASKS"})).json()
         assert shot["status"] == "done" and "Call mum" in shot["parts"][0]["text"]
         assert len(fake_llm.requests) == asked, "no command went to the model"
@@ -522,6 +523,57 @@ async def test_commands_in_a_session_are_answered_as_the_terminal_answers_them(
             "remind me to call mum",
             "/usr/bin/env is what?",
         ]
+
+
+async def test_a_confirmation_and_a_choice_are_pressed_by_the_caller_only(
+    serve: Serve, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    from tests.test_memory_command import remember
+
+    s = await serve(LLM_MODELS="fake-model, fake-big")
+    await remember(s.core, incoming("/memory", user=ANN), ["Name: Ann"], ["old note"])
+    async with s.client(await token_of(s.core, ANN)) as ann, s.client(await token_of(s.core, BOB)) as bob:
+        sid = (await ann.post("/v1/sessions", json={})).json()["id"]
+        asked = (await ann.post(f"/v1/sessions/{sid}/messages", json={"content": "/memory wipe"})).json()
+        assert "It cannot be undone." in asked["parts"][0]["text"] and asked["buttons"] == []
+        [wipe] = asked["choices"]
+        assert wipe == {"label": "🗑 Yes, wipe my memory", "press": f"mem:wipe:{ANN}", "style": "danger"}
+        press = f"/v1/sessions/{sid}/messages/{asked['id']}/press"
+        # only the caller: Bob cannot reach Ann's session, nor press her button from his own
+        assert (await bob.post(press, json={"press": wipe["press"]})).status_code == 404
+        bobs = (await bob.post("/v1/sessions", json={})).json()["id"]
+        theirs = await bob.post(f"/v1/sessions/{bobs}/messages/x/press", json={"press": wipe["press"]})
+        assert theirs.status_code == 404 and theirs.json()["error"]["message"] == "This button is not for you."
+        for bad in ({}, {"press": wipe["press"], "action": "undo"}, {"task_id": 1}, {"press": ""}):
+            assert (await ann.post(press, json=bad)).status_code == 400, bad
+        assert (await ann.post(press, json={"press": "rem:undo:1x"})).status_code == 404
+        assert await pool.fetchval("SELECT count(*) FROM archival_memory") == 1
+        wiped = await ann.post(press, json={"press": wipe["press"]})
+        assert wiped.status_code == 200 and wiped.json()["text"].startswith("Done — I erased 1 line and 1 archival")
+        assert await pool.fetchval("SELECT count(*) FROM archival_memory") == 0
+        # the answer's stream, read again, ends without the pressed buttons
+        async with ann.stream("GET", f"/v1/sessions/{sid}/stream") as r:
+            events = await sse_events(r)
+        assert events[-1][2]["message"]["id"] == asked["id"] and events[-1][2]["message"]["choices"] == []
+        # a choice, streamed: the models as buttons in message.completed; a press switches
+        async with ann.stream(
+            "POST", f"/v1/sessions/{sid}/messages", json={"content": "/model"}, headers={"Accept": "text/event-stream"}
+        ) as r:
+            shown = (await sse_events(r))[-1][2]["message"]
+        assert [(c["label"], c["style"]) for c in shown["choices"]] == [
+            ("fake-model", "secondary"),
+            ("fake-big", "secondary"),
+        ]
+        big = shown["choices"][1]["press"]
+        picked = await ann.post(f"/v1/sessions/{sid}/messages/{shown['id']}/press", json={"press": big})
+        assert picked.status_code == 200 and "**fake-big** answers you" in picked.json()["text"]
+        assert (
+            await pool.fetchval(
+                "SELECT model FROM accounts a JOIN users u ON u.account_id = a.id WHERE u.platform_user_id = $1", ANN
+            )
+            == "fake-big"
+        )
+    assert fake_llm.requests == []
 
 
 async def test_the_terminals_own_token_is_never_refused(serve: Serve, fake_llm: FakeOpenAI) -> None:

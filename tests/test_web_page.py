@@ -439,6 +439,44 @@ async def test_commands_and_buttons_work_on_the_page_without_reloading(
     assert fake_llm.requests == [], "no command went to the model"
 
 
+async def test_a_confirmation_and_a_choice_are_pressed_on_the_page(
+    serve_page: Serve, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    from core import WIPE_LABEL
+    from tests.test_memory_command import remember
+
+    site = await serve_page(LLM_MODELS="fake-model, fake-big")
+    await remember(site.core, incoming("/memory", user=ANN), ["Name: Ann"], ["old note"])
+    link, _ = await site.link()
+    async with in_a_browser() as (page, problems):
+        await page.goto(link)
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.locator("#memory")).to_contain_text("Name: Ann", timeout=TURN_MS)
+        await page.evaluate("window.stayed = true")  # gone if anything reloads the page
+
+        # /memory wipe asks; its button wipes
+        asked = await said(page, "/memory wipe")
+        await expect(asked).to_contain_text("It cannot be undone.", timeout=TURN_MS)
+        await expect(asked.locator("button")).to_have_text([WIPE_LABEL])
+        await expect(asked.locator("button.danger")).to_have_count(1)
+        await asked.get_by_role("button", name=WIPE_LABEL).click()
+        await expect(asked).to_contain_text("Done — I erased 1 line and 1 archival entry", timeout=TURN_MS)
+        await expect(asked.locator("button")).to_have_count(0, timeout=TURN_MS)
+        await expect(page.locator("#memory")).not_to_contain_text("Name: Ann", timeout=TURN_MS)
+
+        # /model offers the models; a press switches
+        shown = await said(page, "/model")
+        await expect(shown.locator("button")).to_have_text(["fake-model", "fake-big"], timeout=TURN_MS)
+        await shown.get_by_role("button", name="fake-big").click()
+        await expect(shown).to_contain_text("fake-big answers you from now on", timeout=TURN_MS)
+        await expect(shown.locator("button")).to_have_count(0, timeout=TURN_MS)
+        assert await page.evaluate("window.stayed === true"), "no reload"
+    assert problems == [], problems
+    assert fake_llm.requests == [], "no command went to the model"
+    assert await pool.fetchval("SELECT count(*) FROM archival_memory") == 0
+    assert await pool.fetchval("SELECT model FROM accounts") == "fake-big"
+
+
 async def test_a_running_answer_keeps_its_steps_whatever_the_page_reads_again(
     serve_page: Serve, fake_llm: FakeOpenAI
 ) -> None:

@@ -6,6 +6,7 @@ SESSIONS_LISTED = 200  # GET /v1/sessions lists at most this many, the most rece
 PAGE_TURNS = 20  # turns per page of GET /v1/sessions/{id}/messages by default
 PAGE_TURNS_MAX = 100  # and at most
 RATE_WINDOW_S = 60.0  # API_REQUESTS_PER_MINUTE counts requests in this window, per token (or web sign-in)
+PRESS_CHARS = 100  # a choice's press, as the button codec packs it (at most Discord's custom id)
 ONE_SHOT_TITLE_CHARS = 60  # a one-shot session's title: the prompt's start
 POLL_OTHER_PROCESS_S = 1.0  # a stream of an answer running in another process reads its progress this often
 SIGNIN_FORM_BYTES = 4096  # the web page's sign-in form (one code) is read up to this many bytes

@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters.http.limits import HTTP_UPLOAD_MAX_FILES
-from core import ApiMessage, ApiSession, ErrorPart, Part, TextPart, ToolCallPart, ToolResultPart
+from adapters.http.limits import HTTP_UPLOAD_MAX_FILES, PRESS_CHARS
+from core import ApiMessage, ApiSession, ButtonStyle, ErrorPart, Part, TextPart, ToolCallPart, ToolResultPart, pack
 
 # White space as JSON Schema's regular expressions (ECMA-262 `\s`) count it, and so as the server counts it where the
 # description says what it takes (Python's `\s` and str.strip() take a few more characters, such as U+001C and U+0085)
@@ -191,9 +191,19 @@ class ButtonOut(BaseModel):
     action: ButtonAction
 
 
+class ChoiceOut(BaseModel):
+    """A button of a confirmation or a choice under a command's answer (wipe my memory, a model): POST
+    /v1/sessions/{session_id}/messages/{message_id}/press with its `press` runs the command again for the caller."""
+
+    label: str
+    press: str = Field(description="What the button does, as the press body's `press` takes it.")
+    style: ButtonStyle = Field(default="secondary", description="danger: it deletes something for good.")
+
+
 class MessageOut(BaseModel):
     """A message with its parts: the person's, an answer (with its status), or a reminder; with the buttons under it
-    (a reminder's until one was pressed, then its text says what that did)."""
+    (a reminder's until one was pressed, then its text says what that did) and a command's confirmation or choice
+    (`choices`, until one was pressed)."""
 
     id: str
     session_id: str
@@ -202,12 +212,14 @@ class MessageOut(BaseModel):
     created_at: datetime
     parts: list[PartOut]
     buttons: list[ButtonOut] = []
+    choices: list[ChoiceOut] = []
 
     @classmethod
     def of(cls, m: ApiMessage, session_id: str) -> MessageOut:
         """From the core's message."""
         parts = [part_out(p) for p in m.parts]
         buttons = [ButtonOut(label=b.label, task_id=b.task_id, action=cast(ButtonAction, b.action)) for b in m.buttons]
+        choices = [ChoiceOut(label=c.label, press=pack(c.press), style=c.style) for c in m.choices]
         return cls(
             id=m.id,
             session_id=session_id,
@@ -216,6 +228,7 @@ class MessageOut(BaseModel):
             created_at=m.created_at,
             parts=parts,
             buttons=buttons,
+            choices=choices,
         )
 
 
@@ -224,6 +237,12 @@ class Press(Strict):
 
     task_id: int = Field(ge=1, le=2**53 - 1)  # exact in JSON numbers as every client reads them
     action: ButtonAction
+
+
+class PressChoice(Strict):
+    """POST /v1/sessions/{session_id}/messages/{message_id}/press: one of the message's choices."""
+
+    press: str = Field(min_length=1, max_length=PRESS_CHARS, description="The choice's `press`.")
 
 
 class MessagePage(BaseModel):

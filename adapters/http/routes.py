@@ -41,6 +41,7 @@ from adapters.http.models import (
     NewSession,
     OneShot,
     Press,
+    PressChoice,
     SessionList,
     SessionOut,
     TaskListOut,
@@ -229,7 +230,9 @@ class HttpApi:
             answer = feed.answer
             if isinstance(answer, Assistant) and answer.turn_id is None:  # a command's (a turn's has its id)
                 said = (TextPart(answer.text),) if answer.text else ()
-                reply = ApiMessage(feed.message_id + REPLY, "assistant", feed.started_at, said, "done", feed.buttons)
+                reply = ApiMessage(
+                    feed.message_id + REPLY, "assistant", feed.started_at, said, "done", feed.buttons, feed.choices
+                )
             else:
                 parts = (ErrorPart(answer.code, answer.message),) if isinstance(answer, Error) else ()
                 reply = ApiMessage(feed.message_id + REPLY, "assistant", feed.started_at, parts, "failed")
@@ -373,12 +376,18 @@ class HttpApi:
             return await self.resume(who, await self.session(who, session_id, request), last_event_id)
 
         @r.post("/sessions/{session_id}/messages/{message_id}/press", response_model=TextAnswer, tags=["sessions"])
-        async def press(who: Who, session_id: str, message_id: str, body: Press, request: Request) -> TextAnswer:
-            """Press a button under a message, as its `buttons` list it: Done or Snooze under a reminder (the reminder
-            then says what it did, without its buttons), Undo under /remind's answer. 404 when the task is not the
-            caller's, or gone."""
+        async def press(
+            who: Who, session_id: str, message_id: str, body: Press | PressChoice, request: Request
+        ) -> TextAnswer:
+            """Press a button under a message, as its `buttons` list it (`task_id` and `action`): Done or Snooze under
+            a reminder (the reminder then says what it did, without its buttons), Undo under /remind's answer; or as
+            its `choices` list it (`press`): a confirmation or a choice, whose command runs again for the caller and
+            answers here. 404 when the task or the button is not the caller's, or gone."""
             session = await self.session(who, session_id, request)
-            done, said = await self.api.press(who, session, message_id, body.task_id, body.action)
+            if isinstance(body, PressChoice):
+                done, said = await self.api.press_choice(who, session, message_id, body.press)
+            else:
+                done, said = await self.api.press(who, session, message_id, body.task_id, body.action)
             if not done:
                 raise ApiError(404, "not_found", said)
             return TextAnswer(text=said)

@@ -21,6 +21,7 @@ from core.api.parts import (
     shown_result,
     tool_arguments,
 )
+from core.buttons import Button as Choice
 from core.constants import API_FEED_KEEP_S, API_FEEDS_KEPT
 from core.timeutil import Clock
 from core.turn.reply import QuietReply
@@ -41,6 +42,7 @@ class Feed:
     done: bool = False
     ended_at: float | None = None  # time.monotonic() when it finished
     buttons: tuple[Button, ...] = ()  # under the answer (a command's: Undo under /remind's)
+    choices: tuple[Choice, ...] = ()  # under a command's confirmation or choice (until one is pressed)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def push(self, event: Event) -> None:

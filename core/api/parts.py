@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from core.buttons import Button as Choice
 from core.constants import API_MESSAGE_ID_BYTES, API_RESULT_SHOWN, API_SESSION_ID_BYTES, API_SESSION_TITLE_CHARS
 from core.reminders.buttons import BUTTONS
 from core.texts import REMINDER_BUTTON_LABELS
@@ -101,6 +102,7 @@ class Message:
     parts: tuple[Part, ...]
     status: Status = "done"
     buttons: tuple[Button, ...] = ()
+    choices: tuple[Choice, ...] = ()  # a command's confirmation or choice: its buttons, each pressing a `Confirm`
 
 
 @dataclass(frozen=True)

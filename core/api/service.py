@@ -17,8 +17,9 @@ from core.accounts.own_data import FileAnswer
 from core.accounts.web_signin import WebLogin
 from core.api import sessions
 from core.api.feed import Feed, FeedReply, Feeds
-from core.api.parts import REMINDER_PREFIX, Button, Message, Page, Session, message_key
-from core.buttons import Buttons
+from core.api.parts import REMINDER_PREFIX, REPLY, Button, Message, Page, Session, message_key
+from core.buttons import Button as Choice
+from core.buttons import Buttons, Confirm, unpack
 from core.commands import CommandArgs, CommandName, TypedCommand, typed_command
 from core.memory.blocks import DESCRIPTIONS
 from core.memory.show_and_erase import memory_overview
@@ -28,7 +29,7 @@ from core.reminders.buttons import UNDO
 from core.reminders.engine import DeliveryRefused
 from core.reminders.messages import ReminderMessage
 from core.storage import conversations
-from core.texts import FAILED
+from core.texts import FAILED, NOT_YOUR_PRESS
 from core.textsafe import strip_nul
 from core.timeutil import zone
 from core.tools.tasks import open_tasks
@@ -261,6 +262,8 @@ class Api:
             said = typed.unknown() if typed.command is None else await self._answer(inc, typed.command.name, typed.args)
             if isinstance(said, Reminded):  # with its Undo button
                 feed.buttons, said = (Button(UNDO, said.task_id),), said.text
+            if isinstance(said, Buttons):  # a confirmation or a choice, with its buttons
+                feed.choices, said = choices(said), said.text
             if isinstance(said, Error):
                 feed.push(said)
             else:
@@ -292,14 +295,15 @@ class Api:
         answer = await self._answer(inc, name, args or {})
         return answer.message if isinstance(answer, Error) else answer if isinstance(answer, str) else answer.text
 
-    async def _answer(self, inc: Incoming, name: CommandName, args: CommandArgs | str) -> str | Reminded | Error:
+    async def _answer(
+        self, inc: Incoming, name: CommandName, args: CommandArgs | str
+    ) -> str | Reminded | Buttons | Error:
         """A command's answer as the API shows it (`args`: by name, or the text typed after it): its Markdown (for
-        /remind with the task its Undo button undoes), or the refusal; a file (/export) is described, not sent."""
+        /remind with the task its Undo button undoes; a confirmation or a choice with its buttons, its text saying what
+        to type instead), or the refusal; a file (/export) is described, not sent."""
         answer = await self.core.command(inc, name, args, must_answer=True)
         if isinstance(answer, FileAnswer):
             return f"{answer.text}\n\n{FILE_ELSEWHERE}"
-        if isinstance(answer, Buttons):  # a confirmation or a choice: the API's caller types it (the text says how)
-            return answer.text
         return answer or ""
 
     async def press(
@@ -312,6 +316,22 @@ class Api:
         if done:
             await sessions.note_pressed(self.core.pool, who.account_id, session.id, message_id, task_id, said)
         return done, said
+
+    async def press_choice(self, who: Bearer, session: Session, message_id: str, packed: str) -> tuple[bool, str]:
+        """A button of a confirmation or a choice under a command's answer in the session (`packed`: its `press`)
+        pressed by the caller: the command runs again for them, as a press in their private chat runs it, only when
+        the button was offered to them; whether it ran, and its answer (the answer's buttons then go)."""
+        pressed = unpack(packed)
+        if not isinstance(pressed, Confirm) or pressed.owner != who.platform_user_id:
+            return False, NOT_YOUR_PRESS
+        inc = self._incoming(who, session.id, f"/{pressed.command}", title=session.title)
+        answer = await self._answer(inc, pressed.command, pressed.args)
+        if isinstance(answer, Error):
+            return False, answer.message
+        feed = self.feeds.get(session.id, message_id.removesuffix(REPLY))
+        if feed is not None:  # a stream resumed later shows the answer without them
+            feed.choices = ()
+        return True, answer if isinstance(answer, str) else answer.text
 
     async def tasks(self, who: Bearer) -> TaskList:
         """The caller's open tasks: /tasks's answer, and each task with its next time in UTC and in their zone."""
@@ -347,3 +367,8 @@ class Api:
             raise DeliveryRefused(SESSION_GONE)
         await msg.mark_sent(1)
         return REMINDER_PREFIX + key
+
+
+def choices(answer: Buttons) -> tuple[Choice, ...]:
+    """The buttons of a confirmation or a choice that run a command again (a `Confirm`), in order."""
+    return tuple(b for row in answer.rows for b in row if isinstance(b.press, Confirm))

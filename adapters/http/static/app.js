@@ -1,7 +1,7 @@
 // The web chat page: the person's sessions, a message box, the answer streaming in (POST with
 // Accept: text/event-stream, read from the fetch body: EventSource cannot POST), Markdown rendered by markdown.js
 // (text nodes only), tool activity as a collapsible "steps" part, a message's buttons (a reminder's Done and Snooze,
-// Undo under /remind's answer), tasks and memory in a side panel.
+// Undo under /remind's answer, a command's confirmation or choice), tasks and memory in a side panel.
 // Every request is relative (the page may live under a proxy's path prefix) and carries the sign-in cookie; every
 // change also carries the sign-in's CSRF token in X-CSRF-Token (GET v1/me gives it).
 
@@ -181,28 +181,34 @@ function renderMessage(message) {
 }
 
 function buttonsOf(message) {
-  if (!message.buttons?.length) return null;
+  const presses = [
+    ...(message.buttons || []).map((b) => ({ label: b.label, body: { task_id: b.task_id, action: b.action } })),
+    ...(message.choices || []).map((c) => ({ label: c.label, body: { press: c.press }, style: c.style })),
+  ];
+  if (!presses.length) return null;
   const row = document.createElement("div");
   row.className = "buttons";
-  for (const button of message.buttons) {
+  for (const button of presses) {
     const press = document.createElement("button");
     press.type = "button";
     press.textContent = button.label;
-    press.addEventListener("click", () => pressButton(message, button, row));
+    if (button.style === "danger") press.className = "danger";
+    press.addEventListener("click", () => pressButton(message, button.body, row));
     row.append(press);
   }
   return row;
 }
 
-/** Press a button under a message: what it did takes the buttons' place (the server keeps it under a reminder). */
-async function pressButton(message, button, row) {
+/** Press a button under a message (a task's, or a confirmation's or choice's, which runs its command again): what it
+ * did takes the buttons' place (the server keeps it under a reminder). */
+async function pressButton(message, body, row) {
   const all = [...row.querySelectorAll("button")];
   for (const b of all) b.disabled = true;
   try {
     const path = `v1/sessions/${encodeURIComponent(message.session_id)}/messages/${encodeURIComponent(message.id)}/press`;
-    const answer = await json("POST", path, { task_id: button.task_id, action: button.action });
+    const answer = await json("POST", path, body);
     const shown = state.messages.find((m) => m.id === message.id) || message;
-    upsert({ ...shown, parts: [...shown.parts, { type: "text", text: answer.text }], buttons: [] });
+    upsert({ ...shown, parts: [...shown.parts, { type: "text", text: answer.text }], buttons: [], choices: [] });
     await loadPanel();
   } catch (error) {
     for (const b of all) b.disabled = false;

@@ -157,6 +157,7 @@ class Settings(BaseSettings):
     )  # reminder occurrences (delivered, failed, skipped) are kept this long
     # Model token budgets (core/accounts/usage.py): unset, no cap. An account's day ends at midnight in its time zone.
     USER_DAILY_TOKENS: int | None = Field(default=None, ge=1, lt=10**15)  # per account; /budget overrides
+    USER_DAILY_WEB_CALLS: int = Field(default=200, ge=0, lt=10**9)  # web searches and fetches per person a day
     USER_MONTHLY_TOKENS: int | None = Field(default=None, ge=1, lt=10**15)  # per account, calendar month
     BOT_DAILY_TOKENS: int | None = Field(default=None, ge=1, lt=10**15)  # the whole bot, DEFAULT_TIMEZONE
     LLM_PRICE_INPUT: float | None = Field(default=None, ge=0)  # per million prompt tokens: usage shown in money

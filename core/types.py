@@ -182,6 +182,15 @@ class ModelToolCalls:
 
 
 @dataclass(frozen=True)
+class Source:
+    """A web page a turn saw: fetched (`read`), or only listed by a search (cited when the answer names its URL)."""
+
+    url: str
+    title: str
+    read: bool
+
+
+@dataclass(frozen=True)
 class ToolResult:
     """A tool call finished; `envelope` is exactly what the model sees (before truncation)."""
 

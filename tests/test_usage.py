@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 import pytest
 
 from adapters.telegram import TelegramAdapter
-from core.accounts.usage import BUDGET_ADMINS_ONLY, BUDGET_USAGE
+from core.accounts.usage import BUDGET_ADMINS_ONLY, BUDGET_USAGE, WEB_SPENT
 from core.agent.llm import LLM
 from core.front_door import Core
+from core.storage import conversations
 from core.storage.db import Pool
 from tests.conftest import FakeClock, MakeCore, MakeSettings
 from tests.fake_openai import FakeOpenAI, Reply
@@ -418,3 +419,21 @@ async def test_through_telegram_the_budget_stops_the_model_and_resets_at_midnigh
         assert await say("good morning") == "Good morning!"
     finally:
         await adapter.stop()
+
+
+async def test_web_calls_are_counted_per_person_and_day_and_capped_across_processes(
+    make_core: MakeCore, clock: FakeClock, pool: Pool
+) -> None:
+    core = make_core(USER_DAILY_WEB_CALLS="3")
+    other = make_core(USER_DAILY_WEB_CALLS="3")  # another process on the same database
+    ann = incoming("/usage")
+    await core.command(ann, "usage")  # Ann is known (an account)
+    user, _ = await conversations.identify(pool, ann, "UTC")
+    said = await asyncio.gather(*(c.spending.web_call(user) for c in (core, other, core, other, core)))
+    assert sorted(said, key=str) == [None, None, None, WEB_SPENT.format(cap=3), WEB_SPENT.format(cap=3)]
+    assert said.count(None) == 3, "never more than the cap, however many processes ask at once"
+    assert "Web searches and fetches today: 3 of 3." in str(await core.command(ann, "usage"))
+    bob, _ = await conversations.identify(pool, incoming("hi", user="200"), "UTC")
+    assert await core.spending.web_call(bob) is None, "per person"
+    clock.now = clock.now + timedelta(days=1)
+    assert await core.spending.web_call(user) is None, "a new day of theirs"

@@ -45,6 +45,22 @@ UPDATE accounts SET daily_tokens = $3 WHERE id = (
     SELECT account_id FROM users WHERE platform = $1 AND platform_user_id = $2) RETURNING id
 """
 
+WEB = "(web)"  # token_usage rows of a person's web searches and fetches: calls, no tokens (USER_DAILY_WEB_CALLS)
+_WEB_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('web calls ' || $1::bigint, 0))"
+_WEB_TODAY_SQL = """
+WITH today AS (SELECT ($2::timestamptz AT TIME ZONE coalesce(timezone, $3))::date AS day FROM accounts WHERE id = $1)
+SELECT day, (SELECT coalesce(sum(calls), 0) FROM token_usage u
+             WHERE account_id = $1 AND model = $4 AND u.day = today.day)::bigint AS used
+FROM today
+"""
+_WEB_ADD_SQL = """
+WITH bumped AS (
+    UPDATE token_usage SET calls = calls + 1
+    WHERE id = (SELECT id FROM token_usage WHERE account_id = $1 AND day = $2 AND model = $3 LIMIT 1) RETURNING id)
+INSERT INTO token_usage (account_id, day, model, calls) SELECT $1, $2, $3, 1 WHERE NOT EXISTS (SELECT 1 FROM bumped)
+"""
+WEB_SPENT = "refused: you used your {cap:,} web searches and fetches for today; more tomorrow."
+
 WHOSE = {
     "day": "You have used your daily budget",
     "month": "You have used your monthly budget",
@@ -223,6 +239,21 @@ class Spending:
             lines.append(f"- all models: {total.tokens:,} tokens{self.money(total)}")
         return lines
 
+    async def web_call(self, user: UserRef) -> str | None:
+        """Count one web search or fetch of the person's (at most USER_DAILY_WEB_CALLS a day of theirs, across
+        processes): None when it may go, else the line saying why not."""
+        cap = self.settings.USER_DAILY_WEB_CALLS
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(_WEB_LOCK_SQL, user.account_id)
+            tz = self.settings.DEFAULT_TIMEZONE
+            row = await conn.fetchrow(_WEB_TODAY_SQL, user.account_id, self.clock(), tz, WEB)
+            if row is None:
+                return None  # the account went (forgotten mid-turn): nothing to count against
+            if row["used"] >= cap:
+                return WEB_SPENT.format(cap=cap)
+            await conn.execute(_WEB_ADD_SQL, user.account_id, row["day"], WEB)
+        return None
+
     async def report(self, user: UserRef) -> str:
         """/usage: today's and this month's tokens per model (money when prices are set), and the budget left."""
         now, s = self.clock(), self.settings
@@ -231,7 +262,8 @@ class Spending:
         rows = await self.pool.fetch(_USAGE_SQL, user.account_id, now, tz_name)
         today: dict[str, Spent] = {}
         month: dict[str, Spent] = {}
-        for r in rows:
+        web = sum(r["calls"] for r in rows if r["model"] == WEB and r["today"])
+        for r in (r for r in rows if r["model"] != WEB):
             month[r["model"]] = month.get(r["model"], Spent()).plus(_spent(r))
             if r["today"]:
                 today[r["model"]] = today.get(r["model"], Spent()).plus(_spent(r))
@@ -244,6 +276,8 @@ class Spending:
             sum(x.tokens for x in today.values()),
             sum(x.tokens for x in month.values()),
         )
+        if web:
+            lines.append(f"Web searches and fetches today: {web:,} of {s.USER_DAILY_WEB_CALLS:,}.")
         return "\n".join(lines)
 
     async def _left(self, now: datetime, tz: ZoneInfo, day_cap: int | None, day: int, month: int) -> list[str]:

@@ -27,7 +27,7 @@ from core.quoting import truncate
 from core.storage.db import Pool
 from core.textsafe import clean_json
 from core.timeutil import Clock, zone
-from core.types import ChatRef, UserRef
+from core.types import ChatRef, Source, UserRef
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ class ToolContext:
     tainted: bool = False  # a tool result of this turn brought in someone else's text (see taint)
     found: list[str] = field(default_factory=list)  # tools a search (mcp_search) added for the rest of the turn
     parked: list[int] = field(default_factory=list)  # calls waiting for the person's OK (core/mcp_servers/confirm.py)
+    sources: list[Source] = field(default_factory=list)  # web pages searched or read: the answer cites them
 
     def taint(self) -> None:
         """A tool result carries someone else's text (e.g. a job written in a group): the rest of the turn holds

@@ -38,6 +38,7 @@ from core.texts import NO_MODEL, NO_MODEL_HOW, RESTARTING, STEPS_GONE, STEPS_NOT
 from core.timeutil import Clock, zone
 from core.tools.framework import Caps, Tool, ToolContext, ToolRegistry
 from core.turn import journal
+from core.turn.citations import cited
 from core.turn.reply import Reply, send_through
 from core.turn.slots import ChatSlots
 from core.types import API as API_PLATFORM
@@ -306,6 +307,8 @@ class Turns:
             async for event in run_agent(
                 llm, p.registry, tools, ctx, turn_id, messages, p.limits, stream=stream, meter=meter, offer=offer
             ):
+                if isinstance(event, Assistant) and ctx.sources:  # it used the web: where it came from, at its end
+                    event = replace(event, text=cited(event.text, ctx.sources))
                 if isinstance(event, Assistant) and ctx.parked:  # calls waiting for the person's OK: a button each
                     buttons = inc.chat_platform in ("telegram", "discord")  # elsewhere: /mcp allow <id>
                     http = inc.chat_platform == API_PLATFORM  # the HTTP API: its route allows it

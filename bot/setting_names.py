@@ -29,8 +29,6 @@ NOT_BUILT_YET = frozenset(
         "SEARXNG_URL",
         "BRAVE_API_KEY",
         "TAVILY_API_KEY",
-        "WEB_ALLOW_PRIVATE",
-        "WEB_FETCH_MAX_MB",
         "USER_DAILY_WEB_CALLS",
     }
 )

@@ -225,3 +225,15 @@ MCP_ALLOWED_RESULT_CHARS = 1500  # the result of a call run after the person's O
 MCP_PERSON_IDLE_S = 900.0  # a person's connection to a server unused this long is closed (opened again on next use)
 MCP_PERSON_SWEEP_S = 60.0  # how often idle per-person connections are looked for
 MCP_OAUTH_LINK_S = 600.0  # an authorization link of /mcp connect works this long (the flow waits for it as long)
+
+# Fetching a web page (core/web/fetch.py, core/web/safety.py); its size cap is WEB_FETCH_MAX_MB, a setting.
+WEB_FETCH_TIMEOUT_S = (
+    20.0  # one fetch in all (address lookup, redirects, the body, reading its text) gives up after this
+)
+WEB_MAX_REDIRECTS = 5  # redirects followed at most (each one checked like the first address)
+WEB_PAGE_CHARS = (
+    3000  # a page's text is split into pages of at most this many characters (fits a tool result's prompt cut)
+)
+WEB_READ_CHUNK_BYTES = 64 * 1024  # the body is read (and decompressed) this much at a time
+WEB_CHARSET_SNIFF_BYTES = 4096  # an HTML page's <meta charset> is looked for in this many first bytes
+WEB_SHOWN_URL_CHARS = 120  # an address in a failure's one line is cut to this

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import re
 from pathlib import Path
 from typing import Literal, get_args
@@ -88,6 +89,51 @@ def parse_shard_ids(raw: str, count: int | None) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+AllowedTarget = tuple[Network, int | None]  # an address range, and the one port it may be reached on (None: any)
+
+
+def parse_allow_private(raw: str) -> tuple[AllowedTarget, ...]:
+    """Parse WEB_ALLOW_PRIVATE: `ip:port`, `[ipv6]:port`, `ip` or a CIDR such as `10.0.0.0/8`, comma-separated; an
+    IPv4-mapped IPv6 address (::ffff:10.0.0.5) counts as the IPv4 address it holds."""
+    targets: list[AllowedTarget] = []
+    for part in raw.replace(";", ",").split(","):
+        item = part.strip()
+        if item:
+            targets.append(_allowed_target(item))
+    return tuple(targets)
+
+
+def _allowed_target(item: str) -> AllowedTarget:
+    """One entry of WEB_ALLOW_PRIVATE; ValueError (saying what is accepted) if it is none of the forms."""
+    address, port = item, None
+    if item.startswith("["):  # [ipv6]:port
+        address, _, rest = item[1:].partition("]")
+        port = _port(item, rest.removeprefix(":")) if rest.startswith(":") else _port(item, "")
+    elif item.count(":") == 1:  # ipv4:port (an IPv6 address has two colons or more)
+        address, _, given = item.partition(":")
+        port = _port(item, given)
+    try:
+        network = ipaddress.ip_network(address, strict=False)
+    except ValueError:
+        raise ValueError(
+            f"'{item}' is not an address, address:port or CIDR such as 127.0.0.1:8080, 10.0.0.5 or 192.168.0.0/16 "
+            "(names are not accepted: the address a name resolves to is what is checked)"
+        ) from None
+    if isinstance(network, ipaddress.IPv6Network) and network.prefixlen >= 96:
+        mapped = network.network_address.ipv4_mapped
+        if mapped is not None:
+            network = ipaddress.ip_network(f"{mapped}/{network.prefixlen - 96}")
+    return network, port
+
+
+def _port(item: str, given: str) -> int:
+    """The port of an `address:port` entry (1-65535)."""
+    if not (given.isascii() and given.isdigit() and 1 <= int(given) <= 65535):
+        raise ValueError(f"'{item}' has no port 1-65535 after its ':'")
+    return int(given)
+
+
 class Settings(BaseSettings):
     """All settings of the bot; field names are the environment variable names."""
 
@@ -163,6 +209,9 @@ class Settings(BaseSettings):
     LLM_PRICE_INPUT: float | None = Field(default=None, ge=0)  # per million prompt tokens: usage shown in money
     LLM_PRICE_OUTPUT: float | None = Field(default=None, ge=0)  # per million completion tokens
     LLM_PRICE_CURRENCY: str = "USD"  # what the prices are in (shown after the amounts)
+    # Fetching web pages (core/web/fetch.py, docs/web.md#safety)
+    WEB_ALLOW_PRIVATE: str = ""  # private addresses a fetch may reach anyway: ip:port, ip or CIDR, comma-separated
+    WEB_FETCH_MAX_MB: int = Field(default=5, ge=1)  # a larger page is refused (its decompressed size counts)
     LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = None  # DEBUG also shows start-up tracebacks
 
     @model_validator(mode="before")
@@ -198,6 +247,13 @@ class Settings(BaseSettings):
     def _check_channels(cls, v: str) -> str:
         """Only comma-separated numeric channel ids."""
         parse_id_list(v)
+        return v
+
+    @field_validator("WEB_ALLOW_PRIVATE")
+    @classmethod
+    def _check_allow_private(cls, v: str) -> str:
+        """Only addresses, address:port pairs and CIDRs."""
+        parse_allow_private(v)
         return v
 
     @field_validator("DISCORD_SHARD_IDS")
@@ -329,6 +385,11 @@ class Settings(BaseSettings):
             return None
         ids = parse_shard_ids(self.DISCORD_SHARD_IDS, self.DISCORD_SHARD_COUNT)
         return self.DISCORD_SHARD_COUNT, ids or tuple(range(self.DISCORD_SHARD_COUNT))
+
+    @property
+    def web_allow_private(self) -> tuple[AllowedTarget, ...]:
+        """The private addresses (and ports) a page fetch may reach (WEB_ALLOW_PRIVATE)."""
+        return parse_allow_private(self.WEB_ALLOW_PRIVATE)
 
     @property
     def allowed_users(self) -> frozenset[str]:

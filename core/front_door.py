@@ -41,6 +41,8 @@ from core.tools.timezone import SET_TIMEZONE
 from core.turn.reply import Reply
 from core.turn.runner import TurnParts, Turns
 from core.types import Error, Event, Incoming
+from core.web.fetch import FetchPolicy
+from core.web.tools import fetch_tool
 
 
 def default_registry() -> ToolRegistry:
@@ -85,6 +87,7 @@ class Core:
             budget_tokens=settings.MCP_SCHEMA_TOKENS,
             keep_images=lambda images, user, chat, now: keep_photos(pool, images, user, chat, now, cap_bytes=cap),
         )
+        self.registry.add(fetch_tool(FetchPolicy.from_settings(settings), self.spending.web_call))  # core/web/
         self.caps = Caps(settings.MAX_OPEN_TASKS, settings.JOB_MIN_INTERVAL_MINUTES)
         self.access = Access(settings, pool)
         self.task_listeners: list[Callable[[], None]] = []  # told when a task was made or moved (the scheduler)

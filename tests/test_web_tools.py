@@ -1,0 +1,83 @@
+"""The web tools in real turns: a page read is cited at the answer's end, taints the turn (no admin tool offered from
+then on, nor in later turns while it is replayed), a refused fetch reaches no server and the model reads one
+`refused:` line, and the person's daily web calls are capped."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.conftest import MakeCore
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.helpers import answer, incoming, run, tool_messages, tool_names
+from tests.test_web_fetch import Site, article, html
+
+ADMIN = "telegram:100"
+ADMIN_TOOLS = {"execute_sql", "write_capability", "manage_capability", "restart"}
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[Site]:
+    """A page on 127.0.0.1 that WEB_ALLOW_PRIVATE lets the bot read."""
+    async with Site({"/tides": html(article())}) as served:
+        yield served
+
+
+@pytest.fixture
+async def bystander() -> AsyncIterator[Site]:
+    """A loopback server nobody allowed."""
+    async with Site() as served:
+        yield served
+
+
+async def test_a_page_read_is_cited_and_the_turn_gets_no_admin_tool_after_it(
+    make_core: MakeCore, fake_llm: FakeOpenAI, site: Site
+) -> None:
+    core = make_core(ADMINS=ADMIN, WEB_ALLOW_PRIVATE=f"127.0.0.1:{site.port}")
+    url = f"http://127.0.0.1:{site.port}/tides"
+    fake_llm.script(Reply(tool_calls=[("web_fetch", {"url": url})]), Reply(text="Two high tides a day."))
+    said = answer(await run(core, incoming("how do tides work?", user="100")))
+    assert said.text == (f"Two high tides a day.\n\nSources:\n1. [How tides work]({url}) — 127.0.0.1")
+    first, second = fake_llm.requests
+    assert ADMIN_TOOLS <= set(tool_names(first)), "an admin's own words: admin tools offered"
+    assert not ADMIN_TOOLS & set(tool_names(second)), "after the page came in: none"
+    [page] = tool_messages(second)
+    assert page["ok"] and "gravitational forces" in page["result"]["text"] and page["result"]["pages"] == 1
+    assert site.requests == ["/tides"]
+    fake_llm.script(Reply(text="ok"))
+    answer(await run(core, incoming("thanks", user="100")))
+    later = fake_llm.requests[-1]
+    assert not ADMIN_TOOLS & set(tool_names(later)), "the page is still in the replayed context"
+    replayed = [m for m in later["messages"] if m["role"] == "tool"]
+    assert replayed and "gravitational forces" in replayed[0]["content"]
+
+
+async def test_a_refused_fetch_reaches_no_server_and_the_model_reads_why(
+    make_core: MakeCore, fake_llm: FakeOpenAI, site: Site, bystander: Site
+) -> None:
+    core = make_core(WEB_ALLOW_PRIVATE=f"127.0.0.1:{site.port}")
+    urls = [f"http://127.0.0.1:{bystander.port}/admin", "http://169.254.169.254/latest/meta-data/"]
+    fake_llm.script(
+        Reply(tool_calls=[("web_fetch", {"url": u}) for u in urls]),
+        Reply(text="I may not read those."),
+    )
+    said = answer(await run(core, incoming("read these")))
+    assert said.text == "I may not read those.", "nothing read: nothing cited"
+    errors = [m["error"]["message"] for m in tool_messages(fake_llm.requests[1])]
+    assert errors[0] == "refused: 127.0.0.1 is a loopback address"
+    assert errors[1].startswith("refused: 169.254.169.254 is a cloud metadata address")
+    assert bystander.requests == []
+
+
+async def test_the_daily_web_calls_are_capped_with_one_clear_line(
+    make_core: MakeCore, fake_llm: FakeOpenAI, site: Site
+) -> None:
+    core = make_core(USER_DAILY_WEB_CALLS="1", WEB_ALLOW_PRIVATE=f"127.0.0.1:{site.port}")
+    url = f"http://127.0.0.1:{site.port}/tides"
+    fake_llm.script(Reply(tool_calls=[("web_fetch", {"url": url}), ("web_fetch", {"url": url})]), Reply(text="ok"))
+    answer(await run(core, incoming("read it twice")))
+    first, second = tool_messages(fake_llm.requests[1])
+    assert first["ok"] and not second["ok"]
+    assert second["error"]["message"] == "refused: you used your 1 web searches and fetches for today; more tomorrow."
+    assert site.requests == ["/tides"], "the capped call fetched nothing"

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from core.activity import step_line
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import answer, incoming, run, tool_messages, tool_names
@@ -45,6 +46,7 @@ async def test_a_page_read_is_cited_and_the_turn_gets_no_admin_tool_after_it(
     [page] = tool_messages(second)
     assert page["ok"] and "gravitational forces" in page["result"]["text"] and page["result"]["pages"] == 1
     assert site.requests == ["/tides"]
+    assert [step_line(s) for s in said.steps] == [f"✅ web_fetch → {url}"]  # the steps show what was read
     fake_llm.script(Reply(text="ok"))
     answer(await run(core, incoming("thanks", user="100")))
     later = fake_llm.requests[-1]

@@ -36,7 +36,8 @@ def fetch_tool(policy: FetchPolicy, web_call: WebCall, resolve: Resolve = system
             raise ToolError(got.message, code="refused" if isinstance(got, Refused) else "fetch_failed")
         ctx.taint()  # the page is someone else's words
         ctx.sources.append(Source(got.url, got.title, read=True))
-        return {"url": got.url, "title": got.title, "page": got.page, "pages": got.pages, "text": got.text}
+        shown = f"{got.url} (page {got.page} of {got.pages})" if got.pages > 1 else got.url  # the step's line
+        return {"summary": shown, "title": got.title, "page": got.page, "pages": got.pages, "text": got.text}
 
     return Tool(
         "web_fetch",

@@ -17,17 +17,25 @@ from tests.conftest import MakeCore
 from tests.fake_discord import FakeDiscord
 from tests.fake_openai import FakeOpenAI
 from tests.fake_telegram import FakeTelegram
+from tests.test_web_fetch import Site, article, html
 
 PLATFORMS = ["telegram", "discord"]
 OTHER_MODEL = "fake-big"  # LLM_MODELS: a second model on offer (the first is LLM_MODEL), so /model offers a choice
 
 
+@pytest.fixture
+async def site() -> AsyncIterator[Site]:
+    """A web page on 127.0.0.1 the kit's cores may read (WEB_ALLOW_PRIVATE)."""
+    async with Site({"/tides": html(article())}) as served:
+        yield served
+
+
 @pytest.fixture(params=PLATFORMS)
 async def driver(
-    request: pytest.FixtureRequest, fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool
+    request: pytest.FixtureRequest, fake_llm: FakeOpenAI, make_core: MakeCore, pool: Pool, site: Site
 ) -> AsyncIterator[Driver]:
     """The platform's adapter, started against its fake on a Core where the owner is an admin, the friend may use
-    the bot and the stranger may not; in Berlin's time zone, with two models on offer."""
+    the bot and the stranger may not; in Berlin's time zone, with two models on offer, and `site` readable."""
     platform: str = request.param
     async with FakeTelegram() if platform == "telegram" else FakeDiscord() as fake:
         users: dict[Who, int]
@@ -44,6 +52,7 @@ async def driver(
             ALLOWED_USERS=f"{platform}:{users['friend']}",
             DEFAULT_TIMEZONE="Europe/Berlin",
             LLM_MODELS=OTHER_MODEL,
+            WEB_ALLOW_PRIVATE=f"127.0.0.1:{site.port}",
         )
         made = build(fake_llm, core, pool)
         await made.adapter.start()

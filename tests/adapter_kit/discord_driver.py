@@ -21,6 +21,7 @@ USERS: dict[Who, int] = {
     "stranger": 300_000_000_000_000_003,
 }
 ESCAPED = re.compile(r"\\([^\sA-Za-z0-9])")  # Markdown escapes Discord shows as the character alone
+MASKED_LINK = re.compile(r"\[([^\]]+)\]\(<?(https?://[^\s)>]+)>?\)")  # [text](url): Discord shows a link
 DM = 1  # a channel's type: a direct message
 
 
@@ -131,7 +132,8 @@ class DiscordDriver(Driver):
         pings += ("everyone",) if message.get("mention_everyone") else ()
         labels = [str(c.get("label")) for c in _buttons(message)]
         text = ESCAPED.sub(r"\1", str(message.get("content") or ""))
-        return Said(text, labels, private, file, pings, bool(message.get("message_reference")), message)
+        links = MASKED_LINK.findall(text)
+        return Said(text, labels, private, file, pings, bool(message.get("message_reference")), message, links)
 
 
 def _buttons(message: dict[str, Any]) -> list[dict[str, Any]]:

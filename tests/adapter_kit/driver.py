@@ -36,6 +36,7 @@ class Said:
     pings: tuple[str, ...] = ()  # who it notifies: user ids (and "everyone")
     reply: bool = False  # it replies to the person's message
     raw: Any = None  # the platform's own record of it (what press() needs)
+    links: list[tuple[str, str]] = field(default_factory=list)  # (text, URL) of each link its reader can open
 
 
 class Driver(ABC):

@@ -147,10 +147,22 @@ class TelegramDriver(Driver):
         buttons = [b["text"] for row in _keyboard(entry) for b in row]
         chat = entry["chat_id"]
         private = isinstance(chat, int) and chat > 0
-        return Said(visible, buttons, private, file, pings, "reply_parameters" in entry, entry)
+        links = [
+            (_slice(visible, e), e["url"])
+            for e in entities
+            if e["type"] == "text_link" and not e["url"].startswith(MENTION)
+        ]
+        return Said(visible, buttons, private, file, pings, "reply_parameters" in entry, entry, links)
 
 
 def _keyboard(entry: dict[str, Any]) -> list[list[dict[str, Any]]]:
     """The inline keyboard under a sent message (none: empty)."""
     markup = entry.get("reply_markup") or {}
     return list(markup.get("inline_keyboard") or [])
+
+
+def _slice(visible: str, entity: dict[str, Any]) -> str:
+    """The text an entity covers (its offset and length count UTF-16 units)."""
+    units = visible.encode("utf-16-le")
+    start, length = entity["offset"] * 2, entity["length"] * 2
+    return units[start : start + length].decode("utf-16-le")

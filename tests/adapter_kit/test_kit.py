@@ -15,6 +15,7 @@ from tests.conftest import FakeClock
 from tests.fake_openai import Reply
 from tests.test_media_documents import pdf
 from tests.test_memory_command import remember
+from tests.test_web_fetch import Site
 
 DONE, SNOOZE, UNDO = (REMINDER_BUTTON_LABELS[k] for k in ("done", "snooze10", "undo"))
 
@@ -36,6 +37,15 @@ async def test_a_private_message_is_answered_first_and_its_steps_open_on_request
     steps = await driver.steps_of(said)
     assert '✅ manage_tasks create → created #1 "Buy milk", Sun 22 Nov 09:00 CET' in steps
     assert await driver.pool.fetchval("SELECT title FROM tasks") == "Buy milk"
+
+
+async def test_an_answer_that_read_a_page_ends_with_its_source_as_a_link(driver: Driver, site: Site) -> None:
+    url = f"http://127.0.0.1:{site.port}/tides"
+    driver.llm.script(Reply(tool_calls=[("web_fetch", {"url": url})]), Reply(text="Two high tides a day."))
+    [said] = await driver.say_private("how do tides work?")
+    assert said.text.startswith("Two high tides a day.\n\nSources:\n1. ") and "— 127.0.0.1" in said.text
+    assert said.links == [("How tides work", url)]  # in the same message, outside the steps
+    assert f"✅ web_fetch → {url}" in await driver.steps_of(said)
 
 
 async def test_in_the_group_only_a_mention_or_a_reply_to_the_bot_is_answered(driver: Driver) -> None:

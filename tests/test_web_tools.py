@@ -5,6 +5,7 @@ then on, nor in later turns while it is replayed), a refused fetch reaches no se
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,9 @@ from core.activity import step_line
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import answer, incoming, run, tool_messages, tool_names
+from tests.test_console import bot_cli
+from tests.test_http_api import ANN, Serve, token_of
+from tests.test_http_api import serve as serve  # noqa: F401 (its fixture)
 from tests.test_web_fetch import Site, article, html
 
 ADMIN = "telegram:100"
@@ -83,3 +87,22 @@ async def test_the_daily_web_calls_are_capped_with_one_clear_line(
     assert first["ok"] and not second["ok"]
     assert second["error"]["message"] == "refused: you used your 1 web searches and fetches for today; more tomorrow."
     assert site.requests == ["/tides"], "the capped call fetched nothing"
+
+
+async def test_the_api_and_the_terminal_show_the_sources_too(
+    serve: Serve, fake_llm: FakeOpenAI, site: Site, db_dsn: str, tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{site.port}/tides"
+    cited = f"Two high tides a day.\n\nSources:\n1. [How tides work]({url}) — 127.0.0.1"
+    s = await serve(WEB_ALLOW_PRIVATE=f"127.0.0.1:{site.port}")
+    fake_llm.script(Reply(tool_calls=[("web_fetch", {"url": url})]), Reply(text="Two high tides a day."))
+    async with s.client(await token_of(s.core, ANN)) as c:
+        sid = (await c.post("/v1/sessions", json={})).json()["id"]
+        body = (await c.post(f"/v1/sessions/{sid}/messages", json={"content": "tides?"})).json()
+    text = [p for p in body["parts"] if p["type"] == "text"]
+    assert text == [{"type": "text", "text": cited}]  # the web page renders its links as anchors
+    fake_llm.script(Reply(tool_calls=[("web_fetch", {"url": url})]), Reply(text="Two high tides a day."))
+    env = {"DATABASE_URL": db_dsn, "LLM_BASE_URL": fake_llm.base_url, "WEB_ALLOW_PRIVATE": f"127.0.0.1:{site.port}"}
+    code, out, err = await bot_cli("ask", "tides?", env=env, cwd=tmp_path)
+    assert code == 0, err
+    assert out.startswith(cited + "\n   🔧 1 step")  # bot ask on a pipe: the Markdown as written

@@ -15,7 +15,7 @@ from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import answer, incoming, run, tool_messages, tool_names
 from tests.test_console import bot_cli
 from tests.test_http_api import ANN, Serve, token_of
-from tests.test_http_api import serve as serve  # noqa: F401 (its fixture)
+from tests.test_http_api import serve as serve  # its fixture
 from tests.test_web_fetch import Site, article, html
 
 ADMIN = "telegram:100"

@@ -225,3 +225,12 @@ MCP_ALLOWED_RESULT_CHARS = 1500  # the result of a call run after the person's O
 MCP_PERSON_IDLE_S = 900.0  # a person's connection to a server unused this long is closed (opened again on next use)
 MCP_PERSON_SWEEP_S = 60.0  # how often idle per-person connections are looked for
 MCP_OAUTH_LINK_S = 600.0  # an authorization link of /mcp connect works this long (the flow waits for it as long)
+
+# Web search (core/web/search.py; the provider and its keys are settings).
+WEB_SEARCH_MAX_RESULTS = 8  # results one search returns at most (a count asked for is kept within 1 and this)
+WEB_SEARCH_TIMEOUT_S = 10.0  # one search gives up after this (connecting, the provider's answer, reading it)
+WEB_SEARCH_CACHE_S = 300.0  # the same search (provider, query, count) is answered from memory for this long
+WEB_SEARCH_CACHE_ENTRIES = 256  # searches kept in that memory at most (the oldest used goes first)
+WEB_SEARCH_QUERY_CHARS = 400  # a longer query is refused (Brave's own limit; no provider needs more)
+WEB_SEARCH_TITLE_CHARS = 200  # a result's title is cut to this
+WEB_SEARCH_SNIPPET_CHARS = 500  # and its snippet to this

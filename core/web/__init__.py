@@ -1,0 +1,1 @@
+"""The web: search providers and safe page fetches."""

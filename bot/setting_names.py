@@ -25,11 +25,6 @@ NOT_BUILT_YET = frozenset(
         "MATRIX_HOMESERVER",
         "MATRIX_USER_ID",
         "MATRIX_ACCESS_TOKEN",
-        "WEB_SEARCH_PROVIDER",
-        "SEARXNG_URL",
-        "BRAVE_API_KEY",
-        "TAVILY_API_KEY",
-        "USER_DAILY_WEB_CALLS",
     }
 )
 READ_BY_THE_BOT = frozenset({TOKEN_ENV, "BOT_COMMAND", "BOT_RESTART_DELAY"})  # bot/remote.py, bot/loop.sh

@@ -237,3 +237,12 @@ WEB_PAGE_CHARS = (
 WEB_READ_CHUNK_BYTES = 64 * 1024  # the body is read (and decompressed) this much at a time
 WEB_CHARSET_SNIFF_BYTES = 4096  # an HTML page's <meta charset> is looked for in this many first bytes
 WEB_SHOWN_URL_CHARS = 120  # an address in a failure's one line is cut to this
+
+# Web search (core/web/search.py; the provider and its keys are settings).
+WEB_SEARCH_MAX_RESULTS = 8  # results one search returns at most (a count asked for is kept within 1 and this)
+WEB_SEARCH_TIMEOUT_S = 10.0  # one search gives up after this (connecting, the provider's answer, reading it)
+WEB_SEARCH_CACHE_S = 300.0  # the same search (provider, query, count) is answered from memory for this long
+WEB_SEARCH_CACHE_ENTRIES = 256  # searches kept in that memory at most (the oldest used goes first)
+WEB_SEARCH_QUERY_CHARS = 400  # a longer query is refused (Brave's own limit; no provider needs more)
+WEB_SEARCH_TITLE_CHARS = 200  # a result's title is cut to this
+WEB_SEARCH_SNIPPET_CHARS = 500  # and its snippet to this

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Provider = Literal["openai", "anthropic", "gemini", "groq", "openrouter", "ollama", "lmstudio", "none"]
 PROVIDER_NAMES: tuple[Provider, ...] = get_args(Provider)
+SearchProvider = Literal["searxng", "brave", "tavily", "duckduckgo", "none"]
 PLATFORMS = ("telegram", "discord", "console")
 SECRET_TYPES = (SecretStr, SecretStr | None)  # fields whose value an error line never repeats
 
@@ -212,6 +213,11 @@ class Settings(BaseSettings):
     # Fetching web pages (core/web/fetch.py, docs/web.md#safety)
     WEB_ALLOW_PRIVATE: str = ""  # private addresses a fetch may reach anyway: ip:port, ip or CIDR, comma-separated
     WEB_FETCH_MAX_MB: int = Field(default=5, ge=1)  # a larger page is refused (its decompressed size counts)
+    # Web search (core/web/search.py, docs/web.md): the keys and SEARXNG_URL come before the provider, which checks them
+    SEARXNG_URL: str | None = None  # the operator's SearXNG (its JSON API must be on: search.formats has json)
+    BRAVE_API_KEY: SecretStr | None = None  # Brave Search API subscription token
+    TAVILY_API_KEY: SecretStr | None = None  # Tavily API key (tvly-…)
+    WEB_SEARCH_PROVIDER: SearchProvider | None = None  # unset: the first configured above, else duckduckgo
     LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = None  # DEBUG also shows start-up tracebacks
 
     @model_validator(mode="before")
@@ -228,6 +234,42 @@ class Settings(BaseSettings):
     def _lower_provider(cls, v: object) -> object:
         """Accept the provider name in any case."""
         return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("WEB_SEARCH_PROVIDER", mode="before")
+    @classmethod
+    def _lower_search_provider(cls, v: object) -> object:
+        """Accept the search provider's name in any case."""
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("WEB_SEARCH_PROVIDER")
+    @classmethod
+    def _check_search_provider(cls, v: SearchProvider | None, info: ValidationInfo) -> SearchProvider | None:
+        """A provider chosen by name needs what it searches with: its URL or its key."""
+        needs = {"searxng": "SEARXNG_URL", "brave": "BRAVE_API_KEY", "tavily": "TAVILY_API_KEY"}
+        if v in needs and info.data.get(needs[v]) is None:
+            example = {
+                "searxng": "the address of your SearXNG, e.g. http://127.0.0.1:8888",
+                "brave": "the key from api-dashboard.search.brave.com",
+                "tavily": "the key from app.tavily.com, tvly-…",
+            }[v]
+            raise ValueError(f"{v} needs {needs[v]} ({example}); or choose duckduckgo, which needs none, or none")
+        return v
+
+    @field_validator("SEARXNG_URL")
+    @classmethod
+    def _check_searxng_url(cls, v: str | None) -> str | None:
+        """An http(s) address without user@, query or fragment (a path is kept, for a proxy's prefix); no trailing
+        slash."""
+        if v is None:
+            return v
+        try:
+            parts = urlsplit(v.strip())
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and "@" not in parts.netloc
+        except ValueError:  # e.g. an unclosed [IPv6 address
+            ok = False
+        if ok and not parts.query and not parts.fragment:
+            return v.strip().rstrip("/")
+        raise ValueError("must be the http(s) address of your SearXNG such as http://127.0.0.1:8888 (no user@, ?query)")
 
     @field_validator("LOG_LEVEL", mode="before")
     @classmethod
@@ -411,6 +453,8 @@ class Settings(BaseSettings):
             self.DISCORD_BOT_TOKEN,
             self.METRICS_TOKEN,
             self.TRANSCRIPTION_API_KEY,
+            self.BRAVE_API_KEY,
+            self.TAVILY_API_KEY,
             *(self.provider_key(p) for p in PROVIDER_NAMES),
         )
         values = [s.get_secret_value() for s in given if s is not None]

@@ -42,7 +42,8 @@ from core.turn.reply import Reply
 from core.turn.runner import TurnParts, Turns
 from core.types import Error, Event, Incoming
 from core.web.fetch import FetchPolicy
-from core.web.tools import fetch_tool
+from core.web.search import Search
+from core.web.tools import web_tools
 
 
 def default_registry() -> ToolRegistry:
@@ -80,14 +81,12 @@ class Core:
         mcp = load_mcp_config(settings.MCP_CONFIG, environment()) if settings.MCP_CONFIG is not None else None
         cap = settings.MEDIA_MAX_MB * 1_000_000  # images MCP results bring are kept as the speaker's photos
         self.mcp = Hub(  # MCP tool servers (MCP_CONFIG): connected in the background by self.mcp.start() (startup.py)
-            mcp,
-            pool,
-            self.registry,
-            clock,
-            budget_tokens=settings.MCP_SCHEMA_TOKENS,
+            mcp, pool, self.registry, clock, budget_tokens=settings.MCP_SCHEMA_TOKENS,
             keep_images=lambda images, user, chat, now: keep_photos(pool, images, user, chat, now, cap_bytes=cap),
-        )
-        self.registry.add(fetch_tool(FetchPolicy.from_settings(settings), self.spending.web_call))  # core/web/
+        )  # fmt: skip
+        self.search = Search(settings, clock=clock)  # WEB_SEARCH_PROVIDER (core/web/: search, safe fetch, tools)
+        for tool in web_tools(FetchPolicy.from_settings(settings), self.search, self.spending.web_call):
+            self.registry.add(tool)
         self.caps = Caps(settings.MAX_OPEN_TASKS, settings.JOB_MIN_INTERVAL_MINUTES)
         self.access = Access(settings, pool)
         self.task_listeners: list[Callable[[], None]] = []  # told when a task was made or moved (the scheduler)
@@ -240,6 +239,7 @@ class Core:
             listener()
 
     async def close(self) -> None:
-        """Close the clients the core made itself (the audio ones, the MCP servers; the model client is its maker's)."""
+        """Close the clients the core made itself (audio, MCP servers, web search; the model client is its maker's)."""
         await self.mcp.close()
         await self.audio.aclose()
+        await self.search.close()

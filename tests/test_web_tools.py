@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from core.activity import step_line
 from tests.conftest import MakeCore
@@ -106,3 +107,48 @@ async def test_the_api_and_the_terminal_show_the_sources_too(
     code, out, err = await bot_cli("ask", "tides?", env=env, cwd=tmp_path)
     assert code == 0, err
     assert out.startswith(cited + "\n   🔧 1 step")  # bot ask on a pipe: the Markdown as written
+
+
+async def test_search_then_read_then_answer_cites_the_page_read_and_the_result_named(
+    make_core: MakeCore, fake_llm: FakeOpenAI
+) -> None:
+    other, unnamed = "https://tides.example.org/tables", "https://unnamed.example.net/"
+
+    async def results(request: web.Request) -> web.StreamResponse:
+        """SearXNG's JSON API: the page on this server first, then two elsewhere."""
+        found = [
+            {"title": "How tides work", "url": f"http://{request.host}/tides", "content": "The rise and fall…"},
+            {"title": "Tide tables", "url": other, "content": "High and low water times."},
+            {"title": "Not named", "url": unnamed, "content": "Another page."},
+        ]
+        return web.json_response({"results": found})
+
+    async with Site({"/search": results, "/tides": html(article())}) as searx:
+        page = f"http://127.0.0.1:{searx.port}/tides"
+        core = make_core(SEARXNG_URL=f"http://127.0.0.1:{searx.port}", WEB_ALLOW_PRIVATE=f"127.0.0.1:{searx.port}")
+        fake_llm.script(
+            Reply(tool_calls=[("web_search", {"query": "how do tides work", "count": 3})]),
+            Reply(tool_calls=[("web_fetch", {"url": page})]),
+            Reply(text=f"Two a day; times are at {other}."),
+        )
+        said = answer(await run(core, incoming("how do tides work?")))
+        assert said.text == (
+            f"Two a day; times are at {other}.\n\nSources:\n"
+            f"1. [How tides work]({page}) — 127.0.0.1\n2. [Tide tables]({other}) — tides.example.org"
+        )
+        assert [step_line(s) for s in said.steps] == [
+            "✅ web_search → 'how do tides work': 3 results",
+            f"✅ web_fetch → {page}",
+        ]
+        [listed] = tool_messages(fake_llm.requests[1])
+        assert [r["url"] for r in listed["result"]["results"]] == [page, other, unnamed]
+        assert searx.requests == ["/search", "/tides"]
+        assert "web_search" in tool_names(fake_llm.requests[0])
+
+
+async def test_no_search_tool_when_the_provider_is_none(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:
+    core = make_core(WEB_SEARCH_PROVIDER="none")
+    fake_llm.script(Reply(text="ok"))
+    answer(await run(core, incoming("hi")))
+    offered = tool_names(fake_llm.requests[0])
+    assert "web_fetch" in offered and "web_search" not in offered

@@ -14,10 +14,11 @@ URL_SAFE = ":/?#@!$&'*+,;=%~-._"  # kept as they are in a cited URL; everything 
 
 
 def cited(text: str, sources: Sequence[Source]) -> str:
-    """`text` with its sources after it (unchanged when the turn read no page and names no search result)."""
+    """`text` with its sources after it: the pages read, then the search results it names (unchanged when none)."""
     chosen: list[Source] = []
-    for source in sources:
-        if (source.read or source.url in text) and all(c.url != source.url for c in chosen):
+    read = [s for s in sources if s.read]  # the pages read first, then the results the answer names
+    for source in [*read, *(s for s in sources if not s.read and s.url in text)]:
+        if all(c.url != source.url for c in chosen):
             chosen.append(source)
     if not chosen:
         return text

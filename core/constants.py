@@ -246,3 +246,4 @@ WEB_SEARCH_CACHE_ENTRIES = 256  # searches kept in that memory at most (the olde
 WEB_SEARCH_QUERY_CHARS = 400  # a longer query is refused (Brave's own limit; no provider needs more)
 WEB_SEARCH_TITLE_CHARS = 200  # a result's title is cut to this
 WEB_SEARCH_SNIPPET_CHARS = 500  # and its snippet to this
+WEB_SEARCH_ERROR_CHARS = 200  # a library's own error text in a failure line is cut to this

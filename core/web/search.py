@@ -28,6 +28,7 @@ import aiohttp
 from core.constants import (
     WEB_SEARCH_CACHE_ENTRIES,
     WEB_SEARCH_CACHE_S,
+    WEB_SEARCH_ERROR_CHARS,
     WEB_SEARCH_MAX_RESULTS,
     WEB_SEARCH_QUERY_CHARS,
     WEB_SEARCH_SNIPPET_CHARS,
@@ -58,7 +59,6 @@ SHAPES: dict[SearchProvider, tuple[tuple[str, ...], str, str, str]] = {
     "duckduckgo": (("results",), "title", "href", "body"),  # ddgs's rows, as {"results": rows}
 }
 TAG = re.compile(r"</?[A-Za-z][^<>]*>")  # Brave marks the words searched for with <strong>
-ERROR_CHARS = 200  # a library's own error text is cut to this in a failure line
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +137,7 @@ def results_of(provider: SearchProvider, payload: object, count: int) -> list[Re
     return results
 
 
-def one_line(text: str, limit: int = ERROR_CHARS) -> str:
+def one_line(text: str, limit: int = WEB_SEARCH_ERROR_CHARS) -> str:
     """`text` on one line, cut to `limit`."""
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -247,3 +247,5 @@ WEB_SEARCH_QUERY_CHARS = 400  # a longer query is refused (Brave's own limit; no
 WEB_SEARCH_TITLE_CHARS = 200  # a result's title is cut to this
 WEB_SEARCH_SNIPPET_CHARS = 500  # and its snippet to this
 WEB_SEARCH_ERROR_CHARS = 200  # a library's own error text in a failure line is cut to this
+WEB_SEARCH_DEFAULT_RESULTS = 5  # web_search's results when the model asks for no number (core/web/tools.py)
+CITED_TITLE_CHARS = 80  # a source's title at most in the list an answer that used the web ends with

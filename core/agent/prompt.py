@@ -10,7 +10,6 @@ from zoneinfo import ZoneInfo
 from core.constants import DUE_SOON_LINES
 from core.quoting import quoted
 from core.timeutil import describe_now, fmt_local
-from core.tools.framework import Tool
 from core.types import ChatRef, UserRef
 
 _BASE = (
@@ -30,11 +29,11 @@ def system_prompt(
     tz: ZoneInfo,
     now: datetime,
     due_soon: Sequence[Mapping[str, Any]],
-    tools: Sequence[Tool],
     capabilities: Sequence[tuple[str, str]] = (),
     memory: str | None = None,
 ) -> str:
-    """The system message: role, now in the user's zone, due-soon tasks, core memory, the tools, the capabilities.
+    """The system message: role, now in the user's zone, due-soon tasks, core memory, the capabilities (the built-in
+    tools need no list here: the request's `tools` names them).
 
     `memory` is the rendered `<core_memory>` section of a personal turn; a group chat gets none (one line says so).
     """
@@ -54,9 +53,6 @@ def system_prompt(
             origin = "" if r.get("own_words", True) else f" ({UNTRUSTED_TASK})"
             title = quoted(r["title"])  # a title cannot start a line of its own
             lines.append(f"- #{r['id']} {title} — due {fmt_local(r['due_at'], tz, now)}{origin}")
-    own = {name for name, _ in capabilities}
-    listed = [t.name for t in tools if t.name not in own and not t.name.startswith("mcp")]  # MCP: said by their schemas
-    lines.append("Tools: " + ", ".join(listed) + ".")
     if capabilities:
         lines.append("Capabilities (tools written for this bot, callable like the others):")
         lines.extend(f"- {name} — {description}" for name, description in capabilities)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import quote, urlsplit
 
+from core.constants import CITED_TITLE_CHARS
 from core.types import Source
 
 SOURCES = "Sources:"
-TITLE_CHARS = 80  # a source's title at most, in the list
 URL_SAFE = ":/?#@!$&'*+,;=%~-._"  # kept as they are in a cited URL; everything else is percent-encoded
 
 
@@ -29,6 +29,6 @@ def cited(text: str, sources: Sequence[Source]) -> str:
 def _link(source: Source) -> str:
     """`[Title](url) — domain`, the title cut and kept from closing the link early."""
     domain = urlsplit(source.url).hostname or source.url
-    title = " ".join(source.title.split())[:TITLE_CHARS].replace("[", "(").replace("]", ")") or domain
+    title = " ".join(source.title.split())[:CITED_TITLE_CHARS].replace("[", "(").replace("]", ")") or domain
     url = quote(source.url, safe=URL_SAFE)  # no space, bracket or parenthesis can end the link early
     return f"[{title}]({url}) — {domain.removeprefix('www.')}"

@@ -294,7 +294,7 @@ class Turns:
         tools = offer(ctx)
         caps = p.capabilities.summaries()
         memory = None if start.memory is None else render_prompt_section(start.memory, p.settings.MEMORY_BLOCK_WORDS)
-        prompt = system_prompt(user, chat, zone(user.timezone), now, due, tools, caps, memory)
+        prompt = system_prompt(user, chat, zone(user.timezone), now, due, caps, memory)
         messages = [
             {"role": "system", "content": prompt},
             *build_replay(rows, group=chat.kind == "group"),

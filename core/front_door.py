@@ -29,6 +29,7 @@ from core.memory.tools import memory_tools
 from core.metrics import Metrics
 from core.reminders.buttons import UNDO, press
 from core.reminders.engine import Outbox
+from core.reminders.watching import PageReader
 from core.settings import Settings
 from core.storage import conversations, fleet
 from core.storage.db import Pool
@@ -38,6 +39,7 @@ from core.tools.framework import Caps, ToolRegistry
 from core.tools.sql import EXECUTE_SQL
 from core.tools.tasks import MANAGE_TASKS
 from core.tools.timezone import SET_TIMEZONE
+from core.tools.watch import watch_page_tool
 from core.turn.reply import Reply
 from core.turn.runner import TurnParts, Turns
 from core.types import Error, Event, Incoming
@@ -64,9 +66,10 @@ class Core:
         metrics: Metrics | None = None,
         audio: Audio | None = None,
         inbox_pace: Pace = DEFAULT_PACE,
+        page_reader: PageReader | None = None,
     ) -> None:
         """Wire the rooms with explicit dependencies (capabilities are materialised into `capabilities_dir`; the
-        memory tools embed archival entries with `embedder` when given)."""
+        memory tools embed archival entries with `embedder` when given; /watch and watch_page need `page_reader`)."""
         self.settings, self.pool, self.llm, self.clock = settings, pool, llm, clock
         self.models = model_choices(settings)  # what /model offers, the default first (config_problem checked it)
         self.registry = registry or default_registry()
@@ -86,6 +89,9 @@ class Core:
             keep_images=lambda images, user, chat, now: keep_photos(pool, images, user, chat, now, cap_bytes=cap),
         )
         self.caps = Caps(settings.MAX_OPEN_TASKS, settings.JOB_MIN_INTERVAL_MINUTES)
+        self.page_reader = page_reader  # watched pages are read with it (core/reminders/watching.py)
+        if page_reader is not None:
+            self.registry.add(watch_page_tool(page_reader))
         self.access = Access(settings, pool)
         self.task_listeners: list[Callable[[], None]] = []  # told when a task was made or moved (the scheduler)
         self.outboxes: dict[str, Outbox] = {}  # the running front ends' (see running): messages nobody asked for here
@@ -113,7 +119,7 @@ class Core:
         self.lifecycle = Lifecycle(
             settings, pool, clock, turns=self.turns, inbox=self.inbox, spending=self.spending,
             capabilities=self.capabilities, metrics=self.metrics, task_listeners=self.task_listeners,
-            outboxes=self.outboxes, process_id=self.process_id,
+            outboxes=self.outboxes, process_id=self.process_id, page_reader=page_reader,
         )  # fmt: skip
         self.status_board = self.lifecycle.board  # adapters report into it; /status shows it
         # what front ends and bot/ call of the rooms, under the names they always had (docs/architecture.md)

@@ -69,6 +69,19 @@ REMINDER_SWEEP_S = 30.0  # the scheduler looks for due reminders at least this o
 REMINDER_MAX_PLANNED = 20000  # date jobs planned ahead at most
 REMINDER_ERROR_CHARS = 500  # a failed send's error is stored cut to this
 
+# Watching a page (/watch, watch_page; core/reminders/watching.py).
+WATCH_EVERY_MINUTES = 60  # a page is checked this often unless the person says otherwise
+WATCH_URL_CHARS = 2000  # a watched address is at most this long
+WATCH_MOST_MINUTES = 525600  # a page is checked at least once a year (the longest interval a recurrence holds)
+WATCH_TEXT_CHARS = 100_000  # the page text kept for the next change's diff (the hash covers all of it)
+WATCH_DIFF_LINES = 15  # changed lines a change message shows at most
+WATCH_LINE_CHARS = 200  # each cut to this
+WATCH_REPORT_AFTER = 3  # failed checks in a row before they are reported (once)
+WATCH_PAUSE_AFTER = timedelta(days=1)  # a page failing this long is no longer checked
+WATCH_FETCH_TIMEOUT_S = 60.0  # one read of a page, whatever the reader's own limits
+WATCH_CHECKS = 8  # pages being checked at once
+WATCH_STOP_BUTTONS = 25  # Stop buttons under /watch's list at most (Discord's 5 rows of 5)
+
 # The database.
 CONNECT_TIMEOUT_S = 10.0  # start-up gives up on a database that does not answer within this many seconds
 SLOW_START_NOTE_S = 1.0  # a start-up step (the embedded server's initdb or start) longer than this says so

@@ -29,6 +29,7 @@ from core.memory.tools import memory_tools
 from core.metrics import Metrics
 from core.reminders.buttons import UNDO, press
 from core.reminders.engine import Outbox
+from core.reminders.watching import PageReader
 from core.settings import Settings
 from core.storage import conversations, fleet
 from core.storage.db import Pool
@@ -43,6 +44,7 @@ from core.turn.runner import TurnParts, Turns
 from core.types import Error, Event, Incoming
 from core.web.fetch import FetchPolicy
 from core.web.search import Search
+from core.web.tools import page_reader as reading
 from core.web.tools import web_tools
 
 
@@ -67,9 +69,10 @@ class Core:
         metrics: Metrics | None = None,
         audio: Audio | None = None,
         inbox_pace: Pace = DEFAULT_PACE,
+        page_reader: PageReader | None = None,
     ) -> None:
-        """Wire the rooms with explicit dependencies (capabilities are materialised into `capabilities_dir`; the
-        memory tools embed archival entries with `embedder` when given)."""
+        """Wire the rooms with explicit dependencies (capabilities go to `capabilities_dir`, archival memory is embedded
+        with `embedder` when given, watched pages are read with `page_reader` (default: the safe fetch))."""
         self.settings, self.pool, self.llm, self.clock = settings, pool, llm, clock
         self.models = model_choices(settings)  # what /model offers, the default first (config_problem checked it)
         self.registry = registry or default_registry()
@@ -85,7 +88,9 @@ class Core:
             keep_images=lambda images, user, chat, now: keep_photos(pool, images, user, chat, now, cap_bytes=cap),
         )  # fmt: skip
         self.search = Search(settings, clock=clock)  # WEB_SEARCH_PROVIDER (core/web/: search, safe fetch, tools)
-        for tool in web_tools(FetchPolicy.from_settings(settings), self.search, self.spending.web_call):
+        policy = FetchPolicy.from_settings(settings)
+        self.page_reader: PageReader | None = page_reader or reading(policy)
+        for tool in web_tools(policy, self.search, self.spending.web_call, self.page_reader):
             self.registry.add(tool)
         self.caps = Caps(settings.MAX_OPEN_TASKS, settings.JOB_MIN_INTERVAL_MINUTES)
         self.access = Access(settings, pool)
@@ -115,7 +120,7 @@ class Core:
         self.lifecycle = Lifecycle(
             settings, pool, clock, turns=self.turns, inbox=self.inbox, spending=self.spending,
             capabilities=self.capabilities, metrics=self.metrics, task_listeners=self.task_listeners,
-            outboxes=self.outboxes, process_id=self.process_id,
+            outboxes=self.outboxes, process_id=self.process_id, page_reader=self.page_reader,
         )  # fmt: skip
         self.status_board = self.lifecycle.board  # adapters report into it; /status shows it
         # what front ends and bot/ call of the rooms, under the names they always had (docs/architecture.md)
@@ -128,6 +133,7 @@ class Core:
         self.is_allowed, self.is_admin, self.refusal = self.access.is_allowed, self.access.is_admin, self.access.refusal
         self.answer_text, self.turn_steps = self.turns.answer_text, self.turns.steps
         self.metrics_text, self.now = self.metrics.exposition, clock
+        self.finish_mcp_oauth = self.mcp.finish_oauth  # the bot's OAuth callback (/mcp/oauth/callback)
         self.refusal_text = refusal_text
 
     async def command(
@@ -211,13 +217,6 @@ class Core:
         """Keep an update its adapter could not parse as a dead letter, so the platform can be told it arrived and
         the chats behind it go on (raises while the database is away: the platform sends it again)."""
         await self.inbox.quarantine(platform, update_id, reason, payload, "parse")
-
-    async def finish_mcp_oauth(
-        self, state: str, code: str, error: str = "", iss: str | None = None
-    ) -> tuple[bool, str]:
-        """The bot's OAuth callback (/mcp/oauth/callback): a /mcp connect finished; whether it worked, and one line for
-        the page."""
-        return await self.mcp.finish_oauth(state, code, error, iss)
 
     @property
     def draining(self) -> bool:

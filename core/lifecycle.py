@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from core.accounts.usage import Spending
+from core.agent.llm import LLM, LLMReply
 from core.capabilities.manager import CapabilityManager
 from core.commands import StatusBoard, app_version
 from core.constants import ABANDONED_MARGIN, READY_DB_TIMEOUT_S
@@ -18,12 +19,14 @@ from core.inbox import Inbox
 from core.metrics import Metrics
 from core.reminders.engine import Outbox, ReminderEngine
 from core.reminders.scheduler import ReminderScheduler
+from core.reminders.watching import PageReader, Summarizer
 from core.settings import Settings
 from core.storage import conversations, fleet
 from core.storage.db import Pool
 from core.storage.retention import pruning
 from core.timeutil import Clock, system_clock
 from core.turn.runner import Turns
+from core.types import UserRef
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,29 @@ class Exits:
             listener()
 
 
+def summarizer(llm: LLM, spending: Spending, timeout: float) -> Summarizer:
+    """A page change's summary by one model call without tools, only when the account has budget left (its usage is
+    recorded like a turn's); None when the model cannot be asked or fails."""
+
+    async def summarize(account_id: int, identity_id: int | None, messages: list[dict[str, str]]) -> str | None:
+        user = UserRef(account_id, identity_id or 0, "", "", "", "UTC")
+        meter = spending.meter(user, await spending.admit(account_id))
+        try:
+            if await meter.admit() is not None:
+                return None  # a budget is used up: the diff goes alone
+            reply: LLMReply | None = None
+            async for item in llm.chat(list(messages), [], stream=False, timeout=timeout):
+                if isinstance(item, LLMReply):
+                    reply = item
+            meter.spent(reply)
+            said = (reply.content or "").strip() if reply is not None else ""
+            return said or None
+        finally:
+            meter.close()
+
+    return summarize
+
+
 class Lifecycle:
     """Starts what runs beside the turns, reports the process's state, and drains it at shutdown."""
 
@@ -61,13 +87,19 @@ class Lifecycle:
         task_listeners: list[Callable[[], None]],
         outboxes: dict[str, Outbox],
         process_id: str,
+        page_reader: PageReader | None = None,
     ) -> None:
-        """Manage the process with these collaborators (`task_listeners` and `outboxes` are shared with the core)."""
+        """Manage the process with these collaborators (`task_listeners` and `outboxes` are shared with the core;
+        `page_reader` reads watched pages, whose changes the model sums up when there is one)."""
         self.settings, self.pool, self.clock = settings, pool, clock
         self.turns, self.inbox, self.spending, self.capabilities = turns, inbox, spending, capabilities
         self.metrics, self.task_listeners, self.outboxes = metrics, task_listeners, outboxes
         self.board = StatusBoard()  # adapters report into it; /status shows it
         self.process_id = process_id  # in /status and in the inbox leases it holds
+        self.page_reader = page_reader
+        self.summarize = (
+            None if settings.model_off else summarizer(turns.parts.llm, spending, settings.AGENT_STEP_TIMEOUT)
+        )
         self._hurry = asyncio.Event()  # set by hurry(): drain() stops waiting
 
     @asynccontextmanager
@@ -80,6 +112,8 @@ class Lifecycle:
             outboxes,
             system_clock,
             agent=self.turns.answer_text,
+            reader=self.page_reader,
+            summarize=self.summarize,
             grace=timedelta(hours=settings.REMINDER_GRACE_HOURS),
             on_failure=self.report_failed_delivery,
             default_tz=settings.DEFAULT_TIMEZONE,

@@ -13,7 +13,7 @@ from core.tools.framework import Tool, ToolContext
 from core.types import AssistantDelta, Error, ToolCall, ToolResult
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
-from tests.helpers import answer, final, incoming, run, tool_messages
+from tests.helpers import answer, final, incoming, run, tool_messages, tool_names
 
 
 async def test_text_answer_and_messages_stored(make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool) -> None:
@@ -26,7 +26,9 @@ async def test_text_answer_and_messages_stored(make_core: MakeCore, fake_llm: Fa
     assert await pool.fetchval("SELECT status FROM turns") == "done"
 
 
-async def test_system_prompt_has_local_time_and_tools(make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool) -> None:
+async def test_system_prompt_has_local_time_and_the_request_the_tools(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
     core = make_core(DEFAULT_TIMEZONE="Europe/Berlin")
     fake_llm.script(Reply(text="ok"))
     await run(core, incoming("hi"))
@@ -34,7 +36,8 @@ async def test_system_prompt_has_local_time_and_tools(make_core: MakeCore, fake_
     assert system["role"] == "system"
     # the fake clock is 10:00 UTC on Saturday 2026-11-21 → 11:00 in Berlin
     assert "Saturday 2026-11-21 11:00 (Europe/Berlin, UTC+01:00)" in system["content"]
-    assert "manage_tasks" in system["content"]
+    assert "manage_tasks" in tool_names(fake_llm.requests[0])
+    assert "manage_tasks" not in system["content"], "the tools are named once, in the request's tools"
 
 
 async def test_several_tool_calls_in_one_step_run_in_order(make_core: MakeCore, fake_llm: FakeOpenAI) -> None:

@@ -79,6 +79,7 @@ async def test_commands_registered_at_start(bot: Bot) -> None:
         "start",
         "help",
         "remind",
+        "watch",
         "tasks",
         "timezone",
         "memory",

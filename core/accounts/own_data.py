@@ -77,6 +77,9 @@ SELECT json_build_object(
             'id', t.id, 'title', t.title, 'details', t.details, 'kind', t.kind, 'agent_prompt', t.agent_prompt,
             'status', t.status, 'due_at', t.due_at, 'recurrence', t.recurrence, 'timezone', t.timezone,
             'created_at', t.created_at, 'updated_at', t.updated_at,
+            'watch', (SELECT json_build_object('url', w.url, 'title', w.title, 'checked_at', w.checked_at,
+                                               'failures', w.failures, 'last_error', w.last_error)
+                      FROM watches w WHERE w.task_id = t.id),
             'created_by', (SELECT u.platform || ':' || u.platform_user_id FROM users u WHERE u.id = t.created_by),
             'chat', (SELECT json_build_object('platform', c.platform, 'chat_id', c.platform_chat_id,
                                               'thread_id', c.thread_id, 'kind', c.kind)

@@ -15,10 +15,10 @@ from core.types import ChatRef, UserRef
 _BASE = (
     "You are a concise, reliable personal assistant chatting on {platform}. "
     "Answer in the user's language, in Markdown. Use tools to act; never claim you did something "
-    "unless a tool result says so. Times the user mentions are in their time zone: pass due_at as local "
-    "ISO 8601 without an offset. If a tool returns an error, fix the call or explain the problem."
+    "unless a tool result says so. Times the user mentions are in their time zone. If a tool returns an "
+    "error, fix the call or explain the problem."
 )
-MEMORY_INTRO = "Your memory of this user (keep it current with the memory tools):"
+MEMORY_INTRO = "Your memory of this user (keep it current):"
 GROUP_MEMORY_NOTE = "Personal memory is kept in private chats only, not here."
 UNTRUSTED_TASK = "written where others' text was present"
 

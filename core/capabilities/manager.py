@@ -113,9 +113,7 @@ class ManageCapabilityParams(BaseModel):
 class RestartParams(BaseModel):
     """Parameters of restart."""
 
-    mode: Literal["reload", "full"] = Field(
-        description="reload: load every enabled capability again from the database; full: restart the process"
-    )
+    mode: Literal["reload", "full"] = Field(description="reload: capabilities from the database; full: the process")
 
 
 @dataclass
@@ -147,9 +145,8 @@ class CapabilityManager:
         self.registry.add(
             Tool(
                 "write_capability",
-                "Admin only: create or replace a capability (a tool of your own, in Python). It is checked "
-                "(syntax, import, function, schema), stored as a new version and usable at once. Errors "
-                "come back as JSON with what to fix.",
+                "Admin only: create or replace a capability (your own Python tool): checked, stored as a new "
+                "version, usable at once; errors come back as JSON with what to fix.",
                 WriteCapabilityParams,
                 self.write,
                 admin_only=True,

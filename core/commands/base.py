@@ -17,6 +17,7 @@ from core.mcp_servers.hub import Hub
 from core.media.audio import Audio
 from core.remind import Reminded
 from core.reminders.engine import Outbox
+from core.reminders.watching import PageReader
 from core.settings import Settings
 from core.storage import conversations
 from core.storage.db import Pool
@@ -45,6 +46,7 @@ class CoreParts(Protocol):
     audio: Audio
     spending: Spending
     status_board: StatusBoard
+    page_reader: PageReader | None  # reads a web page (/watch); None: this bot reads none
 
     def is_admin(self, inc: Incoming) -> bool:
         """Whether the speaker is named in ADMINS."""

@@ -82,6 +82,7 @@ HELP_COMMAND = Command("help", "how to use me", "this help", help_text, aliases=
 
 COMMANDS: tuple[Command, ...] = (
     tasks.REMIND,
+    tasks.WATCH,
     tasks.TASKS,
     tasks.TIMEZONE,
     model.MODEL,

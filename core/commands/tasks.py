@@ -1,20 +1,28 @@
-"""/remind, /tasks and /timezone: the person's reminders and the zone they are kept in."""
+"""/remind, /watch, /tasks and /timezone: the person's reminders and page watches, and the zone they are kept in."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from core.buttons import Button, Buttons, Confirm
 from core.commands.base import Ask, Command, Option
+from core.constants import WATCH_STOP_BUTTONS
 from core.remind import Asker, Reminded, remind
 from core.reminders import recurrence
 from core.reminders.messages import SUPERSEDED
 from core.reminders.queries import replan_zones
+from core.reminders.watching import read_every
 from core.reminders.when import languages_of
 from core.storage import conversations
 from core.storage.db import Pool
 from core.timeutil import fmt_local, valid_zone, zone
+from core.tools import watch as watching
+from core.tools.framework import ToolContext, ToolError
 from core.tools.tasks import open_tasks
+
+NO_READER = "I cannot read web pages here (this bot has no page reader), so I cannot watch one."
+WHICH_WATCH = "Which watch? e.g. /watch stop 12 (/watch lists yours)."
 
 
 async def remind_now(ask: Ask) -> str | Reminded:
@@ -26,23 +34,74 @@ async def remind_now(ask: Ask) -> str | Reminded:
     return await remind(ask.core.pool, asker, ask.options, ask.core.clock, ask.core.caps, per_minute, ask.tasks_changed)
 
 
+async def watch(ask: Ask) -> str | Buttons:
+    """/watch <url> [every <interval>]: watch a page, no model call (core/tools/watch.py); /watch alone: the person's
+    watches, each with a Stop button (a press runs /watch stop <id> for them)."""
+    user, chat = await ask.speaker()
+    core = ask.core
+    ctx = ToolContext(
+        core.pool, user, chat, False, core.clock, on_tasks_changed=ask.tasks_changed, own_words=True, caps=core.caps
+    )
+    tz, now = zone(user.timezone), core.clock()
+    if ask.get("stop"):
+        ref = ask.get("stop").strip()
+        if not (ref.isdecimal() and len(ref) < 19):
+            return WHICH_WATCH
+        return await watching.stop(ctx, int(ref)) or watching.NOT_YOURS.format(id=ref)
+    if not ask.get("url").strip():
+        return await _watches(ask, ctx, tz, now)
+    if core.page_reader is None:
+        return NO_READER
+    every = read_every(ask.get("every")) if ask.get("every").strip() else None
+    if isinstance(every, str):
+        return every
+    try:
+        made = await watching.start(ctx, core.page_reader, ask.get("url"), every)
+    except ToolError as e:
+        return str(e)
+    return made.text(tz, now)
+
+
+async def _watches(ask: Ask, ctx: ToolContext, tz: ZoneInfo, now: datetime) -> str | Buttons:
+    """The person's watches (here, in a group) with a Stop button each."""
+    rows = await watching.watches(ctx.pool, ctx.user.account_id, ctx.task_chat)
+    if not rows:
+        return watching.NO_WATCHES
+    text = f"**Your watches** ({tz.key}):\n" + "\n".join(f"- #{r['id']} {watching.line(r, tz, now)}" for r in rows)
+    stops = [
+        Button(f"⏹ Stop #{r['id']}", Confirm("watch", {"stop": str(r["id"])}, ask.inc.user_id), "danger")
+        for r in rows[:WATCH_STOP_BUTTONS]
+    ]
+    return Buttons(text, tuple(tuple(stops[i : i + 5]) for i in range(0, len(stops), 5)))
+
+
+def _watch_options(text: str) -> dict[str, str]:
+    """`/watch stop 12`, `/watch <url> [every 2 hours]` as options."""
+    first, _, rest = text.strip().partition(" ")
+    if first.lower() == "stop":
+        return {"stop": rest.strip() or "?"}
+    return {k: v for k, v in (("url", first), ("every", rest.strip())) if v}
+
+
 async def tasks(ask: Ask) -> str:
-    """The speaking user's open tasks with local due times."""
+    """The speaking user's open tasks with local due times, and their page watches."""
     user, _ = await ask.speaker()
     pool = ask.core.pool
-    rows = await open_tasks(pool, user.account_id)
+    rows = [r for r in await open_tasks(pool, user.account_id) if r["kind"] != "watch"]
     tz, now = zone(user.timezone), ask.core.clock()
+    watched = [watching.line(r, tz, now) for r in await watching.watches(pool, user.account_id)]
+    watch_text = "\n\n" + "\n".join(watched) if watched else ""
     skipped = await pool.fetch(
         "SELECT t.id, t.title, o.scheduled_at FROM occurrences o JOIN tasks t ON t.id = o.task_id"
         " WHERE t.user_id = $1 AND o.status = 'skipped' AND o.scheduled_at > $2 AND o.error IS DISTINCT FROM $3"
-        " ORDER BY o.scheduled_at",
+        " AND t.kind <> 'watch' ORDER BY o.scheduled_at",
         user.account_id,
         now - timedelta(days=7),
         SUPERSEDED,
     )
     notes = [f"- #{r['id']} {r['title']} — was due {fmt_local(r['scheduled_at'], tz, now)}" for r in skipped]
     skipped_text = "\n\n**Missed while I was offline** (not sent):\n" + "\n".join(notes) if notes else ""
-    skipped_text += await _not_delivered(pool, user.account_id, tz, now)
+    skipped_text = watch_text + skipped_text + await _not_delivered(pool, user.account_id, tz, now)
     if not rows:
         return "You have no open tasks. Tell me what to remember!" + skipped_text
     lines = [f"**Your open tasks** ({tz.key}):"]
@@ -116,7 +175,21 @@ REMIND = Command(
     ),
     syntax="<when> <what>",
 )
-TASKS = Command("tasks", "your open tasks", "your open tasks", tasks, private=True)
+WATCH = Command(
+    "watch",
+    "watch a web page for changes, e.g. /watch https://example.com every 2 hours",
+    "watch a page: I read it now and then every hour (or as you say), and tell you here what changed; "
+    "/watch alone lists your watches with Stop buttons",
+    watch,
+    (
+        Option("url", "The page's address (leave empty to see your watches)"),
+        Option("every", "How often: 30 minutes, 2 hours, 1 day (default: every hour)"),
+        Option("stop", "The number of a watch to stop"),
+    ),
+    syntax="[<address> [every 2 hours] | stop <id>]",
+    reader=_watch_options,
+)
+TASKS = Command("tasks", "your open tasks", "your open tasks and page watches", tasks, private=True)
 TIMEZONE = Command(
     "timezone",
     "show or set your time zone",

@@ -8,7 +8,7 @@ import logging
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Protocol
@@ -23,6 +23,7 @@ from core.constants import (
     REMINDER_RETRY_FIRST,
     REMINDER_RETRY_MAX,
     REMINDER_SENDS,
+    WATCH_CHECKS,
 )
 from core.metrics import Metrics
 from core.reminders import queries
@@ -42,6 +43,15 @@ from core.reminders.messages import (
 )
 from core.reminders.queries import Delivered, Key
 from core.reminders.recurrence import latest_missed, next_due
+from core.reminders.watching import (
+    NO_READER,
+    PageReader,
+    Seen,
+    Summarizer,
+    judge,
+    read,
+    summed_up,
+)
 from core.storage.db import Pool, retry_dropped
 from core.timeutil import Clock
 from core.types import Incoming
@@ -82,6 +92,8 @@ class ReminderEngine:
     outboxes: Mapping[str, Outbox]
     clock: Clock
     agent: AgentRunner | None = None
+    reader: PageReader | None = None  # reads a watched page (core/reminders/watching.py); None: watches are skipped
+    summarize: Summarizer | None = None  # one model call that summarises a watched page's change (None: diff only)
     lease: timedelta = REMINDER_LEASE
     grace: timedelta = timedelta(hours=24)
     late_after: timedelta = REMINDER_LATE_AFTER
@@ -91,6 +103,7 @@ class ReminderEngine:
     sleep: Sleep = asyncio.sleep  # waits between lease renewals
     concurrency: int = REMINDER_SENDS
     agent_concurrency: int = REMINDER_AGENT_RUNS
+    watch_concurrency: int = WATCH_CHECKS
     default_tz: str | None = None  # DEFAULT_TIMEZONE; None: the zone the task was set in
     instance: str = field(default_factory=lambda: f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}")
     failed_deliveries: int = 0
@@ -178,10 +191,14 @@ class ReminderEngine:
 
     def _start_job(self, row: Record) -> bool:
         """Start an agent job's turn as its own task; False when the row is sent as plain text (no agent, or a
-        retry of a job whose answer is already stored)."""
-        if row["kind"] != "agent" or self.agent is None or row["sent_text"] is not None:
+        retry of a job whose answer is already stored). A page watch's check runs the same way (a retry of one that has
+        something to say sends its stored text)."""
+        if row["kind"] == "watch" and row["sent_text"] is None:
+            job = asyncio.get_running_loop().create_task(self._watch(row))
+        elif row["kind"] != "agent" or self.agent is None or row["sent_text"] is not None:
             return False
-        job = asyncio.get_running_loop().create_task(self._job(row))
+        else:
+            job = asyncio.get_running_loop().create_task(self._job(row))
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
         return True
@@ -242,6 +259,48 @@ class ReminderEngine:
             raise
         return await self._send(row, text, self.clock())
 
+    async def _watch(self, row: Record) -> bool:
+        """A page watch's check: read the page (bounded concurrency), compare, store the outcome; send what it has to
+        say (a change, failures reported, a pause) like a reminder. True when a message was delivered."""
+        key: Key = (row["task_id"], row["scheduled_at"])
+        try:
+            async with self._gate("watch", self.watch_concurrency):
+                say = await self._check(row)
+        except asyncio.CancelledError:
+            self._release(key)
+            raise
+        except Exception:
+            log.exception("checking the page of watch %s failed (retried after the lease)", key[0])
+            say = None
+        if say is None:
+            self._release(key)
+            return False
+        return await self._send(row, say, self.clock())
+
+    async def _check(self, row: Record) -> str | None:
+        """Read a watched page and store what the check found; the text to send, or None (nothing to say, or the
+        claim went to another process)."""
+        key: Key = (row["task_id"], row["scheduled_at"])
+        watch = await retry_dropped(partial(queries.watch_of, self.pool, key[0]), "reading a watch", pool=self.pool)
+        if watch is None:
+            return None  # deleted meanwhile: its occurrence went with it
+        if self.reader is None:
+            await self._end(row, "skipped", NO_READER, count=False)
+            return None
+        verdict = judge(Seen.of(watch), await read(self.reader, watch["url"]), self.clock())
+        say = verdict.say
+        if verdict.changed is not None and self.summarize is not None:  # a summary by one model call, budget allowing
+            async with self._gate("agent", self.agent_concurrency):
+                say = await summed_up(self.summarize, watch, verdict)
+        new = verdict.seen
+        state = (new.title, new.seen_hash, new.seen_text, new.failures, new.failing_since, new.reported, verdict.error)
+        now, nxt = self.clock(), self._next(row)
+        store = partial(queries.watch_checked, self.pool, key, self.instance, state, now, say, nxt, verdict.pause)
+        held = await retry_dropped(store, "recording a page check", pool=self.pool)
+        if held and verdict.pause:
+            log.info("watch %s paused: its page could not be read for a day (%s)", key[0], verdict.error)
+        return say if held else None
+
     def _text(self, row: Record, now: datetime) -> str:
         """The fixed reminder text, in the owner's current zone."""
         return reminder_text(row, now, self.late_after, self.default_tz)
@@ -261,6 +320,8 @@ class ReminderEngine:
         """Send one claimed occurrence and record its outcome at once; True when delivered."""
         key: Key = (row["task_id"], row["scheduled_at"])
         msg = message_for(row, text, partial(self._parts_sent, key, text))
+        if row["kind"] == "watch":
+            msg = replace(msg, buttons=())  # a page watch's message has no Done / Snooze
         try:
             try:
                 mid = await self._deliver(row, msg)

@@ -276,3 +276,64 @@ async def delete_task(pool: Pool, task_id: int) -> bool:
 async def snooze(pool: Pool, task_id: int, until: datetime) -> None:
     """Move a task's next time to `until` and reopen it."""
     await pool.execute(_SNOOZE_SQL, task_id, until)
+
+
+# ---- watches (core/reminders/watching.py) ------------------------------------------------------------------------
+
+_WATCH_SQL = """
+SELECT w.url, w.title, w.seen_hash, w.seen_text, w.failures, w.failing_since, w.reported, t.user_id,
+       coalesce(t.created_by, (SELECT min(u.id) FROM users u WHERE u.account_id = t.user_id)) AS created_by
+FROM watches w JOIN tasks t ON t.id = w.task_id WHERE w.task_id = $1
+"""
+
+_SEEN_SQL = """
+UPDATE watches SET title = $2, seen_hash = $3, seen_text = $4, failures = $5, failing_since = $6, reported = $7,
+    last_error = $8, checked_at = CASE WHEN $8::text IS NULL THEN $9 ELSE checked_at END
+WHERE task_id = $1
+"""
+
+# A check with something to say keeps its text on the occurrence, to be sent like a reminder (a retry sends it).
+_TO_SAY_SQL = """
+UPDATE occurrences SET sent_text = $4, ran_at = $5
+WHERE task_id = $1 AND scheduled_at = $2 AND status = 'claimed' AND claimed_by = $3
+"""
+
+# A quiet check: its occurrence ends as checked (with why the page could not be read), the series moves on.
+_CHECKED_SQL = """
+UPDATE occurrences SET status = 'checked', ran_at = $5, error = $4
+WHERE task_id = $1 AND scheduled_at = $2 AND status = 'claimed' AND claimed_by = $3
+"""
+
+
+async def watch_of(pool: Pool, task_id: int) -> Record | None:
+    """A watch with what its last checks found, and its task's owner and maker."""
+    return await pool.fetchrow(_WATCH_SQL, task_id)
+
+
+async def watch_checked(
+    pool: Pool,
+    key: Key,
+    instance: str,
+    seen: tuple[str, str | None, str | None, int, datetime | None, bool, str | None],
+    now: datetime,
+    say: str | None,
+    next_due: datetime | None,
+    pause: bool,
+) -> bool:
+    """Store one check's outcome while `instance` holds its claim, in one transaction: the watch's new state (title,
+    hash, text, failures, failing since, reported, error); with `say`, that text on the occurrence to send; without,
+    the occurrence ends as checked and the series moves to `next_due`; `pause` pauses the watch. False (nothing
+    stored) when the claim is no longer this instance's."""
+    async with pool.acquire() as conn, conn.transaction():
+        if say is not None:
+            held = await conn.execute(_TO_SAY_SQL, key[0], key[1], instance, say, now)
+        else:
+            held = await conn.execute(_CHECKED_SQL, key[0], key[1], instance, seen[6], now)
+        if held.endswith(" 0"):
+            return False
+        await conn.execute(_SEEN_SQL, key[0], *seen, now)
+        if say is None and next_due is not None:
+            await conn.execute(_MOVE_SQL, key[0], next_due, key[1])
+        if pause:
+            await conn.execute("UPDATE tasks SET status = 'paused', updated_at = now() WHERE id = $1", key[0])
+    return True

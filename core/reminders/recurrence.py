@@ -24,11 +24,9 @@ class Recurrence(BaseModel):
     kind: Literal["cron", "interval"] = Field(
         description="cron: at a time of day on given days; interval: every N minutes"
     )
-    time: str | None = Field(default=None, description="cron: local time of day HH:MM, e.g. 09:00")
-    days_of_week: str | None = Field(
-        default=None, description="cron: e.g. mon-fri, sat,sun or mon; omitted = every day"
-    )
-    day_of_month: str | None = Field(default=None, description="cron: e.g. 1 or 15 or last; omitted = any")
+    time: str | None = Field(default=None, description="cron: local HH:MM")
+    days_of_week: str | None = Field(default=None, description="cron: e.g. mon-fri or sat,sun; omitted: daily")
+    day_of_month: str | None = Field(default=None, description="cron: 1-31 or last; omitted: any")
     every_minutes: int | None = Field(default=None, ge=1, le=525600, description="interval: minutes between")
 
     @field_validator("time")

@@ -30,7 +30,7 @@ class ManageTasksParams(BaseModel):
     """Parameters of manage_tasks."""
 
     action: Literal["create", "list", "get", "update", "complete", "delete"]
-    id: int | None = Field(default=None, description="task id for get/update/complete/delete")
+    id: int | None = Field(default=None, description="for get/update/complete/delete")
     title: str | None = Field(default=None, max_length=500)
     details: str | None = Field(default=None, max_length=4000)
     status: Literal["pending", "in_progress", "done", "cancelled"] | None = Field(
@@ -38,16 +38,15 @@ class ManageTasksParams(BaseModel):
     )
     due_at: str | None = Field(
         default=None,
-        description="ISO 8601 local wall time of the user, e.g. 2026-11-22T09:00 (no offset needed)",
+        description="the user's local time, e.g. 2026-11-22T09:00",
     )
     recurrence: Recurrence | None = Field(default=None, description="make the task repeat")
     job: str | None = Field(
         default=None,
         max_length=2000,
-        description="agent job: an instruction you will carry out when due (e.g. summarise my open tasks); "
-        "the answer is sent instead of a plain reminder",
+        description="agent job: an instruction you carry out when due; your answer replaces the reminder",
     )
-    clear_due: bool = Field(default=False, description="update: remove the due time and recurrence")
+    clear_due: bool = Field(default=False, description="update: drop the due time and recurrence")
 
 
 def task_view(row: asyncpg.Record, tz: ZoneInfo, now: datetime) -> dict[str, Any]:
@@ -64,6 +63,8 @@ def task_view(row: asyncpg.Record, tz: ZoneInfo, now: datetime) -> dict[str, Any
         view["repeats"] = recurrence.describe(rec)
     if row["kind"] == "agent":
         view["job"] = row["agent_prompt"]
+    elif row["kind"] == "watch":
+        view["watch"] = "a watched web page (watch_page lists and stops watches)"
     if not row["own_words"]:
         view["origin"] = UNTRUSTED
     return view
@@ -145,7 +146,7 @@ def _check_job_rate(job: str | None, rec: dict[str, Any] | None, ctx: ToolContex
         )
 
 
-async def _check_open_cap(conn: Conn, ctx: ToolContext) -> None:
+async def check_open_cap(conn: Conn, ctx: ToolContext) -> None:
     """Refuse a new (or reopened) task when the person already has MAX_OPEN_TASKS open ones. Runs in the transaction
     that then writes the task, holding the person's row: turns of theirs in other chats wait, so none passes the cap
     by counting before another's insert is committed."""
@@ -173,7 +174,7 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
         _check_job_rate(p.job, p.recurrence.model_dump() if p.recurrence else None, ctx)
         due, upcoming = _schedule(p, ctx)
         async with pool.acquire() as conn, conn.transaction():
-            await _check_open_cap(conn, ctx)
+            await check_open_cap(conn, ctx)
             row = await conn.fetchrow(
                 f"INSERT INTO tasks (user_id, chat_id, title, details, due_at, recurrence, timezone, kind,"
                 f" agent_prompt, own_words, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
@@ -228,6 +229,8 @@ async def manage_tasks(p: ManageTasksParams, ctx: ToolContext) -> dict[str, Any]
 async def _update(p: ManageTasksParams, ctx: ToolContext, row: asyncpg.Record) -> dict[str, Any]:
     """Apply the given fields to one of the speaking user's tasks."""
     now, tz = ctx.now(), ctx.tz
+    if row["kind"] == "watch" and (p.job is not None or p.due_at or p.recurrence or p.clear_due):
+        raise ToolError(f"#{row['id']} is a page watch: stop it with watch_page and watch the page again to change it")
     due, recurrence = row["due_at"], row["recurrence"]
     upcoming: list[datetime] = []
     if p.clear_due:
@@ -244,7 +247,7 @@ async def _update(p: ManageTasksParams, ctx: ToolContext, row: asyncpg.Record) -
     _check_job_rate(job, recurrence, ctx)
     async with ctx.pool.acquire() as conn, conn.transaction():
         if p.status in OPEN_STATUSES and row["status"] not in OPEN_STATUSES:  # reopening counts like creating
-            await _check_open_cap(conn, ctx)
+            await check_open_cap(conn, ctx)
         updated = await _write_update(conn, p, ctx, row, due, recurrence, job)
     assert updated is not None
     ctx.on_tasks_changed()
@@ -316,10 +319,7 @@ async def manage_tasks_tool(p: ManageTasksParams, ctx: ToolContext) -> dict[str,
 
 MANAGE_TASKS = Tool(
     name="manage_tasks",
-    description=(
-        "Create, list, get, update, complete or delete the user's tasks and reminders (a past due_at is refused; "
-        "recurrence repeats one)."
-    ),
+    description="Create, list, get, update, complete or delete the user's tasks and reminders.",
     params=ManageTasksParams,
     handler=manage_tasks_tool,
 )

@@ -95,6 +95,7 @@ class Inbox:
         self._handlers: dict[str, tuple[Parse, Handler]] = {}
         self._leases: dict[int, _Lease] = {}  # the updates being handled here, by update_id
         self._wake = asyncio.Event()
+        self._notes = 0  # notifications of stored updates so far (a handler that ends looks again if any came)
         self._taking = False
         self._tasks: list[asyncio.Task[None]] = []
         self._listener = ChangeListener(CHANNEL, lambda: connect_like(pool), self._notified)
@@ -211,6 +212,7 @@ class Inbox:
 
     async def _notified(self, _payload: str | None) -> None:
         """An update was stored somewhere (or the listener reconnected): look for work."""
+        self._notes += 1
         self._wake.set()
 
     async def _take(self) -> None:
@@ -258,6 +260,7 @@ class Inbox:
         the update is not retried). A handler whose lease another process took over is cancelled and leaves the update
         to that process."""
         lease = self._leases[item.update_id]
+        notes = self._notes  # updates stored while this one runs may wait for its chat (see the end)
         served = self._handlers.get(item.platform)
         if served is None:  # its adapter stopped since the claim: hand it back for another process at once
             await self._hand_back(item)
@@ -287,7 +290,9 @@ class Inbox:
             more = not delivery.lost and await self._finish(item)
         finally:
             self._forget(item.update_id)
-            if more or full:  # the chat's next update may go now, or a slot came free for waiting ones
+            # the chat's next update may go now, or a slot came free for waiting ones; or an update stored meanwhile
+            # may have missed both the claim (its chat was still open) and `more` (stored as this one finished)
+            if more or full or self._notes != notes:
                 self._wake.set()
 
     async def _parsed(self, item: InboxItem, delivery: Delivery, parse: Parse) -> bool:

@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from core.activity import step_line
+from tests.adapter_kit.conftest import searx
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import answer, incoming, run, tool_messages, tool_names
@@ -26,7 +27,7 @@ ADMIN_TOOLS = {"execute_sql", "write_capability", "manage_capability", "restart"
 @pytest.fixture
 async def site() -> AsyncIterator[Site]:
     """A page on 127.0.0.1 that WEB_ALLOW_PRIVATE lets the bot read."""
-    async with Site({"/tides": html(article())}) as served:
+    async with Site({"/tides": html(article()), "/search": searx}) as served:
         yield served
 
 
@@ -95,18 +96,28 @@ async def test_the_api_and_the_terminal_show_the_sources_too(
 ) -> None:
     url = f"http://127.0.0.1:{site.port}/tides"
     cited = f"Two high tides a day.\n\nSources:\n1. [How tides work]({url}) — 127.0.0.1"
-    s = await serve(WEB_ALLOW_PRIVATE=f"127.0.0.1:{site.port}")
-    fake_llm.script(Reply(tool_calls=[("web_fetch", {"url": url})]), Reply(text="Two high tides a day."))
+    web = {"WEB_ALLOW_PRIVATE": f"127.0.0.1:{site.port}", "SEARXNG_URL": f"http://127.0.0.1:{site.port}"}
+
+    def search_read_answer() -> None:
+        fake_llm.script(
+            Reply(tool_calls=[("web_search", {"query": "tides"})]),
+            Reply(tool_calls=[("web_fetch", {"url": url})]),
+            Reply(text="Two high tides a day."),
+        )
+
+    s = await serve(**web)
+    search_read_answer()
     async with s.client(await token_of(s.core, ANN)) as c:
         sid = (await c.post("/v1/sessions", json={})).json()["id"]
         body = (await c.post(f"/v1/sessions/{sid}/messages", json={"content": "tides?"})).json()
     text = [p for p in body["parts"] if p["type"] == "text"]
     assert text == [{"type": "text", "text": cited}]  # the web page renders its links as anchors
-    fake_llm.script(Reply(tool_calls=[("web_fetch", {"url": url})]), Reply(text="Two high tides a day."))
-    env = {"DATABASE_URL": db_dsn, "LLM_BASE_URL": fake_llm.base_url, "WEB_ALLOW_PRIVATE": f"127.0.0.1:{site.port}"}
+    search_read_answer()
+    env = {"DATABASE_URL": db_dsn, "LLM_BASE_URL": fake_llm.base_url, **web}
     code, out, err = await bot_cli("ask", "tides?", env=env, cwd=tmp_path)
     assert code == 0, err
-    assert out.startswith(cited + "\n   🔧 1 step")  # bot ask on a pipe: the Markdown as written
+    assert out.startswith(cited + "\n   🔧 2 steps")  # bot ask on a pipe: the Markdown as written
+    assert site.requests == ["/search", "/tides"] * 2
 
 
 async def test_search_then_read_then_answer_cites_the_page_read_and_the_result_named(

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from functools import partial
 
 import pytest
+from aiohttp import web
 
 from core.front_door import Core
 from core.storage.db import Pool
@@ -26,8 +27,17 @@ OTHER_MODEL = "fake-big"  # LLM_MODELS: a second model on offer (the first is LL
 @pytest.fixture
 async def site() -> AsyncIterator[Site]:
     """A web page on 127.0.0.1 the kit's cores may read (WEB_ALLOW_PRIVATE)."""
-    async with Site({"/tides": html(article())}) as served:
+    async with Site({"/tides": html(article()), "/search": searx}) as served:
         yield served
+
+
+async def searx(request: web.Request) -> web.StreamResponse:
+    """A SearXNG JSON answer: the page on this server, then one elsewhere."""
+    found = [
+        {"title": "How tides work", "url": f"http://{request.host}/tides", "content": "The rise and fall…"},
+        {"title": "Tide tables", "url": "https://tides.example.org/tables", "content": "High and low water."},
+    ]
+    return web.json_response({"results": found})
 
 
 @pytest.fixture(params=PLATFORMS)
@@ -53,6 +63,7 @@ async def driver(
             DEFAULT_TIMEZONE="Europe/Berlin",
             LLM_MODELS=OTHER_MODEL,
             WEB_ALLOW_PRIVATE=f"127.0.0.1:{site.port}",
+            SEARXNG_URL=f"http://127.0.0.1:{site.port}",
         )
         made = build(fake_llm, core, pool)
         await made.adapter.start()

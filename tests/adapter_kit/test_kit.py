@@ -39,13 +39,19 @@ async def test_a_private_message_is_answered_first_and_its_steps_open_on_request
     assert await driver.pool.fetchval("SELECT title FROM tasks") == "Buy milk"
 
 
-async def test_an_answer_that_read_a_page_ends_with_its_source_as_a_link(driver: Driver, site: Site) -> None:
-    url = f"http://127.0.0.1:{site.port}/tides"
-    driver.llm.script(Reply(tool_calls=[("web_fetch", {"url": url})]), Reply(text="Two high tides a day."))
+async def test_search_read_and_answer_end_with_the_sources_as_links(driver: Driver, site: Site) -> None:
+    url, tables = f"http://127.0.0.1:{site.port}/tides", "https://tides.example.org/tables"
+    driver.llm.script(
+        Reply(tool_calls=[("web_search", {"query": "tides"})]),
+        Reply(tool_calls=[("web_fetch", {"url": url})]),
+        Reply(text=f"Two high tides a day; times at {tables}"),
+    )
     [said] = await driver.say_private("how do tides work?")
-    assert said.text.startswith("Two high tides a day.\n\nSources:\n1. ") and "— 127.0.0.1" in said.text
-    assert said.links == [("How tides work", url)]  # in the same message, outside the steps
-    assert f"✅ web_fetch → {url}" in await driver.steps_of(said)
+    assert said.text.startswith("Two high tides a day;") and "Sources:\n1. " in said.text
+    assert said.links[-2:] == [("How tides work", url), ("Tide tables", tables)]  # outside the steps
+    steps = await driver.steps_of(said)
+    assert "✅ web_search → 'tides': 2 results" in steps and f"✅ web_fetch → {url}" in steps
+    assert site.requests == ["/search", "/tides"]
 
 
 async def test_in_the_group_only_a_mention_or_a_reply_to_the_bot_is_answered(driver: Driver) -> None:

@@ -152,8 +152,10 @@ async def test_many_parallel_29_mb_bodies_without_a_token_neither_stall_the_loop
         f"loop lag max {max(lags) * 1000:.0f} ms; RSS {rss_before / 2**20:.0f} -> {rss_after / 2**20:.0f} MiB"
     )
     # 401 (429 once the address has had its API_STRANGER_REQUESTS_PER_MINUTE), or the connection cut before the
-    # client read the answer (closed with the body unread: the client may see a reset)
-    assert statuses <= {401, 429, 0} and statuses & {401, 429}, answers
+    # client read the answer (closed with the body unread: the client may see a reset, on a busy machine every time)
+    assert statuses <= {401, 429, 0}, answers
+    small = await post_big(port, "/v1/one-shot", {}, 100, False)  # a body the server reads to its end: no reset
+    assert small[0] in (401, 429), "the door answers a stranger from the headers"
     assert max(t for _, t in answers) < 2.0, "answered from the headers, not after the bodies"
     assert max(health) < BEAT_S, f"/healthz took {max(health) * 1000:.0f} ms"
     assert max(lags) < BEAT_S, f"the loop missed a beat by {max(lags) * 1000:.0f} ms"

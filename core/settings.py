@@ -8,7 +8,7 @@ import ipaddress
 import re
 from pathlib import Path
 from typing import Literal, get_args
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
@@ -133,6 +133,15 @@ def _port(item: str, given: str) -> int:
     if not (given.isascii() and given.isdigit() and 1 <= int(given) <= 65535):
         raise ValueError(f"'{item}' has no port 1-65535 after its ':'")
     return int(given)
+
+
+def http_parts(v: str) -> SplitResult | None:
+    """The parts of an http(s) address with a host and no user@ (None: it is not one)."""
+    try:
+        parts = urlsplit(v.strip())
+    except ValueError:  # e.g. an unclosed [IPv6 address
+        return None
+    return parts if parts.scheme in ("http", "https") and parts.hostname and "@" not in parts.netloc else None
 
 
 class Settings(BaseSettings):
@@ -262,12 +271,8 @@ class Settings(BaseSettings):
         slash."""
         if v is None:
             return v
-        try:
-            parts = urlsplit(v.strip())
-            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and "@" not in parts.netloc
-        except ValueError:  # e.g. an unclosed [IPv6 address
-            ok = False
-        if ok and not parts.query and not parts.fragment:
+        parts = http_parts(v)
+        if parts is not None and not parts.query and not parts.fragment:
             return v.strip().rstrip("/")
         raise ValueError("must be the http(s) address of your SearXNG such as http://127.0.0.1:8888 (no user@, ?query)")
 
@@ -348,12 +353,7 @@ class Settings(BaseSettings):
         """An http(s) address without user@ (the key goes in TRANSCRIPTION_API_KEY)."""
         if v is None:
             return v
-        try:
-            parts = urlsplit(v.strip())
-            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and "@" not in parts.netloc
-        except ValueError:  # e.g. an unclosed [IPv6 address
-            ok = False
-        if ok:
+        if http_parts(v) is not None:
             return v.strip()
         raise ValueError(
             "must be the http(s) address of an OpenAI-compatible server such as http://127.0.0.1:8000/v1 "

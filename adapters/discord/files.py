@@ -79,7 +79,7 @@ def gif_names(message: discord.Message) -> list[str]:
 async def fetch(client: discord.Client, file: StoredFile) -> Upload:
     """A stored file as the core takes it: its bytes, or one line saying why they could not be had (one over
     DISCORD_MAX_DOWNLOAD_BYTES is not downloaded at all)."""
-    base = Upload(file.kind, file.name, file.mime, None, platform_ref=file.ref, duration_s=file.duration_s)
+    base = reference(file)
     if file.size > DISCORD_MAX_DOWNLOAD_BYTES:
         return replace(base, refused=_too_big(file.size))
     payload: Any = {"id": file.id, "filename": file.name, "size": file.size, "url": file.url, "proxy_url": file.url}
@@ -103,8 +103,12 @@ async def fetch(client: discord.Client, file: StoredFile) -> Upload:
 
 def lazy(client: discord.Client, file: StoredFile) -> Upload:
     """A stored file as the core takes it, downloaded (see fetch) only when the core loads it."""
-    base = Upload(file.kind, file.name, file.mime, None, platform_ref=file.ref, duration_s=file.duration_s)
-    return replace(base, load=lambda: fetch(client, file))
+    return replace(reference(file), load=lambda: fetch(client, file))
+
+
+def reference(file: StoredFile) -> Upload:
+    """A stored file as the core knows it before its bytes: its kind, name, type and Discord's reference."""
+    return Upload(file.kind, file.name, file.mime, None, platform_ref=file.ref, duration_s=file.duration_s)
 
 
 def _mime(attachment: discord.Attachment) -> str | None:

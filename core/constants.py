@@ -262,3 +262,5 @@ WEB_SEARCH_SNIPPET_CHARS = 500  # and its snippet to this
 WEB_SEARCH_ERROR_CHARS = 200  # a library's own error text in a failure line is cut to this
 WEB_SEARCH_DEFAULT_RESULTS = 5  # web_search's results when the model asks for no number (core/web/tools.py)
 CITED_TITLE_CHARS = 80  # a source's title at most in the list an answer that used the web ends with
+WEB_PAGES_KEEP_S = 300.0  # a document web_fetch read is kept this long, so its next pages cost no new fetch
+WEB_PAGES_KEPT = 16  # documents kept so at most (the oldest used goes first)

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
 from core.activity import step_line
+from core.constants import WEB_PAGES_KEEP_S
 from tests.adapter_kit.conftest import searx
-from tests.conftest import MakeCore
+from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import answer, incoming, run, tool_messages, tool_names
 from tests.test_console import bot_cli
@@ -163,3 +165,22 @@ async def test_no_search_tool_when_the_provider_is_none(make_core: MakeCore, fak
     answer(await run(core, incoming("hi")))
     offered = tool_names(fake_llm.requests[0])
     assert "web_fetch" in offered and "web_search" not in offered
+
+
+async def test_the_next_pages_of_a_document_come_without_a_new_fetch_until_it_is_old(
+    make_core: MakeCore, fake_llm: FakeOpenAI, clock: FakeClock
+) -> None:
+    async with Site({"/long": html(article(30))}) as long:
+        core = make_core(WEB_ALLOW_PRIVATE=f"127.0.0.1:{long.port}")
+        url = f"http://127.0.0.1:{long.port}/long"
+        pages: list[tuple[str, str | dict[str, Any]]] = [("web_fetch", {"url": url, "page": n}) for n in (1, 2)]
+        fake_llm.script(Reply(tool_calls=pages), Reply(text="ok"))
+        answer(await run(core, incoming("read it all")))
+        first, second = (m["result"] for m in tool_messages(fake_llm.requests[1]))
+        assert (first["page"], second["page"]) == (1, 2) and first["pages"] == second["pages"] >= 2
+        assert first["text"] != second["text"]
+        assert long.requests == ["/long"], "page 2 came from the document read for page 1"
+        clock.advance(seconds=WEB_PAGES_KEEP_S + 1)
+        fake_llm.script(Reply(tool_calls=[pages[1]]), Reply(text="ok"))
+        answer(await run(core, incoming("page 2 again", message_id="2")))
+        assert long.requests == ["/long", "/long"], "read again once it is old"

@@ -6,15 +6,17 @@ pages they watch through the same safe fetch (page_reader)."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any
 
-from core.constants import WEB_SEARCH_DEFAULT_RESULTS
+from core.constants import WEB_PAGES_KEEP_S, WEB_PAGES_KEPT, WEB_SEARCH_DEFAULT_RESULTS
 from core.reminders.watching import PageReader, Reading
 from core.tools.framework import Tool, ToolContext, ToolError
 from core.tools.watch import watch_page_tool
 from core.types import Source, UserRef
-from core.web.fetch import FetchPolicy, fetch_document, fetch_page
+from core.web.fetch import FetchPolicy, WebDocument, fetch_document
 from core.web.safety import NoPage, Refused, Resolve, system_resolve
 from core.web.search import Search, SearchFailed
 
@@ -52,9 +54,25 @@ def page_reader(policy: FetchPolicy, resolve: Resolve = system_resolve) -> PageR
 def fetch_tool(policy: FetchPolicy, web_call: WebCall, resolve: Resolve = system_resolve) -> Tool:
     """web_fetch under `policy`, each call counted by `web_call`."""
 
+    kept: OrderedDict[str, tuple[datetime, WebDocument]] = OrderedDict()  # documents read lately, by address
+
+    async def document(url: str, now: datetime) -> WebDocument | NoPage:
+        """The document at `url`: fetched once for WEB_PAGES_KEEP_S, so reading page 2, 3, … costs no new fetch."""
+        hit = kept.get(url)
+        if hit is not None and now < hit[0]:
+            kept.move_to_end(url)
+            return hit[1]
+        got = await fetch_document(url, policy, resolve=resolve)
+        if isinstance(got, WebDocument):
+            kept[url] = (now + timedelta(seconds=WEB_PAGES_KEEP_S), got)
+            while len(kept) > WEB_PAGES_KEPT:
+                kept.popitem(last=False)
+        return got
+
     async def fetch(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         await _counted(web_call, ctx)
-        got = await fetch_page(str(args["url"]), max(1, int(args.get("page", 1))), policy, resolve=resolve)
+        read = await document(str(args["url"]), ctx.now())
+        got = read if isinstance(read, NoPage) else read.page(max(1, int(args.get("page", 1))))
         if isinstance(got, NoPage):
             raise ToolError(got.message, code="refused" if isinstance(got, Refused) else "fetch_failed")
         ctx.taint()  # the page is someone else's words

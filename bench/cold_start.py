@@ -41,7 +41,9 @@ READY_TIMEOUT_S = 60.0
 TURN_TIMEOUT_S = 30.0
 POLL_S = 0.05
 USER_ID = 4242
-IMPORT_PROBE = "import time; t = time.perf_counter(); import bot.__main__, sys; print(time.perf_counter() - t, len(sys.modules))"
+IMPORT_PROBE = (
+    "import time; t = time.perf_counter(); import bot.__main__, sys; print(time.perf_counter() - t, len(sys.modules))"
+)
 FIRST_USE = {  # a first file of each kind: its module imported and the file read, against a second file
     "PDF": ("pdf", "from core.media.documents import extract", "extract(data, 'x.pdf', 'application/pdf')"),
     "Word": ("docx", "from core.media.documents import extract", "extract(data, 'x.docx', None)"),
@@ -160,8 +162,11 @@ async def run_terminal(env: dict[str, str], tmp: Path, idle_s: float, turns: int
             assert proc.stdin is not None
             proc.stdin.write(f"u{USER_ID} m{i}\n".encode())
             await proc.stdin.drain()
-            while f"answer to u{USER_ID} m{i}" not in log.read_text(errors="replace"):
-                await asyncio.sleep(POLL_S)
+
+            async def answered() -> bool:
+                return f"answer to u{USER_ID} m{i}" in log.read_text(errors="replace")
+
+            await wait_for(answered, "an answer", proc, TURN_TIMEOUT_S)
 
         return await measure(proc, ready, turn, idle_s, turns, started)
 
@@ -170,6 +175,8 @@ async def run_telegram(env: dict[str, str], tmp: Path, idle_s: float, turns: int
     """Telegram polling or webhook mode against the fake Bot API; a turn is an update pushed and its answer sent."""
     async with FakeTelegram() as tg, aiohttp.ClientSession() as http:
         tg.set_webhook_every = 0.0
+        first_update = time.time_ns() // 1_000_000  # above any update the shared database's inbox has seen
+        user = first_update % 1_000_000_000  # a new chat: each mode's fake numbers its messages from 1
         extra = {"TELEGRAM_BOT_TOKEN": tg.token, "TELEGRAM_API_BASE_URL": tg.base_url}
         port = free_port()
         if webhook:
@@ -185,13 +192,14 @@ async def run_telegram(env: dict[str, str], tmp: Path, idle_s: float, turns: int
 
             async def turn(i: int) -> None:
                 before = len(tg.sent)
-                tg.push_update(tg.message_update(f"u{USER_ID} m{i}", chat_id=USER_ID, user_id=USER_ID))
+                update = tg.message_update(f"u{USER_ID} m{i}", chat_id=user, user_id=user)
+                tg.push_update({**update, "update_id": first_update + i})  # new ids: each mode's fake starts at 1
                 await tg.wait_sent(before + 1, TURN_TIMEOUT_S)
 
             return await measure(proc, ready, turn, idle_s, turns, started)
 
 
-async def api_token(env: dict[str, str]) -> str:
+def api_token(env: dict[str, str]) -> str:
     """A new API token of the terminal user (`bot token`)."""
     out = subprocess.run(
         [sys.executable, "-m", "bot", "token", f"cold-{time.time_ns()}"],
@@ -208,7 +216,7 @@ async def run_serve(env: dict[str, str], tmp: Path, idle_s: float, turns: int) -
     """`bot serve` on PORT; a turn is a /v1/chat/completions request with the terminal user's token."""
     port = free_port()
     env = {**env, "PORT": str(port)}
-    token = await api_token(env)
+    token = api_token(env)
     started = time.monotonic()
     async with aiohttp.ClientSession() as http, bot_process(["serve"], env, tmp / "serve.log") as proc:
         base = f"http://127.0.0.1:{port}"

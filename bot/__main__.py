@@ -20,6 +20,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from adapters.telegram import config_problem as telegram_problem
 from bot import remote
+from bot.hosts import ALL_INTERFACES, LOOPBACK, is_loopback
 from bot.remote import TOKEN_ENV
 from bot.setting_names import warn_of_unknown_names
 from core import (
@@ -110,9 +111,7 @@ def on_this_machine(args: argparse.Namespace, settings: Settings) -> bool:
     """Whether only the person at this machine uses this start: the terminal chat, `bot token`, or `bot serve` on
     loopback (a server others reach must not look healthy without its model)."""
     if args.command == "serve":
-        from bot.web import ALL_INTERFACES, is_loopback  # the web server: only for `bot serve`, which loads it anyway
-
-        return is_loopback(settings.HOST or (ALL_INTERFACES if settings.public_base_url else "127.0.0.1"))
+        return is_loopback(settings.HOST or (ALL_INTERFACES if settings.public_base_url else LOOPBACK))
     return args.command == "token" or terminal_chat(args, settings)
 
 

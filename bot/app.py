@@ -7,18 +7,18 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters import console
 from adapters.base import Adapter
-from adapters.discord import DiscordAdapter
-from adapters.http import HttpApi
-from adapters.http import serve_api as serve_on
-from adapters.telegram import TelegramAdapter
-from bot.web import ALL_INTERFACES, LOOPBACK, WebServer, is_loopback
+from bot.hosts import ALL_INTERFACES, LOOPBACK, is_loopback
 from core import API_PLATFORM, Core, Outbox, Settings, open_core
+
+if TYPE_CHECKING:  # the web server, the HTTP API and each platform's library load only when this start uses them
+    from adapters.http import HttpApi
+    from bot.web import Handler, WebServer
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ async def local_page(core: Core, write: console.Write) -> AsyncIterator[dict[str
         yield {}
         return
     host = serve_host(settings)
-    web = WebServer(core, (), settings.PORT, host, public=not is_loopback(host))
+    web = web_server(core, (), settings.PORT, host, public=not is_loopback(host))
     http = serve_api(web)
     await web.start()
     try:
@@ -131,9 +131,17 @@ async def until_exit(core: Core, lines: AsyncIterator[str]) -> AsyncIterator[str
 async def run_platforms(settings: Settings, core: Core) -> int:
     """Start every configured platform adapter and the reminders, and run until interrupted."""
     adapters: list[Adapter] = []
+    hooks: list[tuple[str, Handler]] = []  # (path, handler) of each webhook the web server takes
     if settings.TELEGRAM_BOT_TOKEN is not None:
-        adapters.append(TelegramAdapter(core, settings))
+        from adapters.telegram import TelegramAdapter
+
+        telegram = TelegramAdapter(core, settings)
+        adapters.append(telegram)
+        if telegram.webhook_path is not None:
+            hooks.append((telegram.webhook_path, telegram.on_webhook))
     if settings.DISCORD_BOT_TOKEN is not None:
+        from adapters.discord import DiscordAdapter
+
         adapters.append(DiscordAdapter(core, settings))
     if not adapters:
         return 2
@@ -142,11 +150,11 @@ async def run_platforms(settings: Settings, core: Core) -> int:
     webhook = settings.TELEGRAM_WEBHOOK_URL is not None
     host = settings.HOST or ALL_INTERFACES  # every interface unless HOST: a PaaS or container reaches it from outside
     serving = settings.serve_http or webhook
-    web = WebServer(core, [a.platform for a in adapters], settings.PORT, host) if serving else None
+    web = web_server(core, [a.platform for a in adapters], settings.PORT, host) if serving else None
     http = serve_api(web) if web is not None else None
-    for adapter in adapters:
-        if web is not None and isinstance(adapter, TelegramAdapter) and adapter.webhook_path is not None:
-            web.add_webhook(adapter.webhook_path, adapter.on_webhook)
+    for path, handler in hooks:
+        if web is not None:
+            web.add_webhook(path, handler)
     try:
         with stop_signals(core) as stop:
             if web is not None:  # first, so /healthz answers during a slow start (/readyz waits for the adapters)
@@ -203,8 +211,18 @@ async def serve_until_stopped(
         await core.drain(settings.SHUTDOWN_GRACE_SECONDS)
 
 
+def web_server(core: Core, adapters: Sequence[str], port: int, host: str, *, public: bool = False) -> WebServer:
+    """The HTTP server (health, metrics, webhooks, the API), its libraries loaded now: only a start that serves HTTP
+    pays for them."""
+    from bot.web import WebServer
+
+    return WebServer(core, adapters, port, host, public=public)
+
+
 def serve_api(web: WebServer) -> HttpApi:
     """The sessions API on `web` (its /v1 routes, every error in the API's shape)."""
+    from adapters.http import serve_api as serve_on
+
     return serve_on(web.app, web.core)
 
 
@@ -236,7 +254,7 @@ async def run_serve(settings: Settings, core: Core) -> int:
     when PORT is unset, a free port, at `serve_host`; prints where once listening and runs until SIGINT/SIGTERM, then
     drains. Not on loopback, /metrics needs METRICS_TOKEN."""
     host = serve_host(settings)
-    web = WebServer(core, (), settings.PORT if settings.serve_http else 0, host, public=not is_loopback(host))
+    web = web_server(core, (), settings.PORT if settings.serve_http else 0, host, public=not is_loopback(host))
     http = serve_api(web)
     try:
         with stop_signals(core) as stop:

@@ -15,12 +15,13 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import quote, urlsplit
 
-import httpx
-
 from core import EXIT_UNREACHABLE, Step, activity_lines, outcome_of, redact, summary_line
+
+if TYPE_CHECKING:  # httpx (and the CLI libraries it loads) only for `bot ask --server`
+    import httpx
 
 TOKEN_ENV = "BOT_API_TOKEN"
 EVENT_STREAM = "text/event-stream"
@@ -83,6 +84,8 @@ def ask(base: str, token: str, session: str | None, text: str, out: TextIO, err:
         if session is None
         else (f"/v1/sessions/{quote(session)}/messages", {"content": text})
     )
+    import httpx
+
     headers = {"Authorization": f"Bearer {token}", "Accept": EVENT_STREAM}
     timeout = httpx.Timeout(SILENCE_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
     started = time.monotonic()

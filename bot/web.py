@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import errno
 import hmac
-import ipaddress
 import json
 import logging
 import socket
@@ -23,6 +22,7 @@ from fastapi.telemetry import TelemetryConfig
 from starlette.requests import Request
 from starlette.responses import Response
 
+from bot.hosts import ALL_INTERFACES
 from core import (
     HTTP_CLOSE_GRACE_S,
     HTTP_KEEP_ALIVE_S,
@@ -34,8 +34,6 @@ from core import (
 
 log = logging.getLogger(__name__)
 
-ALL_INTERFACES = "0.0.0.0"
-LOOPBACK = "127.0.0.1"
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 METRICS_REALM = 'Bearer realm="metrics"'  # the WWW-Authenticate challenge of a /metrics request without the token
 HEADER_REFRESH_S = 1.0  # uvicorn's Date header is renewed this often (its own main loop would wake 10 times a second)
@@ -46,14 +44,6 @@ Handler = Callable[[Request], Awaitable[Response]]
 def _json(http_status: int, **body: str) -> Response:
     """A one-line JSON answer."""
     return Response(json.dumps(body), http_status, media_type="application/json")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` is this machine's loopback address (127.0.0.0/8, ::1, localhost): nobody else reaches it."""
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _bind(host: str, port: int) -> socket.socket:

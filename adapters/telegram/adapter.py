@@ -7,10 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from starlette.requests import Request
-from starlette.responses import Response
 from telegram import BotCommand
 from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
 
@@ -36,6 +35,10 @@ from adapters.telegram.request import AiohttpRequest, PatientRateLimiter, Telegr
 from adapters.telegram.routes import Routes
 from adapters.telegram.send import Sender
 from core import COMMANDS, EXIT_UNREACHABLE, Core, ReminderMessage, Settings, StartupError
+
+if TYPE_CHECKING:  # the web server's types: webhook mode only
+    from starlette.requests import Request
+    from starlette.responses import Response
 
 log = logging.getLogger(__name__)
 

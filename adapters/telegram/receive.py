@@ -7,15 +7,17 @@ import asyncio
 import hmac
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
 from telegram import Update
 
 from adapters.telegram.limits import TELEGRAM_POLL_RETRY_MAX_S
 from adapters.telegram.request import TelegramBot, one_line
 from core import Core, clean_json
+
+if TYPE_CHECKING:  # the web server's types: webhook mode only (polling never loads them)
+    from starlette.requests import Request
+    from starlette.responses import Response
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,8 @@ class Receiver:
     async def on_webhook(self, request: Request) -> Response:
         """Telegram's POST of one update: 403 without the right secret; 200 only once it is stored in the inbox, or
         kept as a dead letter when it cannot be (503 while the database is away: Telegram delivers it again later)."""
+        from starlette.responses import PlainTextResponse
+
         given = request.headers.get(SECRET_HEADER, "").encode()
         if not hmac.compare_digest(given, self._secret):
             return PlainTextResponse("wrong or missing secret token", 403)

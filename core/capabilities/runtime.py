@@ -18,9 +18,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 from core.constants import (
     CAPABILITY_LIVE_CALLS,
     CAPABILITY_LIVE_CALLS_PER_USER,
@@ -243,6 +240,9 @@ def schema_problem(schema: Any) -> Problem | None:
     """None when `schema` is a valid JSON Schema for an object, else the `invalid_schema` problem."""
     if not isinstance(schema, dict) or schema.get("type") != "object":
         return {"error": "invalid_schema", "message": 'parameters_schema must be a JSON Schema with "type": "object"'}
+    from jsonschema import Draft202012Validator  # loaded by the first schema checked
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as e:

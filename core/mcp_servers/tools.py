@@ -12,9 +12,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 from core.constants import MCP_DESCRIPTION_CHARS, MCP_NAME_CHARS, MCP_SEARCH_RESULTS
 from core.mcp_servers.config import ServerConfig
 from core.mcp_servers.confirm import asks_first, confirmed, park
@@ -77,6 +74,9 @@ def agent_tool(
     name = tool_name(config.name, remote.name)
     schema = dict(remote.input_schema) or {"type": "object"}
     schema.setdefault("type", "object")
+    from jsonschema import Draft202012Validator  # loaded by the first schema checked
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as e:

@@ -14,14 +14,7 @@ import threading
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
-
-import charset_normalizer
-import docx
-import pypdf
-from docx.oxml.ns import qn
-from docx.table import Table
-from pypdf.errors import DependencyError
+from typing import TYPE_CHECKING, Literal
 
 from core.constants import (
     MEDIA_DOC_DETECT_BYTES,
@@ -38,6 +31,10 @@ from core.constants import (
     MEDIA_ZIP_RATIO_FROM_BYTES,
 )
 from core.textsafe import strip_nul
+
+if TYPE_CHECKING:  # the readers load with the first file of their kind (a process that never sees one never pays)
+    import pypdf
+    from docx.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +149,8 @@ def _extract(kind: Kind, data: bytes, filename: str, mime: str | None, caps: _Ca
 
 def _pdf(data: bytes, caps: _Caps) -> Document:
     """A PDF's pages' text, the first max_pages of them and max_chars in all."""
+    import pypdf
+
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not _unlock(reader):
@@ -185,8 +184,11 @@ def _pdf(data: bytes, caps: _Caps) -> Document:
 
 def _unlock(reader: pypdf.PdfReader) -> bool:
     """Whether an encrypted PDF opens without a password (an owner-only password that just restricts printing)."""
+    from pypdf import PasswordType
+    from pypdf.errors import DependencyError
+
     try:
-        return reader.decrypt("") != pypdf.PasswordType.NOT_DECRYPTED
+        return reader.decrypt("") != PasswordType.NOT_DECRYPTED
     except DependencyError:  # AES needs the cryptography package, which is not installed
         return False
 
@@ -205,6 +207,10 @@ def _docx(data: bytes, named: bool, caps: _Caps) -> Document:
     if body is None:
         raise DocumentRefused(DOCX_DAMAGED if named else UNSUPPORTED)
     _check_zip(infos, body)
+    import docx
+    from docx.oxml.ns import qn
+    from docx.table import Table
+
     try:
         document = docx.Document(io.BytesIO(data))
         lines: list[str] = []
@@ -273,6 +279,8 @@ def _decode(data: bytes) -> tuple[str, str]:
         return data.decode("utf-8-sig"), "utf-8"
     except UnicodeDecodeError:
         pass
+    import charset_normalizer
+
     matches = charset_normalizer.from_bytes(data[:MEDIA_DOC_DETECT_BYTES])
     best = matches.best()
     if best is None:

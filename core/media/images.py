@@ -10,9 +10,8 @@ import io
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from PIL import Image, ImageOps, UnidentifiedImageError, features
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal
 
 from core.constants import (
     MEDIA_IMAGE_JPEG_QUALITY,
@@ -28,12 +27,22 @@ from core.constants import (
     MEDIA_STICKER_NAME_CHARS,
 )
 
+if TYPE_CHECKING:  # Pillow loads with the first image (a process that never sees one never pays)
+    from PIL import Image
+
 log = logging.getLogger(__name__)
 
-# Only these decoders ever see a file (no EPS/Ghostscript, no TIFF codecs, ...); GIF, WebP, PNG (APNG) give frame 0.
-FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP") + (("AVIF",) if features.check_module("avif") else ())  # JPEG: MPO too
 
-# How the files of FORMATS start (WebP and AVIF sit in containers whose first bytes say less: left out)
+@cache
+def formats() -> tuple[str, ...]:
+    """Only these decoders ever see a file (no EPS/Ghostscript, no TIFF codecs, ...); GIF, WebP, PNG (APNG) give
+    frame 0; JPEG takes MPO too; AVIF when this Pillow has it."""
+    from PIL import features
+
+    return ("JPEG", "PNG", "GIF", "WEBP", "BMP") + (("AVIF",) if features.check_module("avif") else ())
+
+
+# How the files of formats() start (WebP and AVIF sit in containers whose first bytes say less: left out)
 IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
 
 TOO_LARGE = "That image is over {mb} MB, more than I take: send a smaller one."
@@ -103,8 +112,10 @@ def _prepare(data: bytes, *, max_side: int, max_bytes: int, max_pixels: int, max
     """The blocking work of prepare(): size check before any decoding, then decode, fix up and encode."""
     if len(data) > max_input_bytes:
         raise ImageRefused(TOO_LARGE.format(mb=max_input_bytes // (1024 * 1024)))
+    from PIL import Image, UnidentifiedImageError
+
     try:
-        with Image.open(io.BytesIO(data), formats=FORMATS) as img:
+        with Image.open(io.BytesIO(data), formats=formats()) as img:
             return _convert(img, max_side=max_side, max_bytes=max_bytes, max_pixels=max_pixels)
     except ImageRefused:
         raise
@@ -119,6 +130,8 @@ def _prepare(data: bytes, *, max_side: int, max_bytes: int, max_pixels: int, max
 
 def _convert(img: Image.Image, *, max_side: int, max_bytes: int, max_pixels: int) -> Prepared:
     """Decode `img` (header read) within max_pixels and make the JPEG; the pixel cap is checked before load()."""
+    from PIL import Image
+
     raw_w, raw_h = img.size
     if raw_w < 1 or raw_h < 1:
         raise ImageRefused(EMPTY)
@@ -147,6 +160,8 @@ def _convert(img: Image.Image, *, max_side: int, max_bytes: int, max_pixels: int
 
 def _upright(img: Image.Image) -> None:
     """Turn `img` in place as its EXIF orientation says (left as it is if the EXIF can't be read)."""
+    from PIL import ImageOps
+
     try:
         ImageOps.exif_transpose(img, in_place=True)  # in place: no copy of an image that is upright already
     except Exception as e:
@@ -155,6 +170,8 @@ def _upright(img: Image.Image) -> None:
 
 def _flatten(img: Image.Image) -> Image.Image:
     """`img` as RGB: transparency over white, 16-bit grey scaled to 8 bits, palettes and CMYK converted."""
+    from PIL import Image
+
     if img.mode == "I" or img.mode.startswith("I;16"):
         img = img.convert("I").point(lambda v: v * (1 / 256)).convert("L")
     if img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info:
@@ -176,6 +193,8 @@ def _fit(size: tuple[int, int], max_side: int) -> tuple[int, int]:
 
 def _encode(rgb: Image.Image, max_bytes: int) -> tuple[bytes, Image.Image]:
     """The JPEG of `rgb` within max_bytes (quality lowered stepwise, then the image shrunk), and the image encoded."""
+    from PIL import Image
+
     rgb.info = {}  # nothing of the original's metadata (EXIF, comment, XMP, ICC) is written
     quality = MEDIA_IMAGE_JPEG_QUALITY
     while True:

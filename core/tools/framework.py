@@ -9,11 +9,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError as JsonSchemaError
 from pydantic import BaseModel, ValidationError
 
 from core.constants import (
@@ -28,6 +26,10 @@ from core.storage.db import Pool
 from core.textsafe import clean_json
 from core.timeutil import Clock, zone
 from core.types import ChatRef, Source, UserRef
+
+if TYPE_CHECKING:  # jsonschema loads with the first tool whose arguments are a JSON Schema (capabilities, MCP)
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError as JsonSchemaError
 
 log = logging.getLogger(__name__)
 
@@ -125,17 +127,15 @@ class Tool:
     personal: bool = False  # acts on the speaker's personal memory: offered only where that stays private
     timeout: float | None = None  # a tighter limit than the step timeout (capabilities)
     schema: dict[str, Any] = field(init=False, repr=False, compare=False)
-    _validator: Draft202012Validator | None = field(init=False, repr=False, compare=False)
+    _validator: Draft202012Validator | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        """Generate the OpenAI function schema (and the JSON Schema validator) once."""
+        """Generate the OpenAI function schema once."""
         if isinstance(self.params, dict):
             parameters = self.params
-            object.__setattr__(self, "_validator", Draft202012Validator(self.params))
         else:
             parameters = _strip_titles(self.params.model_json_schema())
             parameters.pop("description", None)  # the params model's docstring: the tool's description says it
-            object.__setattr__(self, "_validator", None)
         object.__setattr__(
             self,
             "schema",
@@ -147,16 +147,24 @@ class Tool:
 
     def parse(self, data: dict[str, Any]) -> Any:
         """The handler's first argument from the decoded arguments; raises ValueError with a readable text."""
-        if self._validator is None:
-            assert not isinstance(self.params, dict)
+        if not isinstance(self.params, dict):
             try:
                 return self.params.model_validate(data)
             except ValidationError as e:
                 raise ValueError(_validation_message(e)) from None
-        problems = sorted(self._validator.iter_errors(data), key=lambda e: [str(p) for p in e.path])
+        problems = sorted(self._json_validator(self.params).iter_errors(data), key=lambda e: [str(p) for p in e.path])
         if problems:
             raise ValueError(_schema_message(problems))
         return data
+
+    def _json_validator(self, schema: dict[str, Any]) -> Draft202012Validator:
+        """The validator of `schema` (the params), made on the first call (jsonschema loads with the first)."""
+        if self._validator is None:
+            from jsonschema import Draft202012Validator
+
+            object.__setattr__(self, "_validator", Draft202012Validator(schema))
+        assert self._validator is not None
+        return self._validator
 
 
 def ok(result: Any) -> dict[str, Any]:

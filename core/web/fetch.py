@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import aiohttp
-import charset_normalizer
 from yarl import URL
 
 from core.constants import (
@@ -223,6 +222,8 @@ def _decode(data: bytes, charset: str | None, *, html: bool) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
+        import charset_normalizer  # loaded by the first page that is not UTF-8
+
         guess = charset_normalizer.from_bytes(data[:MEDIA_DOC_DETECT_BYTES]).best()
         return data.decode(guess.encoding if guess else "latin-1", errors="replace")
 

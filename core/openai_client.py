@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-import openai
 
 from core.constants import MODEL_CONNECT_TIMEOUT_S, REASON_CHARS
 from core.quoting import truncate
 
+if TYPE_CHECKING:  # the SDK loads with the first client made (a start without a model never loads it)
+    import openai
+
 
 def openai_client(base_url: str, key: str, max_retries: int, timeout: float) -> openai.AsyncOpenAI:
     """An SDK client for one server: the SDK's retries, `timeout` seconds per request, aiohttp underneath."""
+    import openai
+
     return openai.AsyncOpenAI(
         api_key=key,
         base_url=base_url,
@@ -61,6 +65,8 @@ def failure_detail(e: openai.OpenAIError, key_setting: str, model_setting: str) 
     """What went wrong with a request, for a user's line (`it answered 404: … (check LLM_MODEL)`): the status and
     the server's reason (none for 401/403, which could echo the key, or a 5xx), `it timed out` or `it is
     unreachable`; `key_setting` and `model_setting` name what to check on a refused key or an unknown model."""
+    import openai
+
     if isinstance(e, openai.APIStatusError):
         detail = f"it answered {e.status_code}"
         if e.status_code in (401, 403):

@@ -1,7 +1,7 @@
 """What a start loads (issue 35): `import bot.__main__` loads neither a platform's library nor the web server nor any
-optional subsystem; a Telegram polling process, after start-up and a text turn, has not loaded the web server,
+optional subsystem, nor the openai SDK; a Telegram polling process, after start-up and a text turn, has not loaded the web server,
 Discord, MCP, the document and image readers or the web page reader; `bot serve` has loaded neither platform nor
-those readers. Each runs as a real `python -m bot` (the bench/cold_start.py figures are what this keeps)."""
+those readers; the SDK loads only when a model is configured. Each runs as a real `python -m bot` (the bench/cold_start.py figures are what this keeps)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram
@@ -50,7 +51,7 @@ def loaded_by_import() -> set[str]:
 
 def test_importing_the_command_line_loads_no_platform_web_server_or_optional_part() -> None:
     loaded = loaded_by_import()
-    assert loaded & (OPTIONAL | WEB_SERVER | PLATFORMS | {"httpx"}) == set()
+    assert loaded & (OPTIONAL | WEB_SERVER | PLATFORMS | {"httpx", "openai"}) == set()
     assert "core" in loaded and "asyncpg" in loaded  # the probe does see what is imported
 
 
@@ -100,12 +101,13 @@ def model_env(fake_llm: FakeOpenAI, db_dsn: str, data: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.parametrize("model", [True, False], ids=["with a model", "without a model"])
 async def test_a_polling_process_after_a_turn_has_loaded_no_web_server_discord_or_optional_part(
-    fake_llm: FakeOpenAI, tg: FakeTelegram, db_dsn: str, tmp_path: Path
+    fake_llm: FakeOpenAI, tg: FakeTelegram, db_dsn: str, tmp_path: Path, model: bool
 ) -> None:
     fake_llm.script(Reply(text="hello back"))
-    env = {**model_env(fake_llm, db_dsn, tmp_path), "TELEGRAM_BOT_TOKEN": tg.token}
-    env["TELEGRAM_API_BASE_URL"] = tg.base_url
+    env = model_env(fake_llm, db_dsn, tmp_path) if model else {"DATABASE_URL": db_dsn, "LLM_PROVIDER": "none"}
+    env |= {"TELEGRAM_BOT_TOKEN": tg.token, "TELEGRAM_API_BASE_URL": tg.base_url, "DATA_DIR": str(tmp_path)}
 
     async def ready(_: asyncio.StreamReader) -> str:
         await tg.wait_for(lambda: any(method == "getUpdates" for method, _ in tg.calls), START_TIMEOUT_S)
@@ -114,10 +116,10 @@ async def test_a_polling_process_after_a_turn_has_loaded_no_web_server_discord_o
     async def turn(_: str) -> None:
         tg.push_update(tg.message_update("hello"))
         [sent] = await tg.wait_sent(1, START_TIMEOUT_S)
-        assert sent["text"] == "hello back"
+        assert (sent["text"] == "hello back") is model
 
     loaded = await loaded_after([], env, ready, turn)
-    assert "telegram" in loaded and "openai" in loaded
+    assert "telegram" in loaded and ("openai" in loaded) is model  # the SDK only when a model is configured
     assert loaded & (OPTIONAL | WEB_SERVER | {"discord"}) == set()
 
 

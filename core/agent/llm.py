@@ -10,17 +10,17 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
-
-import openai
-from openai import AsyncStream
-from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
+from typing import TYPE_CHECKING, Any
 
 from core.agent.providers import PROVIDERS, ModelChoice, ProviderInfo
 from core.metrics import Metrics
 from core.openai_client import failure_detail, openai_client, server_host
 from core.settings import Settings
 from core.textsafe import strip_nul
+
+if TYPE_CHECKING:  # the SDK loads with the first client made (a start without a model never loads it)
+    import openai
+    from openai import AsyncStream
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,8 @@ def _objects(raw: Any) -> list[dict[str, Any]]:
 
 def _parse_whole(resp: Any) -> LLMReply:
     """An LLMReply from a whole completion; a malformed body becomes an empty (invalid) reply."""
+    from openai.types.chat import ChatCompletionMessageFunctionToolCall
+
     try:
         choice = resp.choices[0]
         msg = choice.message
@@ -120,7 +122,7 @@ def _parse_whole(resp: Any) -> LLMReply:
         return LLMReply(content=None, finish_reason=MALFORMED)
 
 
-Connect = Callable[[str], tuple[openai.AsyncOpenAI, str]]  # a provider's name → its client and where it is
+Connect = Callable[[str], tuple["openai.AsyncOpenAI", str]]  # a provider's name → its client and where it is
 
 
 class LLM:
@@ -128,16 +130,18 @@ class LLM:
 
     def __init__(
         self,
-        client: openai.AsyncOpenAI,
+        client: openai.AsyncOpenAI | Callable[[], openai.AsyncOpenAI],
         model: str,
         where: str,
         metrics: Metrics | None = None,
         *,
         connect: Connect | None = None,
     ) -> None:
-        """Wrap an SDK client; `where` names the server in error messages; requests are counted in `metrics`;
-        `connect` makes the client of another provider (for LLM_MODELS' `provider:model` entries)."""
-        self.client = client
+        """Wrap an SDK client, or what makes it on first use (a start that never asks the model never loads the
+        SDK); `where` names the server in error messages; requests are counted in `metrics`; `connect` makes the
+        client of another provider (for LLM_MODELS' `provider:model` entries)."""
+        self._client = None if callable(client) else client  # an SDK client is not callable: its maker is
+        self._make = client if callable(client) else None
         self.model = model
         self.where = where
         self.metrics = metrics if metrics is not None else Metrics()
@@ -167,16 +171,35 @@ class LLM:
             other = secret.get_secret_value() if secret else "not-needed"
             return openai_client(url, other, max_retries, settings.AGENT_STEP_TIMEOUT), server_host(url)
 
-        client = openai_client(base_url, key, max_retries, settings.AGENT_STEP_TIMEOUT)
+        def own() -> openai.AsyncOpenAI:
+            return openai_client(base_url, key, max_retries, settings.AGENT_STEP_TIMEOUT)
+
         model = settings.LLM_MODEL or info.default_model
-        return cls(client, model, server_host(base_url), metrics, connect=connect)
+        llm = cls(own, model, server_host(base_url), metrics, connect=connect)
+        if not settings.model_off:
+            llm.client  # noqa: B018 (a configured model: the SDK loads now, not in the first person's turn)
+        return llm
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        """The SDK client of the configured provider (or of a person's chosen one), made on first use."""
+        if self._client is None:
+            assert self._make is not None
+            self._client = self._make()
+        return self._client
+
+    @client.setter
+    def client(self, client: openai.AsyncOpenAI) -> None:
+        """Use `client` from now on."""
+        self._client = client
 
     def using(self, choice: ModelChoice | None) -> LLM:
         """This LLM for a person's chosen model (None: the default, itself): the same client for the configured
         provider, another provider's client (one per provider, made on first use and kept) for a pair."""
         if choice is None or (choice.provider is None and choice.model == self.model):
             return self
-        chosen = copy.copy(self)  # shares the metrics and the clients; closed only through the original
+        self.client  # noqa: B018 (made now, so the copy shares it: clients are closed only through the original)
+        chosen = copy.copy(self)  # shares the metrics and the clients
         chosen.model = choice.model
         chosen.settings_hint = ("LLM_API_KEY", "LLM_MODELS")
         if choice.provider is not None:
@@ -189,13 +212,16 @@ class LLM:
         return chosen
 
     async def aclose(self) -> None:
-        """Close the HTTP clients (the configured provider's and the others made)."""
-        await self.client.close()
+        """Close the HTTP clients made (the configured provider's and the others)."""
+        if self._client is not None:
+            await self._client.close()
         for client, _ in self._clients.values():
             await client.close()
 
     def _unavailable(self, e: openai.OpenAIError) -> LLMUnavailable:
         """A user-readable error for a failed request."""
+        import openai
+
         detail = failure_detail(e, *self.settings_hint)
         refused = (
             isinstance(e, openai.APIStatusError) and 400 <= e.status_code < 500 and e.status_code not in (408, 429)
@@ -266,6 +292,8 @@ class LLM:
     async def _open_stream(self, kwargs: dict[str, Any], deadline: float) -> AsyncStream[object]:
         """Start a streamed request that asks for its usage at the end; a server that refuses the option (a 400 or 422
         naming it: Groq and Mistral once did) is asked again without it, and from then on never with it."""
+        import openai
+
         if self.where not in self._usage_refused:
             try:
                 return await self._post_stream({**kwargs, "stream_options": {"include_usage": True}}, deadline)
@@ -279,6 +307,8 @@ class LLM:
     async def _post_stream(self, body: dict[str, Any], deadline: float) -> AsyncStream[object]:
         """The streamed request itself, bounded by the step's deadline. Its chunks come as plain JSON objects: building
         the SDK's model of each chunk cost more CPU than the rest of a turn's work on it (one chunk per token)."""
+        from openai import AsyncStream
+
         return await asyncio.wait_for(
             self.client.post(
                 "/chat/completions",
@@ -299,6 +329,9 @@ class LLM:
         tool_choice: str | None,
     ) -> AsyncGenerator[str | LLMReply, None]:
         """One request: text deltas (when streaming), then exactly one LLMReply."""
+        import openai
+        from openai.types.chat import ChatCompletion
+
         deadline = time.monotonic() + timeout
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
-
-import openai
+from typing import TYPE_CHECKING, Protocol
 
 from core.constants import SPEECH_INPUT_CHARS, SPEECH_VOICE
 from core.openai_client import failure_detail, openai_client, server_host
 from core.settings import Settings
 from core.textsafe import strip_nul
+
+if TYPE_CHECKING:  # the SDK loads with the first client made (a start without a model never loads it)
+    import openai
 
 NO_TRANSCRIPTION = (
     "Voice notes need a transcription model, and none is set up here (the operator can set TRANSCRIPTION_MODEL); "
@@ -121,6 +122,8 @@ class Audio:
     async def transcribe(self, data: bytes, filename: str, mime: str | None, duration_s: float | None) -> str:
         """The words of a voice note (`duration_s`: as the platform reports it, None: unknown); AudioRefused says
         in one line why there are none (off, too long, the server failed or heard nothing)."""
+        import openai
+
         t = self.transcriber
         if t is None:
             raise AudioRefused(NO_TRANSCRIPTION)
@@ -141,6 +144,8 @@ class Audio:
     async def speak(self, text: str) -> bytes:
         """`text` spoken as an OGG/Opus voice note (cut to the API's input limit); AudioRefused says in one line why
         there is none (off, nothing to say, the server failed or sent no audio)."""
+        import openai
+
         s = self.speaker
         if s is None:
             raise AudioRefused(NO_SPEECH)

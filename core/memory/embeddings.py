@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import asyncpg
-import openai
 
 from core.constants import MEMORY_EMBED_TIMEOUT_S
 from core.storage.db import Pool
 from core.types import UserRef
+
+if TYPE_CHECKING:  # the SDK loads with the first client made (a start without a model never loads it)
+    import openai
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +92,8 @@ async def prepare_embeddings(pool: Pool) -> bool:
 
 async def store_embedding(pool: Pool, embedder: Embedder, entry_id: int, content: str) -> bool:
     """Embed an entry and store the vector; a failure is logged and leaves the entry without one."""
+    import openai
+
     try:
         vector = await embedder.embed(content)
         await pool.execute(
@@ -105,6 +110,8 @@ async def store_embedding(pool: Pool, embedder: Embedder, entry_id: int, content
 
 async def embed_query(embedder: Embedder, query: str) -> str | None:
     """The query's vector literal, or None (logged) when the embedding call fails: text search still runs."""
+    import openai
+
     try:
         return vector_literal(await embedder.embed(query))
     except (openai.OpenAIError, OSError, ValueError, IndexError) as e:

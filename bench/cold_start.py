@@ -272,6 +272,9 @@ async def run(args: object) -> None:
     async with bench_database() as db, FakeLLMProcess(echo=True) as llm:
         base = child_env({"DATABASE_URL": db.dsn, "LLM_PROVIDER": "openai", "LLM_BASE_URL": llm.base_url})
         base |= {"LLM_API_KEY": "bench", "LLM_MODEL": "fake-model"}
+        if args.no_model:  # type: ignore[attr-defined]
+            base |= {"LLM_PROVIDER": "none"}  # commands and /remind only: at rest after start-up, no turns
+            args.turns = 0  # type: ignore[attr-defined]
         print(f"{'mode':10} {'ready':>8} {'idle RSS':>10} {f'after {args.turns} turns':>16}")  # type: ignore[attr-defined]
         for mode in args.modes:  # type: ignore[attr-defined]
             with tempfile.TemporaryDirectory(prefix=f"cold-{mode}-") as d:
@@ -300,6 +303,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--imports", type=int, default=7, help="fresh interpreters timing the import")
     p.add_argument("--idle", type=float, default=3.0, help="seconds at rest before reading RSS")
     p.add_argument("--turns", type=int, default=20, help="turns before the second reading")
+    p.add_argument("--no-model", action="store_true", help="LLM_PROVIDER=none: at rest after start-up only")
     asyncio.run(run(parse(p, argv, {"imports": 3, "idle": 1.0, "turns": 5})))
 
 

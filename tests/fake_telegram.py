@@ -106,7 +106,9 @@ _CHAT_METHODS = frozenset(
     {"sendmessage", "sendchataction", "sendmessagedraft", "editmessagetext", "senddocument", "sendvoice"}
 )
 MAX_CAPTION_LENGTH = 1024  # UTF-16 code units after entity parsing
-FLOOD_METHODS = frozenset({"sendmessage", "editmessagetext"})  # what counts against flood_limit (lower case)
+FLOOD_METHODS = frozenset({"sendmessage", "editmessagetext"})  # what counts against the flood limits (lower case)
+FLOOD_PEAK_WINDOW_S = 1.0  # flood_peak counts within this window when only flood_bucket is on
+BOT_MESSAGES_PER_S = 30  # Telegram: "no more than 30 messages per second or so" per bot (limit_floods)
 # getFile: the Bot API server's MAX_DOWNLOAD_FILE_SIZE (20 << 20) and its refusals (not applied with --local)
 MAX_DOWNLOAD_SIZE = 20 << 20
 FILE_TOO_BIG = "Bad Request: file is too big"
@@ -757,13 +759,19 @@ class FakeTelegram(LoopbackServer):
         self.webhook_backoff_max = 0.5  # the retry pause stops doubling here (Telegram: 60-120 s)
         self.webhook_timeout = 30.0  # a POST without an answer within this fails
         self.set_webhook_every = 1.0  # like Telegram, a 2nd setWebhook (with a url) within this gets a 429
-        # per-bot flood limit, off by default: (messages, seconds) — a FLOOD_METHODS call past that many in any such
-        # sliding window (by arrival, e.g. Telegram's (30, 1.0)) gets a 429 with retry_after, counted in flood_429s
+        # per-bot flood limits, off by default; a FLOOD_METHODS call past one (by arrival) gets a 429 with
+        # retry_after, counted in flood_429s. flood_limit (messages, seconds): at most that many in any such sliding
+        # window, e.g. (30, 1.0) for "30 in any second"; flood_bucket (burst, per second): a token bucket, e.g.
+        # (30, 30.0) for Telegram's "30 messages a second" as PTB's AIORateLimiter reads it (30 at once, then 30 a
+        # second: up to 60 within one second)
         self.flood_limit: tuple[int, float] | None = None
+        self.flood_bucket: tuple[float, float] | None = None
         self.flood_429s = 0
-        self.flood_peak = 0  # the most calls flood_limit counted in one window
+        self.flood_peak = 0  # the most calls let through in one window (flood_limit's, else FLOOD_PEAK_WINDOW_S)
         self.flood_clock: Callable[[], float] = time.monotonic
-        self._flood_log: deque[float] = deque()  # arrival times of the calls counted in the current window
+        self._flood_log: deque[float] = deque()  # arrival times of the calls let through in the current window
+        self._flood_tokens = math.inf  # flood_bucket's tokens when last counted (it starts full)
+        self._flood_at = 0.0  # when they were counted
         self._hook: _Webhook | None = None
         self._routes: dict[str, str] = {}  # public origin -> local origin
         self._allowed = _DEFAULT_ALLOWED
@@ -1016,6 +1024,14 @@ class FakeTelegram(LoopbackServer):
                 "data": data,
             }
         }
+
+    def limit_floods(self, *, strict: bool = False) -> None:
+        """Answer 429 past Telegram's 30 messages a second per bot: 30 at once, then 30 a second (a token bucket, as
+        PTB's AIORateLimiter reads it), or, `strict`, 30 in any 1 s."""
+        if strict:
+            self.flood_limit = (BOT_MESSAGES_PER_S, FLOOD_PEAK_WINDOW_S)
+        else:
+            self.flood_bucket = (BOT_MESSAGES_PER_S, float(BOT_MESSAGES_PER_S))
 
     def fail_next(
         self,
@@ -1949,18 +1965,28 @@ class FakeTelegram(LoopbackServer):
         return {k: _decode_param(k, v) for k, v in raw.items()}
 
     def _flooded(self) -> int | None:
-        """None when one more message fits flood_limit now (it is counted), else the whole seconds to wait."""
-        if self.flood_limit is None:
+        """None when one more message passes the flood limits now (it is counted), else the whole seconds to wait."""
+        if self.flood_limit is None and self.flood_bucket is None:
             return None
-        most, window = self.flood_limit
+        most, window = self.flood_limit or (None, FLOOD_PEAK_WINDOW_S)
         now = self.flood_clock()
         while self._flood_log and self._flood_log[0] <= now - window:
             self._flood_log.popleft()
-        if len(self._flood_log) < most:
-            self._flood_log.append(now)
-            self.flood_peak = max(self.flood_peak, len(self._flood_log))
-            return None
-        return max(1, math.ceil(self._flood_log[len(self._flood_log) - most] + window - now))
+        waits = []
+        if most is not None and len(self._flood_log) >= most:
+            waits.append(self._flood_log[len(self._flood_log) - most] + window - now)
+        if self.flood_bucket is not None:
+            burst, rate = self.flood_bucket
+            self._flood_tokens = min(burst, self._flood_tokens + (now - self._flood_at) * rate)
+            self._flood_at = now
+            if self._flood_tokens < 1:
+                waits.append((1 - self._flood_tokens) / rate)
+        if waits:
+            return max(1, math.ceil(max(waits)))
+        self._flood_tokens -= 1
+        self._flood_log.append(now)
+        self.flood_peak = max(self.flood_peak, len(self._flood_log))
+        return None
 
     @staticmethod
     def _error(error: _ApiError) -> web.Response:

@@ -408,7 +408,7 @@ async def test_typing_and_drafts_bypass_the_budget_and_are_dropped_while_rate_li
     limiter, tg_bot = bot.adapter.rate_limiter, bot.adapter.bot
     await asyncio.gather(*(tg_bot.send_chat_action(1001, "typing") for _ in range(60)))
     assert len(bot.tg.chat_actions) == 60
-    assert limiter.budget.free(limiter.clock()) == 30  # no message budget used
+    assert limiter.budget.free(limiter.clock()) == 27  # no message budget used: 27 may go at once
     # a 429 on a best-effort call is not retried, and previews are dropped while Telegram asks us to wait
     bot.tg.fail_next("sendMessageDraft", status=429, retry_after=30)
     with pytest.raises(RetryAfter):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -189,12 +190,11 @@ class TelegramAdapter:
             self._fleet_size, self._fleet_read = processes, limiter.clock()
         if processes != limiter.processes:
             limiter.share(processes)
-            count, window = limiter.budget.count, limiter.budget.window_s
             log.info(
-                "%d process(es) run this Telegram bot: this one sends %d message(s) per %.1f s",
+                "%d process(es) run this Telegram bot: this one sends %.1f message(s) a second, %d at once at most",
                 processes,
-                count,
-                window,
+                limiter.budget.rate,
+                math.floor(limiter.budget.burst),
             )
 
     async def _follow_fleet(self) -> None:

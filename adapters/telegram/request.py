@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, cast
 
@@ -25,7 +25,7 @@ from telegram.error import NetworkError, RetryAfter, TimedOut
 from telegram.ext import AIORateLimiter, ExtBot
 from telegram.request import BaseRequest, RequestData
 
-from adapters.telegram.limits import TELEGRAM_CONNECTIONS, TELEGRAM_RATE_WINDOW_S, TELEGRAM_REQUEST_TIMEOUT_S
+from adapters.telegram.limits import TELEGRAM_CONNECTIONS, TELEGRAM_REQUEST_TIMEOUT_S, TELEGRAM_SEND_SHARE
 
 log = logging.getLogger(__name__)
 
@@ -161,48 +161,58 @@ class TelegramBot(ExtBot[int]):
 Callback = Callable[..., Coroutine[Any, Any, bool | JSONDict | list[JSONDict]]]
 
 
-def fleet_share(processes: int) -> tuple[int, float]:
-    """One of `processes` processes' part of the bot's messages, as (sends, per window in seconds): floor(30 / n) per
-    TELEGRAM_RATE_WINDOW_S, so the n of them together stay within 30 in any window; past 30 processes one send per
-    window stretched n / 30 times (30 per window on average)."""
+def fleet_share(processes: int) -> tuple[float, float]:
+    """One of `processes` processes' part of the bot's messages, as (burst, rate a second) of a leaky bucket: 1/n of
+    the fleet's TELEGRAM_SEND_SHARE of Telegram's 30 (27 at once, 27 a second), so the n of them together send at most
+    27 + 27·t in any t seconds; a process may always send one at once, so past 27 processes that burst is n."""
     n = max(1, processes)
-    if n <= BOT_MESSAGES_PER_S:
-        return BOT_MESSAGES_PER_S // n, TELEGRAM_RATE_WINDOW_S
-    return 1, TELEGRAM_RATE_WINDOW_S * n / BOT_MESSAGES_PER_S
+    fleet = BOT_MESSAGES_PER_S * TELEGRAM_SEND_SHARE
+    return max(1.0, fleet / n), fleet / n
 
 
-class SendLog:
-    """At most `count` sends in any `window_s` seconds: a sliding log of send times (the caller passes the time)."""
+class SendBucket:
+    """A leaky bucket of sends (the caller passes the time): each send pours in one, `rate` a second leak out, and a
+    send fits while the bucket holds at most `burst` - 1, so any t seconds see at most burst + rate·t sends."""
 
-    def __init__(self, count: int, window_s: float) -> None:
-        """An empty log allowing `count` sends per `window_s`."""
-        self.count, self.window_s = count, window_s
-        self._times: deque[float] = deque()
+    SLACK = 1e-9  # float rounding: a bucket this close to holding one more send holds it
 
-    def resize(self, count: int, window_s: float) -> None:
-        """Allow `count` sends per `window_s` from now on (sends already made keep counting)."""
-        self.count, self.window_s = max(1, count), window_s
+    def __init__(self, burst: float, rate: float) -> None:
+        """An empty bucket letting `burst` sends out at once and `rate` a second after that."""
+        self.burst, self.rate = burst, rate
+        self._level = 0.0  # sends still in the bucket
+        self._at: float | None = None  # when the level was last brought up to date
+
+    def resize(self, burst: float, rate: float, now: float) -> None:
+        """Let `burst` out at once and `rate` a second from `now` on (sends already made stay in the bucket)."""
+        self._leak(now)
+        self.burst, self.rate = max(1.0, burst), rate
+
+    def _leak(self, now: float) -> None:
+        """Let out what leaked since the level was last brought up to date (nothing if the clock went back)."""
+        if self._at is not None and now > self._at:
+            self._level = max(0.0, self._level - (now - self._at) * self.rate)
+        self._at = now
 
     def free(self, now: float) -> int:
-        """How many sends are allowed at `now`."""
-        while self._times and self._times[0] <= now - self.window_s:
-            self._times.popleft()
-        return max(0, self.count - len(self._times))
+        """How many sends fit at `now`."""
+        self._leak(now)
+        return max(0, math.floor(self.burst - self._level + self.SLACK))
 
     def wait_s(self, now: float) -> float:
-        """Seconds from `now` until one more send is allowed (0: at once)."""
-        if self.free(now) > 0:
-            return 0.0
-        return self._times[len(self._times) - self.count] + self.window_s - now
+        """Seconds from `now` until one more send fits (0: at once)."""
+        self._leak(now)
+        over = self._level + 1 - self.burst
+        return over / self.rate if over > self.SLACK else 0.0
 
     def record(self, now: float) -> None:
         """A send was made at `now`."""
-        self._times.append(now)
+        self._leak(now)
+        self._level += 1
 
 
 class PatientRateLimiter(AIORateLimiter):
-    """This process's share of the bot's messages (`share`: 30 per second divided among the processes running the
-    bot, counted over a sliding window) and AIORateLimiter's 20 per minute per group; a 429 is waited out as often as
+    """This process's share of the bot's messages (`share`: a leaky bucket, 27 at once and 27 a second divided among
+    the processes running the bot) and AIORateLimiter's 20 per minute per group; a 429 is waited out as often as
     it takes within `max_wait_s` (PTB gives up after `max_retries`); best-effort calls bypass the share: they go out
     at once, are never retried, and are dropped while the bot is rate limited (by Telegram or by the share)."""
 
@@ -221,14 +231,14 @@ class PatientRateLimiter(AIORateLimiter):
         self.clock = clock
         self.limited_until = 0.0  # clock() before which Telegram asked us to send nothing
         self.processes = 1  # how many processes share the bot's messages (see share())
-        self.budget = SendLog(*fleet_share(1))
+        self.budget = SendBucket(*fleet_share(1))
         self._budget_turn = asyncio.Lock()  # requests take places in the budget first come, first served
         self._stopping = asyncio.Event()  # set on shutdown: waiting requests give up at once
 
     def share(self, processes: int) -> None:
         """From now on send this process's share of the bot's messages when `processes` processes run the bot."""
         self.processes = max(1, processes)
-        self.budget.resize(*fleet_share(self.processes))
+        self.budget.resize(*fleet_share(self.processes), self.clock())
 
     def stop_waiting(self) -> None:
         """Shutting down: requests waiting out a 429 give up now (and later ones do not wait)."""

@@ -1,7 +1,8 @@
-"""What a start loads (issue 35): `import bot.__main__` loads neither a platform's library nor the web server nor any
-optional subsystem, nor the openai SDK; a Telegram polling process, after start-up and a text turn, has not loaded the web server,
-Discord, MCP, the document and image readers or the web page reader; `bot serve` has loaded neither platform nor
-those readers; the SDK loads only when a model is configured. Each runs as a real `python -m bot` (the bench/cold_start.py figures are what this keeps)."""
+"""What a start loads (issue 35): `import bot.__main__` loads neither a platform's library nor the web server nor
+any optional subsystem, nor the openai SDK; a Telegram polling process, after start-up and a text turn, has not
+loaded the web server, Discord, MCP, the document and image readers or the web page reader; `bot serve` has loaded
+neither platform nor those readers; the SDK loads only when a model is configured. Each runs as a real
+`python -m bot` (the bench/cold_start.py figures are what this keeps)."""
 
 from __future__ import annotations
 

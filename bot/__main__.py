@@ -103,8 +103,7 @@ def given_settings(args: argparse.Namespace) -> dict[str, object]:
 
 def terminal_chat(args: argparse.Namespace, settings: Settings) -> bool:
     """Whether this start opens the terminal chat: `bot` (or `bot run`) with no platform token."""
-    no_platform = settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None
-    return args.command in (None, "run") and no_platform
+    return args.command in (None, "run") and not settings.platforms_configured
 
 
 def on_this_machine(args: argparse.Namespace, settings: Settings) -> bool:

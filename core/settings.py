@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 Provider = Literal["openai", "anthropic", "gemini", "groq", "openrouter", "ollama", "lmstudio", "none"]
 PROVIDER_NAMES: tuple[Provider, ...] = get_args(Provider)
 SearchProvider = Literal["searxng", "brave", "tavily", "duckduckgo", "none"]
-PLATFORMS = ("telegram", "discord", "console")
+PLATFORMS = ("telegram", "discord", "slack", "console")
 SECRET_TYPES = (SecretStr, SecretStr | None)  # fields whose value an error line never repeats
 
 
@@ -173,6 +173,10 @@ class Settings(BaseSettings):
     DISCORD_CHANNELS: str = ""  # channel ids where every message is a turn (no mention needed)
     DISCORD_SHARD_COUNT: int | None = Field(default=None, ge=1)  # gateway shards of the whole bot; unset: unsharded
     DISCORD_SHARD_IDS: str = ""  # the shards this process runs, e.g. 0,1 or 0-3; empty: all of them
+    SLACK_BOT_TOKEN: SecretStr | None = None  # xoxb-…: the bot's Web API token
+    SLACK_APP_TOKEN: SecretStr | None = None  # xapp-…: Socket Mode (no public URL); unset: the HTTP Events API
+    SLACK_SIGNING_SECRET: SecretStr | None = None  # the HTTP Events API's signing secret (requests on PORT)
+    SLACK_API_BASE_URL: str | None = None  # the Web API's base URL (tests point it at a fake)
     ADMINS: str = ""
     ALLOWED_USERS: str = ""
     DEFAULT_TIMEZONE: str = "UTC"
@@ -371,6 +375,22 @@ class Settings(BaseSettings):
             raise ValueError(f"must be a whole number of tokens such as 200000 (got {v.strip()!r}; empty: no cap)")
         return int(digits)
 
+    @field_validator("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN")
+    @classmethod
+    def _check_slack_token(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        """A Slack bot token starts with xoxb-, an app-level token with xapp-."""
+        prefix = "xoxb-" if info.field_name == "SLACK_BOT_TOKEN" else "xapp-"
+        if v is not None and not v.get_secret_value().strip().startswith(prefix):
+            raise ValueError(f"must be a Slack token starting with {prefix}")
+        return v
+
+    @model_validator(mode="after")
+    def _check_slack_mode(self) -> Settings:
+        """A Slack bot needs a way to hear Slack: Socket Mode's app token or the Events API's signing secret."""
+        if self.SLACK_BOT_TOKEN is not None and self.SLACK_APP_TOKEN is None and self.SLACK_SIGNING_SECRET is None:
+            raise ValueError("SLACK_BOT_TOKEN needs SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (Events API)")
+        return self
+
     @field_validator("TELEGRAM_WEBHOOK_SECRET")
     @classmethod
     def _check_webhook_secret(cls, v: SecretStr | None) -> SecretStr | None:
@@ -378,6 +398,11 @@ class Settings(BaseSettings):
         if v is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", v.get_secret_value()):
             raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and - (Telegram's secret_token)")
         return v
+
+    @property
+    def platforms_configured(self) -> bool:
+        """Whether a chat platform's token is set (else a plain start opens the terminal chat)."""
+        return any(t is not None for t in (self.TELEGRAM_BOT_TOKEN, self.DISCORD_BOT_TOKEN, self.SLACK_BOT_TOKEN))
 
     @property
     def model_off(self) -> bool:
@@ -451,6 +476,9 @@ class Settings(BaseSettings):
             self.LLM_API_KEY,
             self.TELEGRAM_BOT_TOKEN,
             self.DISCORD_BOT_TOKEN,
+            self.SLACK_BOT_TOKEN,
+            self.SLACK_APP_TOKEN,
+            self.SLACK_SIGNING_SECRET,
             self.METRICS_TOKEN,
             self.TRANSCRIPTION_API_KEY,
             self.BRAVE_API_KEY,

@@ -1,7 +1,8 @@
 """What a start loads (issue 35): `import bot.__main__` loads neither a platform's library nor the web server nor any
-optional subsystem, nor the openai SDK; a Telegram polling process, after start-up and a text turn, has not loaded the web server,
-Discord, MCP, the document and image readers or the web page reader; `bot serve` has loaded neither platform nor
-those readers; the SDK loads only when a model is configured. Each runs as a real `python -m bot` (the bench/cold_start.py figures are what this keeps)."""
+optional subsystem, nor the openai SDK; a Telegram polling process, after start-up and a text turn, has not loaded the
+web server, Discord, Slack, MCP, the document and image readers or the web page reader; `bot serve` has loaded neither
+platform nor those readers; the SDK loads only when a model is configured. Each runs as a real `python -m bot` (the
+bench/cold_start.py figures are what this keeps)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ START_TIMEOUT_S = 60.0
 # loaded only by the first file, image, MCP server, page read, web search or capability that needs them
 OPTIONAL = {"pypdf", "docx", "PIL", "charset_normalizer", "mcp", "trafilatura", "lxml", "ddgs", "jsonschema"}
 WEB_SERVER = {"fastapi", "uvicorn", "starlette"}
-PLATFORMS = {"telegram", "discord"}
+PLATFORMS = {"telegram", "discord", "slack_sdk"}
 # the child: `python -m bot` as usual, plus a thread that prints the packages loaded when a line arrives on stdin
 PROBE = """
 import json, os, sys, threading
@@ -120,7 +121,7 @@ async def test_a_polling_process_after_a_turn_has_loaded_no_web_server_discord_o
 
     loaded = await loaded_after([], env, ready, turn)
     assert "telegram" in loaded and ("openai" in loaded) is model  # the SDK only when a model is configured
-    assert loaded & (OPTIONAL | WEB_SERVER | {"discord"}) == set()
+    assert loaded & (OPTIONAL | WEB_SERVER | {"discord", "slack_sdk"}) == set()
 
 
 async def test_bot_serve_has_loaded_neither_platform_nor_an_optional_part(

@@ -40,7 +40,8 @@ async def run_bot(
             answer, answered = await console.ask_once(core, ask_text, fresh=not ask_continue)
             print(answer)
             return core.exit_code if core.exit_code is not None else 0 if answered else 1
-        if not settings.platforms_configured:
+        tokens = (settings.TELEGRAM_BOT_TOKEN, settings.DISCORD_BOT_TOKEN, settings.SLACK_BOT_TOKEN)
+        if all(token is None for token in tokens):
             return await run_console(core)
         return await run_platforms(settings, core)
 

@@ -375,22 +375,6 @@ class Settings(BaseSettings):
             raise ValueError(f"must be a whole number of tokens such as 200000 (got {v.strip()!r}; empty: no cap)")
         return int(digits)
 
-    @field_validator("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN")
-    @classmethod
-    def _check_slack_token(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
-        """A Slack bot token starts with xoxb-, an app-level token with xapp-."""
-        prefix = "xoxb-" if info.field_name == "SLACK_BOT_TOKEN" else "xapp-"
-        if v is not None and not v.get_secret_value().strip().startswith(prefix):
-            raise ValueError(f"must be a Slack token starting with {prefix}")
-        return v
-
-    @model_validator(mode="after")
-    def _check_slack_mode(self) -> Settings:
-        """A Slack bot needs a way to hear Slack: Socket Mode's app token or the Events API's signing secret."""
-        if self.SLACK_BOT_TOKEN is not None and self.SLACK_APP_TOKEN is None and self.SLACK_SIGNING_SECRET is None:
-            raise ValueError("SLACK_BOT_TOKEN needs SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (Events API)")
-        return self
-
     @field_validator("TELEGRAM_WEBHOOK_SECRET")
     @classmethod
     def _check_webhook_secret(cls, v: SecretStr | None) -> SecretStr | None:
@@ -398,11 +382,6 @@ class Settings(BaseSettings):
         if v is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", v.get_secret_value()):
             raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and - (Telegram's secret_token)")
         return v
-
-    @property
-    def platforms_configured(self) -> bool:
-        """Whether a chat platform's token is set (else a plain start opens the terminal chat)."""
-        return any(t is not None for t in (self.TELEGRAM_BOT_TOKEN, self.DISCORD_BOT_TOKEN, self.SLACK_BOT_TOKEN))
 
     @property
     def model_off(self) -> bool:
@@ -475,10 +454,7 @@ class Settings(BaseSettings):
             self.DATABASE_URL,
             self.LLM_API_KEY,
             self.TELEGRAM_BOT_TOKEN,
-            self.DISCORD_BOT_TOKEN,
-            self.SLACK_BOT_TOKEN,
-            self.SLACK_APP_TOKEN,
-            self.SLACK_SIGNING_SECRET,
+            *(self.DISCORD_BOT_TOKEN, self.SLACK_BOT_TOKEN, self.SLACK_APP_TOKEN, self.SLACK_SIGNING_SECRET),
             self.METRICS_TOKEN,
             self.TRANSCRIPTION_API_KEY,
             self.BRAVE_API_KEY,

@@ -309,7 +309,8 @@ class SlackAdapter:
         inc = stored.incoming
         if stored.files:
             inc = replace(inc, uploads=tuple(lazy(self.token, f) for f in stored.files))
-        reply = ThreadReply(self.web, stored.channel, stored.thread_ts, self._spoke)
+        budget = self.settings.AGENT_TOTAL_TIMEOUT  # as Telegram's: an answer arrives late rather than never
+        reply = ThreadReply(self.web, stored.channel, stored.thread_ts, self._spoke, budget)
         with self._tracked():
             try:
                 await self.core.answer(inc, reply, delivery=delivery)
@@ -319,8 +320,6 @@ class SlackAdapter:
                         async with asyncio.timeout(SLACK_CUT_NOTE_S):
                             await post_parts(self.web, stored.channel, [CUT_SHORT], thread_ts=stored.thread_ts)
                 raise
-            except SlackApiError:
-                raise  # a rate limit past its budget, Slack away: the inbox takes the message again later
             except Exception:
                 log.exception("a Slack answer failed")
                 with contextlib.suppress(Exception):

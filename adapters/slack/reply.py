@@ -21,10 +21,17 @@ class ThreadReply(QuietReply):
     """Answers a stored message in its channel's thread (or its DM), telling `posted` where the bot spoke."""
 
     def __init__(
-        self, web: AsyncWebClient, channel: str, thread_ts: str | None, posted: Callable[[str, str], None]
+        self,
+        web: AsyncWebClient,
+        channel: str,
+        thread_ts: str | None,
+        posted: Callable[[str, str], None],
+        budget: float,
     ) -> None:
-        """Answer in `channel`, in the thread `thread_ts` (None: a DM's top level)."""
+        """Answer in `channel`, in the thread `thread_ts` (None: a DM's top level), waiting out 429s for at most
+        `budget` seconds a message."""
         self.web, self.channel, self.thread_ts, self.posted = web, channel, thread_ts, posted
+        self.budget = budget
 
     async def answer(self, answer: Assistant) -> AsyncIterator[int]:
         """The parts Slack does not have yet, yielding as each is accepted; the activity line, Show steps and an
@@ -40,11 +47,12 @@ class ThreadReply(QuietReply):
             last = i == len(parts) - 1
             blocks = message_blocks(parts[i], line=line if last else "", buttons=buttons if last else ())
             fallback = f"{parts[i]}\n{line}" if last and line else parts[i]
-            await post(self.web, self.channel, fallback, blocks, thread_ts=self.thread_ts)
+            await post(self.web, self.channel, fallback, blocks, thread_ts=self.thread_ts, budget=self.budget)
             if self.thread_ts:
                 self.posted(self.channel, self.thread_ts)
             yield i + 1
 
     async def error(self, error: Error) -> None:
         """One line (split when long)."""
-        await post_parts(self.web, self.channel, render_parts(error.message), thread_ts=self.thread_ts)
+        parts = render_parts(error.message)
+        await post_parts(self.web, self.channel, parts, thread_ts=self.thread_ts, budget=self.budget)

@@ -1,5 +1,6 @@
-"""Sending to Slack: every Web API call waits out a 429's Retry-After within a budget (then raises, and the inbox or
-the reminder engine tries again later: nothing is lost, and parts already accepted are not sent again); messages
+"""Sending to Slack: every Web API call waits out a 429's Retry-After as often as it takes within a budget (an
+answer's: AGENT_TOTAL_TIMEOUT, so it arrives late rather than never; a reminder's send past it fails and the reminder
+engine tries again later, without the parts Slack already has); messages
 with blocks (text, the activity line, buttons); answers to slash commands and presses through their response_url."""
 
 from __future__ import annotations
@@ -82,20 +83,34 @@ def message_blocks(text: str, *, line: str = "", buttons: Sequence[dict[str, Any
 
 
 async def post(
-    web: AsyncWebClient, channel: str, text: str, blocks: Blocks, *, thread_ts: str | None = None
+    web: AsyncWebClient,
+    channel: str,
+    text: str,
+    blocks: Blocks,
+    *,
+    thread_ts: str | None = None,
+    budget: float = SLACK_RATE_BUDGET_S,
 ) -> dict[str, Any]:
-    """chat.postMessage (rate limits waited out); the message Slack kept."""
+    """chat.postMessage (429s waited out within `budget` seconds); the message Slack kept."""
     extra: dict[str, Any] = {"thread_ts": thread_ts} if thread_ts else {}
     response = await patiently(
-        lambda: web.chat_postMessage(channel=channel, text=text, blocks=blocks, unfurl_links=False, **extra)
+        lambda: web.chat_postMessage(channel=channel, text=text, blocks=blocks, unfurl_links=False, **extra),
+        budget=budget,
     )
     return dict(response.data) if isinstance(response.data, dict) else {}
 
 
-async def post_parts(web: AsyncWebClient, channel: str, parts: Sequence[str], *, thread_ts: str | None = None) -> None:
+async def post_parts(
+    web: AsyncWebClient,
+    channel: str,
+    parts: Sequence[str],
+    *,
+    thread_ts: str | None = None,
+    budget: float = SLACK_RATE_BUDGET_S,
+) -> None:
     """Plain parts, one message each."""
     for part in parts:
-        await post(web, channel, part, [section(part)], thread_ts=thread_ts)
+        await post(web, channel, part, [section(part)], thread_ts=thread_ts, budget=budget)
 
 
 async def respond(url: str, text: str, blocks: Blocks | None = None, *, ephemeral: bool, replace: bool = False) -> None:

@@ -1,0 +1,206 @@
+"""What only Slack has, beyond the kit: a message is acked only once stored; a process killed mid-turn leaves it to
+another that answers once; a 429 storm loses nothing; the HTTP Events API checks signatures and stores a retry
+once; threads the bot spoke in are found again by another process; the settings are checked before start."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack import config_problem
+from adapters.slack.adapter import EVENTS_PATH, SlackAdapter
+from adapters.slack.send import patiently
+from bot.web import WebServer
+from core.front_door import Core
+from core.inbox import Pace
+from core.settings import load_settings
+from core.storage.db import Pool
+from tests.conftest import MakeCore
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.fake_slack import BOT_USER, GROUP, FakeSlack
+from tests.helpers import WAIT_S
+from tests.mcp_servers import free_port
+from tests.test_inbox import Hold, die, echo
+
+ALICE, BOB = "U0ALICE1", "U0BOB001"
+
+
+@dataclass
+class Proc:
+    """One bot process: a core (with its inbox) and its Slack adapter."""
+
+    core: Core
+    adapter: SlackAdapter
+
+
+StartProc = Callable[..., Awaitable[Proc]]
+
+
+@pytest.fixture
+async def sl() -> AsyncIterator[FakeSlack]:
+    """A fake Slack with Alice and Bob."""
+    async with FakeSlack() as fake:
+        fake.person(ALICE, "Alice")
+        fake.person(BOB, "Bob")
+        yield fake
+
+
+@pytest.fixture
+async def start_proc(sl: FakeSlack, make_core: MakeCore) -> AsyncIterator[StartProc]:
+    """Start Socket Mode processes on one database and one fake Slack (stopped at the end); or, with `http`, Events
+    API processes behind the bot's web server."""
+    async with AsyncExitStack() as stack:
+
+        async def start(lease_s: float = 30.0, *, http: bool = False) -> Proc:
+            mode = {"SLACK_SIGNING_SECRET": sl.signing_secret} if http else {"SLACK_APP_TOKEN": sl.app_token}
+            core = make_core(
+                SLACK_BOT_TOKEN=sl.token,
+                SLACK_API_BASE_URL=sl.api_base,
+                inbox_pace=Pace(lease_s=lease_s, poll_s=0.05),
+                **mode,
+            )
+            adapter = SlackAdapter(core, core.settings)
+            if http:
+                port = free_port()
+                web = WebServer(core, ["slack"], port, host="127.0.0.1")
+                assert adapter.webhook_path == EVENTS_PATH
+                web.add_webhook(EVENTS_PATH, adapter.on_webhook)
+                await web.start()
+                stack.push_async_callback(web.stop)
+                sl.events_url = f"http://127.0.0.1:{port}{EVENTS_PATH}"
+            await adapter.start()
+            stack.push_async_callback(adapter.stop)
+            return Proc(core, adapter)
+
+        yield start
+
+
+def texts(sl: FakeSlack) -> list[str]:
+    """What the bot posted, in order."""
+    return [m["text"] for m in sl.sent]
+
+
+async def test_a_message_is_acked_only_once_it_is_stored(
+    start_proc: StartProc, sl: FakeSlack, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    fake_llm.default = hold = Hold()
+    await start_proc()
+    envelope = await sl.push("events_api", sl.post(ALICE, "hello", channel=sl.dm_of(ALICE)))
+    await sl.wait_for(lambda: envelope in sl.acks, WAIT_S, what="the ack")
+    assert await pool.fetchval("SELECT count(*) FROM inbox") == 1  # stored before Slack was told
+    await asyncio.wait_for(hold.asked.wait(), WAIT_S)
+    hold.release.set()
+    await sl.wait_for(lambda: len(sl.sent) == 1, WAIT_S, what="the answer")
+
+
+async def test_a_process_killed_mid_turn_leaves_the_message_to_another_that_answers_once(
+    start_proc: StartProc, sl: FakeSlack, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    fake_llm.default = hold = Hold()
+    first = await start_proc(lease_s=0.5)
+    await sl.push("events_api", sl.post(ALICE, f"<@{BOT_USER}> are you there?", channel=GROUP))
+    await asyncio.wait_for(hold.asked.wait(), WAIT_S)
+    await die(first)  # kill -9 mid-turn: the message stays in the inbox, its lease runs out
+    assert sl.sent == []
+    await start_proc(lease_s=0.5)  # never saw the message: takes it from the inbox
+    await sl.wait_for(lambda: len(sl.sent) == 1, WAIT_S, what="the answer of the second process")
+    hold.release.set()  # the first process's model call ends: nobody is there to send its answer
+    [answer] = sl.sent
+    assert answer["text"] == "re: Alice: are you there?" and answer["channel"] == GROUP
+    assert answer["thread_ts"] == sl.messages[0]["ts"]  # in the mention's thread
+    assert await pool.fetchval("SELECT attempts FROM inbox") == 2
+
+
+async def test_a_429_storm_delays_the_answer_and_loses_nothing(
+    start_proc: StartProc, sl: FakeSlack, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.script(Reply(text="first"), Reply(text="second"))
+    await start_proc()
+    sl.rate_limit["chat.postMessage"] = [0] * 6  # Retry-After: 0, six times in a row
+    await sl.push("events_api", sl.post(ALICE, "one", channel=sl.dm_of(ALICE)))
+    await sl.push("events_api", sl.post(ALICE, "two", channel=sl.dm_of(ALICE)))
+    await sl.wait_for(lambda: len(sl.sent) == 2, WAIT_S, what="both answers")
+    assert texts(sl) == ["first", "second"]
+    assert sum(1 for method, _ in sl.calls if method == "chat.postMessage") == 2 + 6
+
+
+async def test_a_wait_past_the_budget_gives_up_and_waits_within_it_otherwise(sl: FakeSlack) -> None:
+    web = AsyncWebClient(token=sl.token, base_url=sl.api_base, retry_handlers=[])
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    sl.rate_limit["auth.test"] = [3, 4]
+    assert (await patiently(web.auth_test, budget=10, sleep=sleep))["ok"]
+    assert slept == [3.0, 4.0]
+    sl.rate_limit["auth.test"] = [3, 8]
+    with pytest.raises(SlackApiError):
+        await patiently(web.auth_test, budget=10, sleep=sleep)
+    assert slept == [3.0, 4.0, 3.0]
+
+
+async def test_a_thread_the_bot_spoke_in_is_followed_also_by_a_process_that_did_not_see_it(
+    start_proc: StartProc, sl: FakeSlack, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.default = echo()
+    first = await start_proc()
+    await sl.push("events_api", sl.post(ALICE, f"<@{BOT_USER}> start", channel=GROUP))
+    await sl.wait_for(lambda: len(sl.sent) == 1, WAIT_S, what="the answer in the thread")
+    thread = sl.sent[0]["thread_ts"]
+    await first.adapter.stop()
+    await start_proc()  # knows nothing of the thread: asks conversations.replies
+    await sl.push("events_api", sl.post(BOB, "and me?", channel=GROUP, thread_ts=thread))
+    await sl.wait_for(lambda: len(sl.sent) == 2, WAIT_S, what="the answer to Bob in the thread")
+    assert sl.sent[1]["text"] == "re: Bob: and me?" and sl.sent[1]["thread_ts"] == thread
+    assert "conversations.replies" in [method for method, _ in sl.calls]
+    other = sl.post(BOB, "unrelated thread", channel=GROUP, thread_ts="1600000000.000100")
+    await sl.push("events_api", other)  # a thread without the bot: not answered
+    await sl.push("events_api", sl.post(ALICE, f"<@{BOT_USER}> last", channel=GROUP))
+    await sl.wait_for(lambda: len(sl.sent) == 3, WAIT_S, what="the answer to the last mention")
+    assert texts(sl)[2] == "re: Alice: last"
+
+
+async def test_the_events_api_checks_signatures_and_stores_a_retry_once(
+    start_proc: StartProc, sl: FakeSlack, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    fake_llm.default = echo()
+    await start_proc(http=True)
+    event = sl.post(ALICE, "over http", channel=sl.dm_of(ALICE))
+    assert await sl.deliver(event, headers={"X-Slack-Signature": "v0=" + "0" * 64}) == 401
+    old = sl.sign(json.dumps(event).encode(), int(time.time()) - 600)  # a replay, 10 minutes late
+    assert await sl.deliver(event, headers=old) == 401
+    assert await pool.fetchval("SELECT count(*) FROM inbox") == 0
+    assert await sl.deliver(event) == 200
+    assert await sl.deliver(event, retry=1) == 200  # Slack's retry: stored once
+    await sl.wait_for(lambda: len(sl.sent) == 1, WAIT_S, what="the answer")
+    assert texts(sl) == ["re: over http"] and await pool.fetchval("SELECT count(*) FROM inbox") == 1
+    assert await sl.deliver({"type": "url_verification", "challenge": "abc"}) == 200
+
+
+@pytest.mark.parametrize(
+    ("given", "line"),
+    [
+        ({"SLACK_BOT_TOKEN": "xoxp-user"}, "SLACK_BOT_TOKEN: does not look like the Bot User OAuth Token"),
+        ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xoxb-2"}, "SLACK_APP_TOKEN: does not look like"),
+        ({"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_BOT_TOKEN needs SLACK_APP_TOKEN (Socket Mode"),
+        ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s"}, None),
+        ({}, None),
+    ],
+)
+def test_the_settings_are_checked_before_start_in_one_line(
+    given: dict[str, Any], line: str | None, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    problem = config_problem(load_settings(**given))
+    assert (problem is None) if line is None else (problem is not None and problem.startswith(line))
+    assert problem is None or "xoxb-1" not in problem  # a token is never repeated

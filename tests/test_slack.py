@@ -29,7 +29,7 @@ from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_slack import BOT_USER, GROUP, FakeSlack
 from tests.helpers import WAIT_S
 from tests.mcp_servers import free_port
-from tests.test_inbox import Hold, die, echo
+from tests.test_inbox import Hold, echo
 
 ALICE, BOB = "U0ALICE1", "U0BOB001"
 
@@ -82,6 +82,18 @@ async def start_proc(sl: FakeSlack, make_core: MakeCore) -> AsyncIterator[StartP
             return Proc(core, adapter)
 
         yield start
+
+
+async def die(proc: Proc) -> None:
+    """The process dies (as with kill -9): its handlers stop where they are, its leases are neither renewed nor
+    handed back, and it sends nothing more."""
+    inbox = proc.core.inbox
+    dead = [lease.task for lease in inbox._leases.values()] + inbox._tasks
+    for task in dead:
+        task.cancel()
+    await asyncio.wait(dead)
+    inbox._leases.clear()
+    inbox._tasks = []
 
 
 def texts(sl: FakeSlack) -> list[str]:

@@ -216,3 +216,15 @@ def test_the_settings_are_checked_before_start_in_one_line(
     problem = config_problem(load_settings(**given))
     assert (problem is None) if line is None else (problem is not None and problem.startswith(line))
     assert problem is None or "xoxb-1" not in problem  # a token is never repeated
+
+
+async def test_the_home_tab_shows_the_persons_tasks(start_proc: StartProc, sl: FakeSlack) -> None:
+    await start_proc()
+    made = await sl.interact("slash_commands", sl.command(ALICE, sl.dm_of(ALICE), "/assistant", "remind 9:00 Buy milk"))
+    await sl.wait_answered(made, WAIT_S)
+    opened = {"type": "app_home_opened", "user": ALICE, "channel": sl.dm_of(ALICE), "tab": "home"}
+    await sl.push("events_api", sl.event(opened))
+    await sl.wait_for(lambda: ALICE in sl.views, WAIT_S, what="the Home tab")
+    shown = json.dumps(sl.views[ALICE])
+    assert sl.views[ALICE]["type"] == "home" and "Buy milk" in shown
+    assert sl.sent == []  # nothing posted into a chat

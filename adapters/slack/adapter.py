@@ -31,6 +31,7 @@ from adapters.slack.constants import (
     SLACK_UPLOAD_BYTES,
 )
 from adapters.slack.files import lazy
+from adapters.slack.home import publish_home
 from adapters.slack.incoming import StoredMessage, clean_text, from_a_person, is_dm, mentions, received
 from adapters.slack.limits import SLACK_TEXT_LIMIT
 from adapters.slack.reply import ThreadReply
@@ -206,15 +207,29 @@ class SlackAdapter:
             return PlainTextResponse("")
         form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
         kind, data = ("interactive", json.loads(form["payload"])) if "payload" in form else ("slash_commands", form)
-        task = asyncio.create_task(self.on_interaction(kind, data))
+        self._spawn(self.on_interaction(kind, data))
+        return PlainTextResponse("")
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run work after the answer to Slack, as running work for stop(); a failure is logged."""
+
+        async def run() -> None:
+            try:
+                await work
+            except Exception:
+                log.exception("Slack work after the ack failed")
+
+        task = asyncio.create_task(run())
         self._work.add(task)
         task.add_done_callback(self._work.discard)
-        return PlainTextResponse("")
 
     async def on_event(self, payload: dict[str, Any]) -> None:
         """An event_callback: a person's message for the bot stored in the inbox (raises when it cannot be: Slack is
         then not told, and sends it again); what needs no turn (a refusal) is answered here."""
         event = payload.get("event") or {}
+        if event.get("type") == "app_home_opened" and event.get("tab") == "home" and not self._stopping:
+            self._spawn(publish_home(self.core, self.web, self.team, event))  # no turn: not stored
+            return
         if not from_a_person(event, self.bot_user) or not await self._addressed(event):
             return
         name = await self._name(str(event["user"]))

@@ -20,6 +20,7 @@ from adapters.slack import config_problem
 from adapters.slack.adapter import EVENTS_PATH, SlackAdapter
 from adapters.slack.send import patiently
 from bot.web import WebServer
+from core import StartupError
 from core.front_door import Core
 from core.inbox import Pace
 from core.settings import load_settings
@@ -228,3 +229,23 @@ async def test_the_home_tab_shows_the_persons_tasks(start_proc: StartProc, sl: F
     shown = json.dumps(sl.views[ALICE])
     assert sl.views[ALICE]["type"] == "home" and "Buy milk" in shown
     assert sl.sent == []  # nothing posted into a chat
+
+
+@pytest.mark.parametrize(
+    ("token", "line"),
+    [
+        ("SLACK_BOT_TOKEN", "SLACK_BOT_TOKEN was refused by Slack (invalid_auth)"),
+        ("SLACK_APP_TOKEN", "SLACK_APP_TOKEN could not open Socket Mode (invalid_auth)"),
+    ],
+)
+async def test_a_refused_token_is_a_one_line_start_error(
+    sl: FakeSlack, make_core: MakeCore, token: str, line: str
+) -> None:
+    given = {"SLACK_BOT_TOKEN": sl.token, "SLACK_APP_TOKEN": sl.app_token, token: f"{sl.token[:5]}wrong"}
+    given["SLACK_APP_TOKEN"] = given["SLACK_APP_TOKEN"].replace("xoxb-", "xapp-")
+    core = make_core(SLACK_API_BASE_URL=sl.api_base, **given)
+    adapter = SlackAdapter(core, core.settings)
+    with pytest.raises(StartupError) as failed:
+        await adapter.start()
+    assert str(failed.value) == line and "wrong" not in str(failed.value)
+    assert adapter.web.session is not None and adapter.web.session.closed

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
+import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
@@ -24,6 +25,7 @@ from adapters.base import Limits
 from adapters.slack import buttons, commands
 from adapters.slack.buttons import reminder_buttons
 from adapters.slack.constants import (
+    SLACK_CONNECT_TIMEOUT_S,
     SLACK_BUTTON_LABEL,
     SLACK_CUT_NOTE_S,
     SLACK_NAMES_KEPT,
@@ -36,7 +38,17 @@ from adapters.slack.incoming import StoredMessage, clean_text, from_a_person, is
 from adapters.slack.limits import SLACK_TEXT_LIMIT
 from adapters.slack.reply import ThreadReply
 from adapters.slack.send import deliver_reminder, note, patiently, post_parts
-from core import CUT_SHORT, FAILED, RESTARTING, Core, Delivery, ReminderMessage, Settings, StartupError
+from core import (
+    CUT_SHORT,
+    EXIT_UNREACHABLE,
+    FAILED,
+    RESTARTING,
+    Core,
+    Delivery,
+    ReminderMessage,
+    Settings,
+    StartupError,
+)
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -96,12 +108,14 @@ class SlackAdapter:
         """Check the token (auth.test), serve the stored messages, then open Socket Mode (when an app token is set);
         a failure is one StartupError line."""
         self._stopping = self._cutting = False
+        self.web.session = aiohttp.ClientSession()  # one connection pool for every Web API call (else one per call)
         try:
             auth = await self.web.auth_test()
-        except SlackApiError as e:
-            raise StartupError(f"SLACK_BOT_TOKEN was refused by Slack ({e.response.get('error')})") from None
-        except OSError as e:
-            raise StartupError(f"cannot reach Slack at {self.base_url} ({e})") from None
+        except (SlackApiError, OSError) as e:
+            await self.web.session.close()
+            if isinstance(e, SlackApiError):
+                raise StartupError(f"SLACK_BOT_TOKEN was refused by Slack ({e.response.get('error')})") from None
+            raise StartupError(f"cannot reach Slack at {self.base_url} ({e})", exit_code=EXIT_UNREACHABLE) from None
         self.team, self.bot_user = str(auth["team_id"]), str(auth["user_id"])
         self.core.serve(self.source, StoredMessage.from_payload, self._on_stored)
         if self.app_token is not None:
@@ -109,20 +123,30 @@ class SlackAdapter:
                 await self._open_socket(self.app_token)
             except BaseException:
                 self.core.unserve(self.source)
+                await self.web.session.close()
                 raise
         self.core.report_state(self.platform, f"team {self.team} ({'Socket Mode' if self.socket else 'Events API'})")
 
     async def _open_socket(self, app_token: str) -> None:
         """Socket Mode: a wss URL from apps.connections.open (a refused token is a StartupError), then connect."""
-        client = SocketModeClient(app_token, web_client=AsyncWebClient(base_url=self.base_url), logger=log)
-        client.socket_mode_request_listeners.append(self._on_request)
+        opener = AsyncWebClient(base_url=self.base_url, session=self.web.session)
         try:
-            client.wss_uri = await client.issue_new_wss_url()
+            opened = await patiently(lambda: opener.apps_connections_open(app_token=app_token))
         except (SlackApiError, OSError) as e:
-            await client.close()  # type: ignore[no-untyped-call]
             detail = e.response.get("error") if isinstance(e, SlackApiError) else e
             raise StartupError(f"SLACK_APP_TOKEN could not open Socket Mode ({detail})") from None
-        await client.connect()  # type: ignore[no-untyped-call]
+        client = SocketModeClient(app_token, web_client=AsyncWebClient(base_url=self.base_url), logger=log)
+        client.socket_mode_request_listeners.append(self._on_request)
+        client.wss_uri = str(opened["url"])
+        try:
+            async with asyncio.timeout(SLACK_CONNECT_TIMEOUT_S):  # slack_sdk would try again forever
+                await client.connect()  # type: ignore[no-untyped-call]
+        except BaseException as e:
+            await client.close()  # type: ignore[no-untyped-call]
+            if isinstance(e, TimeoutError):
+                why = f"Socket Mode's websocket did not open within {SLACK_CONNECT_TIMEOUT_S:g} s"
+                raise StartupError(why, exit_code=EXIT_UNREACHABLE) from None
+            raise
         self.socket = client
 
     async def stop(self) -> None:
@@ -136,6 +160,8 @@ class SlackAdapter:
         if self.socket is not None:
             await self.socket.close()  # type: ignore[no-untyped-call]
             self.socket = None
+        if self.web.session is not None:
+            await self.web.session.close()
         self.core.report_state(self.platform, None)
 
     async def _drain(self) -> None:

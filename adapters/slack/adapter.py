@@ -25,8 +25,8 @@ from adapters.base import Limits
 from adapters.slack import buttons, commands
 from adapters.slack.buttons import reminder_buttons
 from adapters.slack.constants import (
-    SLACK_CONNECT_TIMEOUT_S,
     SLACK_BUTTON_LABEL,
+    SLACK_CONNECT_TIMEOUT_S,
     SLACK_CUT_NOTE_S,
     SLACK_NAMES_KEPT,
     SLACK_THREADS_KEPT,

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import web
@@ -253,6 +254,21 @@ class FakeSlack(LoopbackServer):
         if self._http is None:
             self._http = aiohttp.ClientSession()
         async with self._http.post(self.events_url, data=body, headers=sent) as resp:
+            await resp.read()
+            self.event_answers.append(resp.status)
+            return resp.status
+
+    async def deliver_form(self, kind: str, payload: dict[str, Any]) -> int:
+        """Post a slash command (its fields) or a press (`payload=` JSON) to the bot's endpoint, signed; the status."""
+        assert self.events_url is not None, "no Events API endpoint set"
+        fields = {"payload": json.dumps(payload)} if kind == "interactive" else payload
+        body = urlencode(fields).encode()
+        it = Interaction(f"http-{next(self._ids)}", payload, acked=True)
+        self.interactions[it.envelope_id] = it
+        headers = {"Content-Type": "application/x-www-form-urlencoded", **self.sign(body)}
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        async with self._http.post(self.events_url, data=body, headers=headers) as resp:
             await resp.read()
             self.event_answers.append(resp.status)
             return resp.status

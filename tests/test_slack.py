@@ -249,3 +249,14 @@ async def test_a_refused_token_is_a_one_line_start_error(
         await adapter.start()
     assert str(failed.value) == line and "wrong" not in str(failed.value)
     assert adapter.web.session is not None and adapter.web.session.closed
+
+
+async def test_over_http_a_slash_command_is_answered_through_its_response_url(
+    start_proc: StartProc, sl: FakeSlack
+) -> None:
+    await start_proc(http=True)
+    command = sl.command(ALICE, GROUP, "/assistant", "tasks")
+    assert await sl.deliver_form("slash_commands", command) == 200
+    [it] = [i for i in sl.interactions.values() if i.payload is command]
+    await sl.wait_answered(it, WAIT_S)
+    assert it.responses[0]["response_type"] == "ephemeral"  # a personal command in a channel: only to its person

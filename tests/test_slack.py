@@ -18,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack import config_problem
 from adapters.slack.adapter import EVENTS_PATH, SlackAdapter
+from adapters.slack.commands import on_slack
 from adapters.slack.send import patiently
 from bot.web import WebServer
 from core import StartupError
@@ -260,3 +261,10 @@ async def test_over_http_a_slash_command_is_answered_through_its_response_url(
     [it] = [i for i in sl.interactions.values() if i.payload is command]
     await sl.wait_answered(it, WAIT_S)
     assert it.responses[0]["response_type"] == "ephemeral"  # a personal command in a channel: only to its person
+
+
+def test_command_answers_name_the_commands_as_slack_runs_them() -> None:
+    said = on_slack("Send /tasks or /remind tomorrow 9:00 milk; see https://example.org/help and /tasksx.")
+    assert said == (
+        "Send /assistant tasks or /assistant remind tomorrow 9:00 milk; see https://example.org/help and /tasksx."
+    )

@@ -7,11 +7,13 @@ the channel; /export's file goes into the person's DM."""
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.buttons import answer_buttons
+from adapters.slack.constants import COMMAND
 from adapters.slack.incoming import command_incoming
 from adapters.slack.render import render_parts
 from adapters.slack.send import message_blocks, note, patiently, respond
@@ -21,6 +23,12 @@ log = logging.getLogger(__name__)
 
 HELP = "help"
 BY_NAME = {name: c for c in COMMANDS for name in (c.name, *c.aliases)}
+NAMED = re.compile(r"(?<![\w/<])/(" + "|".join(sorted(BY_NAME, key=len, reverse=True)) + r")\b")
+
+
+def on_slack(text: str) -> str:
+    """A command answer's `/tasks`, `/remind …` as Slack runs them: `/assistant tasks`, `/assistant remind …`."""
+    return NAMED.sub(lambda m: f"{COMMAND} {m.group(1)}", text)
 
 
 def parse(text: str) -> tuple[str, str]:
@@ -37,15 +45,15 @@ async def run(core: Core, web: AsyncWebClient, team: str, payload: dict[str, Any
     command = BY_NAME.get(name)
     answer = await core.command(inc, command.name if command else name, rest, must_answer=True)
     if answer is None or isinstance(answer, Error):
-        await note(url, answer.message if isinstance(answer, Error) else core.refusal_text(inc))
+        await note(url, on_slack(answer.message) if isinstance(answer, Error) else core.refusal_text(inc))
         return
     if isinstance(answer, FileAnswer):
         await send_file(web, str(payload.get("user_id")), answer)
-        await note(url, "\n".join(render_parts(answer.text)))
+        await note(url, "\n".join(render_parts(on_slack(answer.text))))
         return
     private = command is None or command.private
     text, buttons = (answer, []) if isinstance(answer, str) else (answer.text, answer_buttons(answer.rows))
-    parts = render_parts(text)
+    parts = render_parts(on_slack(text))
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         await respond(url, part, message_blocks(part, buttons=buttons if last else ()), ephemeral=private)

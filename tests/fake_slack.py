@@ -165,6 +165,9 @@ class FakeSlack(LoopbackServer):
         msg: dict[str, Any] = {"type": "message", "user": user, "text": text, "ts": self.next_ts(), "channel": channel}
         if thread_ts:
             msg["thread_ts"] = thread_ts
+            root = next((m for m in self.messages if m["channel"] == channel and m["ts"] == thread_ts), None)
+            if root is not None:
+                msg["parent_user_id"] = root["user"]
         if files:
             msg["files"] = files
         self.messages.append(msg)

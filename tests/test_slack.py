@@ -268,3 +268,15 @@ def test_command_answers_name_the_commands_as_slack_runs_them() -> None:
     assert said == (
         "Send /assistant tasks or /assistant remind tomorrow 9:00 milk; see https://example.org/help and /tasksx."
     )
+
+
+async def test_a_reply_under_the_bots_own_message_is_answered_without_asking_slack(
+    start_proc: StartProc, sl: FakeSlack, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.default = echo()
+    proc = await start_proc()
+    posted = await proc.adapter.web.chat_postMessage(channel=GROUP, text="⏰ Call mum")  # e.g. a reminder
+    await sl.push("events_api", sl.post(ALICE, "done already", channel=GROUP, thread_ts=posted["ts"]))
+    await sl.wait_for(lambda: len(sl.sent) == 2, WAIT_S, what="the answer in the reminder's thread")
+    assert sl.sent[1]["text"] == "re: Alice: done already" and sl.sent[1]["thread_ts"] == posted["ts"]
+    assert "conversations.replies" not in [method for method, _ in sl.calls]

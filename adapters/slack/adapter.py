@@ -36,6 +36,7 @@ from adapters.slack.files import lazy
 from adapters.slack.home import publish_home
 from adapters.slack.incoming import StoredMessage, clean_text, from_a_person, is_dm, mentions, received
 from adapters.slack.limits import SLACK_TEXT_LIMIT
+from adapters.slack.render import render_parts
 from adapters.slack.reply import ThreadReply
 from adapters.slack.send import deliver_reminder, note, patiently, post_parts
 from core import (
@@ -268,7 +269,7 @@ class SlackAdapter:
         elif not self.core.is_allowed(inc):
             refusal = await self.core.refusal(inc)
             if refusal is not None:
-                await post_parts(self.web, stored.channel, [refusal.message], thread_ts=stored.thread_ts)
+                await post_parts(self.web, stored.channel, render_parts(refusal.message), thread_ts=stored.thread_ts)
         elif inc.text or stored.files:
             await self.core.receive(self.source, stored.update_id, inc.chat_key, stored.payload(), stored)
 
@@ -277,6 +278,8 @@ class SlackAdapter:
         if is_dm(event) or mentions(event, self.bot_user):
             return True
         thread = event.get("thread_ts")
+        if event.get("parent_user_id") == self.bot_user:  # a thread under the bot's own message
+            return True
         return bool(thread) and await self._in_thread(str(event["channel"]), str(thread))
 
     async def _in_thread(self, channel: str, thread_ts: str) -> bool:

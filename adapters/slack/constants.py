@@ -1,6 +1,7 @@
 """The Slack adapter's own numbers (the text limit is in limits.py, with the renderer)."""
 
 SLACK_UPLOAD_BYTES = 1_000_000_000  # files.upload v2 takes files up to 1 GB
+SLACK_SECTION_CHARS = 3000  # a section block's text at most (a longer part goes into several sections)
 SLACK_BUTTON_LABEL = 75  # a button's text at most
 SLACK_MAX_DOWNLOAD_BYTES = 50_000_000  # a file people share that the bot fetches, at most
 SLACK_DOWNLOAD_TIMEOUT_S = 60.0  # fetching one shared file

@@ -14,7 +14,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from adapters.slack.constants import SLACK_RATE_BUDGET_S, SLACK_RETRY_AFTER_DEFAULT_S
+from adapters.slack.constants import SLACK_RATE_BUDGET_S, SLACK_RETRY_AFTER_DEFAULT_S, SLACK_SECTION_CHARS
 from adapters.slack.incoming import split_id
 from adapters.slack.render import plain, render_parts
 from core import DeliveryRefused, ReminderMessage
@@ -62,6 +62,17 @@ def section(text: str) -> dict[str, Any]:
     return {"type": "section", "text": {"type": "mrkdwn", "text": text or " ", "verbatim": True}}
 
 
+def sections(text: str, most: int = SLACK_SECTION_CHARS) -> list[str]:
+    """The text in pieces a section block takes, cut between lines where it can."""
+    pieces: list[str] = []
+    while len(text) > most:
+        cut = text.rfind("\n", 0, most)
+        cut = cut if cut > 0 else most
+        pieces.append(text[:cut])
+        text = text[cut:].removeprefix("\n")
+    return [*pieces, text]
+
+
 def context(text: str) -> dict[str, Any]:
     """A small grey line (the activity's summary)."""
     return {"type": "context", "elements": [{"type": "mrkdwn", "text": text, "verbatim": True}]}
@@ -73,8 +84,9 @@ def actions(buttons: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def message_blocks(text: str, *, line: str = "", buttons: Sequence[dict[str, Any]] = ()) -> Blocks:
-    """A message's blocks: its text, maybe the activity line, maybe its buttons."""
-    blocks = [section(text)]
+    """A message's blocks: its text (in sections of at most SLACK_SECTION_CHARS), maybe the activity line, maybe its
+    buttons."""
+    blocks = [section(chunk) for chunk in sections(text)]
     if line:
         blocks.append(context(line))
     if buttons:

@@ -28,10 +28,11 @@ from core.settings import load_settings
 from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
-from tests.fake_slack import BOT_USER, GROUP, FakeSlack
-from tests.helpers import WAIT_S
+from tests.fake_slack import BOT_USER, GROUP, TEAM, FakeSlack
+from tests.helpers import WAIT_S, incoming
 from tests.mcp_servers import free_port
 from tests.test_inbox import Hold, echo
+from tests.test_linking import CODE
 
 ALICE, BOB = "U0ALICE1", "U0BOB001"
 
@@ -280,3 +281,21 @@ async def test_a_reply_under_the_bots_own_message_is_answered_without_asking_sla
     await sl.wait_for(lambda: len(sl.sent) == 2, WAIT_S, what="the answer in the reminder's thread")
     assert sl.sent[1]["text"] == "re: Alice: done already" and sl.sent[1]["thread_ts"] == posted["ts"]
     assert "conversations.replies" not in [method for method, _ in sl.calls]
+
+
+async def test_link_joins_a_slack_identity_with_a_telegram_one_and_tells_the_slack_dm(
+    start_proc: StartProc, sl: FakeSlack
+) -> None:
+    proc = await start_proc()
+    proc.core.outboxes["slack"] = proc.adapter  # as bot/ runs it: the issuer's note goes out through the adapter
+    asked = await sl.interact("slash_commands", sl.command(ALICE, sl.dm_of(ALICE), "/assistant", "link"))
+    found = CODE.search((await sl.wait_answered(asked, WAIT_S)).responses[0]["text"])
+    assert found is not None
+    ann_tg = incoming("", user="100", name="Ann")
+    said = await proc.core.command(ann_tg, "link", found.group(1))
+    assert isinstance(said, str) and said.startswith(f"🔗 Linked with `slack:{TEAM}:{ALICE}` (Alice)")
+    await sl.wait_for(lambda: len(sl.sent) == 1, WAIT_S, what="the note in Alice's Slack DM")
+    assert sl.sent[0]["channel"] == sl.dm_of(ALICE) and "`telegram:100` (Ann) used your link code" in sl.sent[0]["text"]
+    asked = await sl.interact("slash_commands", sl.command(ALICE, sl.dm_of(ALICE), "/assistant", "whoami"))
+    shown = (await sl.wait_answered(asked, WAIT_S)).responses[0]["text"]
+    assert f"slack:{TEAM}:{ALICE}" in shown and "telegram:100" in shown

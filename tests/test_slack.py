@@ -24,9 +24,10 @@ from bot.web import WebServer
 from core import StartupError
 from core.front_door import Core
 from core.inbox import Pace
+from core.reminders.engine import ReminderEngine
 from core.settings import load_settings
 from core.storage.db import Pool
-from tests.conftest import MakeCore
+from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_slack import BOT_USER, GROUP, TEAM, FakeSlack
 from tests.helpers import WAIT_S, incoming
@@ -299,3 +300,24 @@ async def test_link_joins_a_slack_identity_with_a_telegram_one_and_tells_the_sla
     asked = await sl.interact("slash_commands", sl.command(ALICE, sl.dm_of(ALICE), "/assistant", "whoami"))
     shown = (await sl.wait_answered(asked, WAIT_S)).responses[0]["text"]
     assert f"slack:{TEAM}:{ALICE}" in shown and "telegram:100" in shown
+
+
+async def test_a_reminder_made_in_the_dm_arrives_there_without_a_mention_and_done_closes_it(
+    start_proc: StartProc, sl: FakeSlack, clock: FakeClock, pool: Pool
+) -> None:
+    proc = await start_proc()
+    made = await sl.interact(
+        "slash_commands", sl.command(ALICE, sl.dm_of(ALICE), "/assistant", "remind in 5 minutes Tea")
+    )
+    await sl.wait_answered(made, WAIT_S)
+    engine = ReminderEngine(pool, {"slack": proc.adapter}, clock)
+    clock.advance(minutes=5)
+    assert await engine.tick() == 1
+    await sl.wait_for(lambda: len(sl.sent) == 1, WAIT_S, what="the reminder")
+    [reminder] = sl.sent
+    assert reminder["channel"] == sl.dm_of(ALICE) and "Tea" in reminder["text"] and "<@" not in reminder["text"]
+    done = next(b for b in reminder["blocks"][-1]["elements"] if b["value"].startswith("rem:done:"))
+    pressed = await sl.interact("interactive", sl.block_action(ALICE, reminder, done["action_id"]))
+    await sl.wait_answered(pressed, WAIT_S)
+    assert pressed.responses[0]["replace_original"] and await pool.fetchval("SELECT status FROM tasks") == "done"
+    assert not [b for b in reminder["blocks"] if b["type"] == "actions"]  # the buttons are gone

@@ -12,6 +12,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import pytest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -321,3 +322,31 @@ async def test_a_reminder_made_in_the_dm_arrives_there_without_a_mention_and_don
     await sl.wait_answered(pressed, WAIT_S)
     assert pressed.responses[0]["replace_original"] and await pool.fetchval("SELECT status FROM tasks") == "done"
     assert not [b for b in reminder["blocks"] if b["type"] == "actions"]  # the buttons are gone
+
+
+async def test_a_message_arriving_while_stopping_is_stored_for_the_next_start(
+    start_proc: StartProc, sl: FakeSlack, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    fake_llm.default = echo()
+    first = await start_proc()
+    first.adapter._stopping = True  # stop() has begun: its turns are declined, messages still stored
+    first.core.unserve(first.adapter.source)
+    envelope = await sl.push("events_api", sl.post(ALICE, "still there?", channel=sl.dm_of(ALICE)))
+    await sl.wait_for(lambda: envelope in sl.acks, WAIT_S, what="the ack")
+    assert sl.sent == [] and await pool.fetchval("SELECT count(*) FROM inbox") == 1
+    await first.adapter.stop()
+    await start_proc()  # the next start answers it
+    await sl.wait_for(lambda: len(sl.sent) == 1, WAIT_S, what="the answer after the restart")
+    assert texts(sl) == ["re: still there?"]
+
+
+async def test_the_events_api_refuses_what_is_neither_an_event_a_command_nor_a_press(
+    start_proc: StartProc, sl: FakeSlack
+) -> None:
+    await start_proc(http=True)
+    assert sl.events_url is not None
+    async with aiohttp.ClientSession() as session:
+        for body, kind in ((b"[1, 2]", "application/json"), (b"text=hi", "application/x-www-form-urlencoded")):
+            headers = {"Content-Type": kind, **sl.sign(body)}
+            async with session.post(sl.events_url, data=body, headers=headers) as resp:
+                assert resp.status == 400

@@ -222,8 +222,11 @@ class SlackAdapter:
         assert self.verifier is not None
         if not self.verifier.is_valid_request(body, dict(request.headers)):
             return PlainTextResponse("invalid signature", 401)
-        if request.headers.get("content-type", "").startswith("application/json"):
-            payload: dict[str, Any] = json.loads(body)
+        try:
+            payload, kind = _posted(body, request.headers.get("content-type", ""))
+        except (ValueError, KeyError):
+            return PlainTextResponse("not an event, command or press", 400)
+        if kind == "events_api":
             if payload.get("type") == "url_verification":
                 return JSONResponse({"challenge": payload.get("challenge", "")})
             try:
@@ -232,9 +235,7 @@ class SlackAdapter:
                 log.exception("a Slack event could not be stored; Slack sends it again")
                 return PlainTextResponse("not stored", 500)
             return PlainTextResponse("")
-        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
-        kind, data = ("interactive", json.loads(form["payload"])) if "payload" in form else ("slash_commands", form)
-        self._spawn(self.on_interaction(kind, data))
+        self._spawn(self.on_interaction(kind, payload))
         return PlainTextResponse("")
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
@@ -252,7 +253,8 @@ class SlackAdapter:
 
     async def on_event(self, payload: dict[str, Any]) -> None:
         """An event_callback: a person's message for the bot stored in the inbox (raises when it cannot be: Slack is
-        then not told, and sends it again); what needs no turn (a refusal) is answered here."""
+        then not told, and sends it again), also while stopping (another process, or the next start, answers it);
+        what needs no turn (a refusal) is answered here."""
         event = payload.get("event") or {}
         if event.get("type") == "app_home_opened" and event.get("tab") == "home" and not self._stopping:
             self._spawn(publish_home(self.core, self.web, self.team, event))  # no turn: not stored
@@ -263,10 +265,7 @@ class SlackAdapter:
         text = clean_text(str(event.get("text", "")), self.bot_user, dict(self._names))
         stored = received(self.team, event, text, name)
         inc = stored.incoming
-        if self._stopping:
-            if self.core.is_allowed(inc):
-                await post_parts(self.web, stored.channel, [RESTARTING], thread_ts=stored.thread_ts)
-        elif not self.core.is_allowed(inc):
+        if not self.core.is_allowed(inc):
             refusal = await self.core.refusal(inc)
             if refusal is not None:
                 await post_parts(self.web, stored.channel, render_parts(refusal.message), thread_ts=stored.thread_ts)
@@ -372,3 +371,22 @@ class SlackAdapter:
     async def send_reminder(self, msg: ReminderMessage) -> str | None:
         """Push a reminder into its DM or channel with Done / Snooze (see send.deliver_reminder)."""
         return await deliver_reminder(self.web, msg, reminder_buttons(msg.buttons, msg.task_id))
+
+
+def _posted(body: bytes, content_type: str) -> tuple[dict[str, Any], str]:
+    """What the Events API posted and its kind: an event (JSON), a press (a form's `payload=` JSON) or a slash
+    command (a form); ValueError or KeyError when it is none of them."""
+    if content_type.startswith("application/json"):
+        payload = json.loads(body)
+        if not isinstance(payload, dict):
+            raise ValueError("not a JSON object")
+        return payload, "events_api"
+    form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+    if "payload" in form:
+        pressed = json.loads(form["payload"])
+        if not isinstance(pressed, dict):
+            raise ValueError("not a JSON object")
+        return pressed, "interactive"
+    if "command" not in form:  # a slash command's form names it
+        raise KeyError("command")
+    return form, "slash_commands"

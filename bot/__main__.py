@@ -18,6 +18,7 @@ import traceback
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 
+from adapters.slack import config_problem as slack_problem
 from adapters.telegram import config_problem as telegram_problem
 from bot import remote
 from bot.hosts import ALL_INTERFACES, LOOPBACK, is_loopback
@@ -39,7 +40,17 @@ from core import (
 )
 
 # the libraries' own INFO lines (connected, started, requests) stay out of a normal start; --debug shows them
-LIBRARY_LOGGERS = ("telegram", "httpx", "httpcore", "discord", "apscheduler", "aiohttp", "openai", "asyncio")
+LIBRARY_LOGGERS = (
+    "telegram",
+    "httpx",
+    "httpcore",
+    "discord",
+    "slack_sdk",
+    "apscheduler",
+    "aiohttp",
+    "openai",
+    "asyncio",
+)
 WITHOUT_A_MODEL = "Running without a model (LLM_PROVIDER=none): commands, /remind, tasks and reminders only."
 NO_MODEL_YET = "No model set: commands and /remind only; to get answers, see “Choosing the model” in the README."
 VOICE_WARNING = "voice will NOT be supported"  # discord.py's warning at client start: the bot uses no voice
@@ -103,8 +114,8 @@ def given_settings(args: argparse.Namespace) -> dict[str, object]:
 
 def terminal_chat(args: argparse.Namespace, settings: Settings) -> bool:
     """Whether this start opens the terminal chat: `bot` (or `bot run`) with no platform token."""
-    no_platform = settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None
-    return args.command in (None, "run") and no_platform
+    tokens = (settings.TELEGRAM_BOT_TOKEN, settings.DISCORD_BOT_TOKEN, settings.SLACK_BOT_TOKEN)
+    return args.command in (None, "run") and all(token is None for token in tokens)
 
 
 def on_this_machine(args: argparse.Namespace, settings: Settings) -> bool:
@@ -202,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings.model_copy(update={"LLM_PROVIDER": "none"})
     if (terminal_chat(args, settings) or text is not None) and "DEFAULT_TIMEZONE" not in settings.model_fields_set:
         settings = settings.model_copy(update={"DEFAULT_TIMEZONE": machine_zone()})  # the person is at this machine
-    problem = config_problem(settings) or telegram_problem(settings) or mcp_config_problem(settings, mcp_environment())
+    problem = config_problem(settings) or telegram_problem(settings) or slack_problem(settings)
+    problem = problem or mcp_config_problem(settings, mcp_environment())
     if problem:
         print(problem, file=sys.stderr)
         return 2

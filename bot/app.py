@@ -40,7 +40,8 @@ async def run_bot(
             answer, answered = await console.ask_once(core, ask_text, fresh=not ask_continue)
             print(answer)
             return core.exit_code if core.exit_code is not None else 0 if answered else 1
-        if settings.TELEGRAM_BOT_TOKEN is None and settings.DISCORD_BOT_TOKEN is None:
+        tokens = (settings.TELEGRAM_BOT_TOKEN, settings.DISCORD_BOT_TOKEN, settings.SLACK_BOT_TOKEN)
+        if all(token is None for token in tokens):
             return await run_console(core)
         return await run_platforms(settings, core)
 
@@ -143,11 +144,18 @@ async def run_platforms(settings: Settings, core: Core) -> int:
         from adapters.discord import DiscordAdapter
 
         adapters.append(DiscordAdapter(core, settings))
+    if settings.SLACK_BOT_TOKEN is not None:
+        from adapters.slack import SlackAdapter
+
+        slack = SlackAdapter(core, settings)
+        adapters.append(slack)
+        if slack.webhook_path is not None:
+            hooks.append((slack.webhook_path, slack.on_webhook))
     if not adapters:
         return 2
     started: list[Adapter] = []
     # health and metrics while polling only when PORT is set; webhook mode always serves it (Telegram posts there)
-    webhook = settings.TELEGRAM_WEBHOOK_URL is not None
+    webhook = bool(hooks)  # Telegram's webhook or Slack's Events API: served on PORT
     host = settings.HOST or ALL_INTERFACES  # every interface unless HOST: a PaaS or container reaches it from outside
     serving = settings.serve_http or webhook
     web = web_server(core, [a.platform for a in adapters], settings.PORT, host) if serving else None

@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 Provider = Literal["openai", "anthropic", "gemini", "groq", "openrouter", "ollama", "lmstudio", "none"]
 PROVIDER_NAMES: tuple[Provider, ...] = get_args(Provider)
 SearchProvider = Literal["searxng", "brave", "tavily", "duckduckgo", "none"]
-PLATFORMS = ("telegram", "discord", "console")
+PLATFORMS = ("telegram", "discord", "slack", "console")
 SECRET_TYPES = (SecretStr, SecretStr | None)  # fields whose value an error line never repeats
 
 
@@ -173,6 +173,10 @@ class Settings(BaseSettings):
     DISCORD_CHANNELS: str = ""  # channel ids where every message is a turn (no mention needed)
     DISCORD_SHARD_COUNT: int | None = Field(default=None, ge=1)  # gateway shards of the whole bot; unset: unsharded
     DISCORD_SHARD_IDS: str = ""  # the shards this process runs, e.g. 0,1 or 0-3; empty: all of them
+    SLACK_BOT_TOKEN: SecretStr | None = None  # xoxb-…: the bot's Web API token
+    SLACK_APP_TOKEN: SecretStr | None = None  # xapp-…: Socket Mode (no public URL); unset: the HTTP Events API
+    SLACK_SIGNING_SECRET: SecretStr | None = None  # the HTTP Events API's signing secret (requests on PORT)
+    SLACK_API_BASE_URL: str | None = None  # the Web API's base URL (tests point it at a fake)
     ADMINS: str = ""
     ALLOWED_USERS: str = ""
     DEFAULT_TIMEZONE: str = "UTC"
@@ -450,7 +454,7 @@ class Settings(BaseSettings):
             self.DATABASE_URL,
             self.LLM_API_KEY,
             self.TELEGRAM_BOT_TOKEN,
-            self.DISCORD_BOT_TOKEN,
+            *(self.DISCORD_BOT_TOKEN, self.SLACK_BOT_TOKEN, self.SLACK_APP_TOKEN, self.SLACK_SIGNING_SECRET),
             self.METRICS_TOKEN,
             self.TRANSCRIPTION_API_KEY,
             self.BRAVE_API_KEY,

@@ -1,8 +1,8 @@
-"""What a start loads (issue 35): `import bot.__main__` loads neither a platform's library nor the web server nor
-any optional subsystem, nor the openai SDK; a Telegram polling process, after start-up and a text turn, has not
-loaded the web server, Discord, MCP, the document and image readers or the web page reader; `bot serve` has loaded
-neither platform nor those readers; the SDK loads only when a model is configured. Each runs as a real
-`python -m bot` (the bench/cold_start.py figures are what this keeps)."""
+"""What a start loads (issue 35): `import bot.__main__` loads neither a platform's library nor the web server nor any
+optional subsystem, nor the openai SDK; a Telegram polling process, after start-up and a text turn, has not loaded the
+web server, Discord, Slack, MCP, the document and image readers or the web page reader; `bot serve` has loaded neither
+platform nor those readers; the SDK loads only when a model is configured. Each runs as a real `python -m bot` (the
+bench/cold_start.py figures are what this keeps)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 
 from tests.fake_openai import FakeOpenAI, Reply
+from tests.fake_slack import FakeSlack
 from tests.fake_telegram import FakeTelegram
 from tests.test_console import bot_cli
 
@@ -26,7 +27,7 @@ START_TIMEOUT_S = 60.0
 # loaded only by the first file, image, MCP server, page read, web search or capability that needs them
 OPTIONAL = {"pypdf", "docx", "PIL", "charset_normalizer", "mcp", "trafilatura", "lxml", "ddgs", "jsonschema"}
 WEB_SERVER = {"fastapi", "uvicorn", "starlette"}
-PLATFORMS = {"telegram", "discord"}
+PLATFORMS = {"telegram", "discord", "slack_sdk"}
 # the child: `python -m bot` as usual, plus a thread that prints the packages loaded when a line arrives on stdin
 PROBE = """
 import json, os, sys, threading
@@ -64,7 +65,9 @@ async def loaded_after(
 ) -> set[str]:
     """Start `python -m bot *args` with the probe, wait for `ready(its stdout)`, run `turn(what ready said)`, and
     return the packages it has loaded."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "TELEGRAM_", "DISCORD_", "MCP_"))}
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "TELEGRAM_", "DISCORD_", "SLACK_", "MCP_"))
+    }
     proc = await asyncio.create_subprocess_exec(
         *(sys.executable, "-c", PROBE, *args),
         env={**base, "PYTHONPATH": str(ROOT), "ALLOWED_USERS": "*", **env},
@@ -121,7 +124,30 @@ async def test_a_polling_process_after_a_turn_has_loaded_no_web_server_discord_o
 
     loaded = await loaded_after([], env, ready, turn)
     assert "telegram" in loaded and ("openai" in loaded) is model  # the SDK only when a model is configured
-    assert loaded & (OPTIONAL | WEB_SERVER | {"discord"}) == set()
+    assert loaded & (OPTIONAL | WEB_SERVER | {"discord", "slack_sdk"}) == set()
+
+
+async def test_a_slack_socket_mode_process_after_a_turn_has_loaded_no_web_server_or_other_platform(
+    fake_llm: FakeOpenAI, db_dsn: str, tmp_path: Path
+) -> None:
+    fake_llm.script(Reply(text="hello back"))
+    async with FakeSlack() as sl:
+        sl.person("U0ALICE1", "Alice")
+        env = model_env(fake_llm, db_dsn, tmp_path)
+        env |= {"SLACK_BOT_TOKEN": sl.token, "SLACK_APP_TOKEN": sl.app_token, "SLACK_API_BASE_URL": sl.api_base}
+
+        async def ready(_: asyncio.StreamReader) -> str:
+            await sl.wait_for(lambda: bool(sl.sockets), START_TIMEOUT_S, what="the bot's socket")
+            return ""
+
+        async def turn(_: str) -> None:
+            await sl.push("events_api", sl.post("U0ALICE1", "hello", channel=sl.dm_of("U0ALICE1")))
+            await sl.wait_for(lambda: bool(sl.sent), START_TIMEOUT_S, what="the answer")
+            assert sl.sent[0]["text"] == "hello back"
+
+        loaded = await loaded_after([], env, ready, turn)
+    assert "slack_sdk" in loaded
+    assert loaded & (OPTIONAL | WEB_SERVER | {"telegram", "discord"}) == set()
 
 
 async def test_bot_serve_has_loaded_neither_platform_nor_an_optional_part(

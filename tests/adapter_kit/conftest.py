@@ -4,7 +4,7 @@ Driver."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from functools import partial
 
 import pytest
@@ -12,15 +12,16 @@ from aiohttp import web
 
 from core.front_door import Core
 from core.storage.db import Pool
-from tests.adapter_kit import discord_driver, telegram_driver
+from tests.adapter_kit import discord_driver, slack_driver, telegram_driver
 from tests.adapter_kit.driver import Driver, Who
 from tests.conftest import MakeCore
 from tests.fake_discord import FakeDiscord
 from tests.fake_openai import FakeOpenAI
+from tests.fake_slack import FakeSlack
 from tests.fake_telegram import FakeTelegram
 from tests.test_web_fetch import Site, article, html
 
-PLATFORMS = ["telegram", "discord"]
+PLATFORMS = ["telegram", "discord", "slack"]
 OTHER_MODEL = "fake-big"  # LLM_MODELS: a second model on offer (the first is LLM_MODEL), so /model offers a choice
 
 
@@ -47,15 +48,19 @@ async def driver(
     """The platform's adapter, started against its fake on a Core where the owner is an admin, the friend may use
     the bot and the stranger may not; in Berlin's time zone, with two models on offer, and `site` readable."""
     platform: str = request.param
-    async with FakeTelegram() if platform == "telegram" else FakeDiscord() as fake:
-        users: dict[Who, int]
+    fakes = {"telegram": FakeTelegram, "discord": FakeDiscord, "slack": FakeSlack}
+    async with fakes[platform]() as fake:
+        users: Mapping[Who, int | str]
         build: Callable[[FakeOpenAI, Core, Pool], Driver]
         if isinstance(fake, FakeTelegram):
             settings, users = telegram_driver.TelegramDriver.settings(fake), telegram_driver.USERS
             build = partial(telegram_driver.TelegramDriver, fake)
-        else:
+        elif isinstance(fake, FakeDiscord):
             settings, users = discord_driver.DiscordDriver.settings(fake), discord_driver.USERS
             build = partial(discord_driver.DiscordDriver, fake)
+        else:
+            settings, users = slack_driver.SlackDriver.settings(fake), slack_driver.USERS_IN_TEAM
+            build = partial(slack_driver.SlackDriver, fake)
         core = make_core(
             **settings,
             ADMINS=f"{platform}:{users['owner']}",

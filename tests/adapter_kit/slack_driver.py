@@ -9,6 +9,7 @@ from typing import Any
 
 from adapters.slack.adapter import SlackAdapter
 from adapters.slack.constants import COMMAND
+from adapters.slack.render import ZWSP
 from core import SHOW_STEPS
 from core.commands import COMMANDS
 from core.front_door import Core
@@ -154,6 +155,7 @@ class SlackDriver(Driver):
         pings = tuple(f"{TEAM}:{u}" for u in PING.findall(raw)) + (("everyone",) if SPECIAL.search(raw) else ())
         links = [(text, url) for url, text in SLACK_LINK.findall(raw)]
         text = html.unescape(SLACK_LINK.sub(r"\2", PING.sub(lambda m: f"@{m.group(1)}", raw)))
+        text = text.replace(ZWSP, "")  # invisible: the reader sees "@here" (the space keeps it from being a name)
         links += MD_LINK.findall(text)
         channel = str(message.get("channel", ""))
         private = channel.startswith("D") or bool(message.get("ephemeral"))

@@ -44,13 +44,23 @@ import asyncpg
 
 from adapters.telegram.config import bot_id
 from bench.big_db_fill import BIG_GROUP_CHAT, BIG_TABLES, Sizes, fill
-from bench.common import BenchDatabase, CpuMeter, FakeLLMProcess, _prepare, parser, percentile, quiet_logging
+from bench.common import (
+    BenchDatabase,
+    CpuMeter,
+    FakeLLMProcess,
+    _prepare,
+    load_average,
+    parser,
+    percentile,
+    quiet_logging,
+)
 from bench.telegram_overhead import ID_BASE, MESSAGE_ID_STRIDE, Pacing, Rig, make_rig, measured_run, one_turn, run_turns
 from core.accounts.own_data import FileAnswer, forget_account
 from core.constants import INBOX_FORGET_BATCH, INBOX_KEEP_DONE_S, REMINDER_BATCH, RETENTION_BATCH
 from core.reminders import queries
 from core.storage import retention
 from core.storage.embedded import start_embedded
+from core.storage.inbox_table import forget_done
 from core.types import Incoming
 from tests.fake_telegram import TOKEN
 
@@ -101,7 +111,8 @@ async def recreate(admin: asyncpg.Connection, name: str, template: str | None = 
     """Drop and create a database (a copy of `template`, if given); seconds."""
     t0 = time.monotonic()
     await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+    copy = f' TEMPLATE "{template}" STRATEGY FILE_COPY' if template else ""  # WAL_LOG would write it all to the WAL
+    await admin.execute(f'CREATE DATABASE "{name}"{copy}')
     return time.monotonic() - t0
 
 
@@ -418,38 +429,39 @@ async def forget_figures(f: Figures, rig: Rig) -> None:
 
 
 async def prune_figures(f: Figures, rig: Rig) -> None:
-    """Retention: ended occurrences older than 90 days and handled updates older than two days, batch by batch as
-    the prunes run them (each batch one statement: how long its locks are held); OTHER's turns meanwhile."""
+    """Retention: a whole pass over ended occurrences older than 90 days and over handled updates older than two days,
+    batch by batch as the prunes run them (each batch one statement: how long its locks are held; the bot's prunes
+    run RETENTION_ROUNDS of them every RETENTION_EVERY_S); OTHER's turns meanwhile."""
     pool = rig.core.pool
-    now = await pool.fetchval("SELECT now()")
-    jobs = (
-        ("occurrences", retention._OCCURRENCES_SQL, (now - KEEP_OCCURRENCES, RETENTION_BATCH), RETENTION_BATCH),
-        (
-            "handled updates",
-            "DELETE FROM inbox WHERE ctid = ANY(ARRAY(SELECT ctid FROM inbox"
-            " WHERE done_at < now() - make_interval(secs => $1) LIMIT $2))",
-            (INBOX_KEEP_DONE_S, INBOX_FORGET_BATCH),
-            INBOX_FORGET_BATCH,
-        ),
-    )
-    for name, sql, params, batch in jobs:
+    cutoff = await pool.fetchval("SELECT now()") - KEEP_OCCURRENCES
+    cursor = retention.PruneCursor()
 
-        async def run(sql: str = sql, params: tuple[Any, ...] = params, batch: int = batch) -> tuple[list[float], int]:
+    async def occurrences() -> tuple[int, bool]:
+        deleted = await retention._prune_occurrences(pool, cutoff, RETENTION_BATCH, 1, cursor)
+        return deleted, cursor.after == retention._START
+
+    async def updates() -> tuple[int, bool]:
+        deleted = await forget_done(pool, INBOX_KEEP_DONE_S, INBOX_FORGET_BATCH)
+        return deleted, deleted < INBOX_FORGET_BATCH
+
+    for name, step in (("occurrences", occurrences), ("handled updates", updates)):
+
+        async def run(step: Callable[[], Awaitable[tuple[int, bool]]] = step) -> tuple[list[float], int]:
             took, total = [], 0
             while True:
                 t0 = time.monotonic()
-                n = int((await pool.execute(sql, *params)).split()[-1])
+                deleted, done = await step()
                 took.append(ms_since(t0))
-                total += n
-                if n < batch:
+                total += deleted
+                if done:
                     return took, total
 
         wall, others, (batches, total) = await while_running(rig, run())
-        f.add(f"prune {name}: all batches", wall)
-        f.notes.append(f"pruned {total:,} {name}")
+        f.add(f"prune {name}: the whole pass", wall)
         f.add(f"prune {name}: one batch p50", p(batches, 50))
         f.add(f"prune {name}: one batch max (locks held)", max(batches))
         f.add(f"prune {name}: other person's turns meanwhile, max", max(others))
+        f.notes.append(f"pruned {total:,} {name} in {len(batches):,} batches")
 
 
 # ---------------------------------------------------------------- the run
@@ -491,11 +503,16 @@ async def bench(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         full = await _prepare(dsn_of(server.uri, "bigdb_full"), "full", "f-")
         print(f"  migrated the copy in {time.monotonic() - t0:.1f} s (migrations added since the fill)")
+        conn = await asyncpg.connect(full.dsn)
+        try:
+            await conn.execute("CHECKPOINT")  # the copy's writes out of the way of the measurements
+        finally:
+            await conn.close()
         print(f"  {full.describe()}")
         print(f"  full: {await table_sizes(full.dsn)}")
         figures: dict[str, Figures] = {}
         for tag, (label, db) in enumerate((("empty", empty), ("full", full)), start=1):
-            print(f"\n== {label} database ==", flush=True)
+            print(f"\n== {label} database ({load_average()}) ==", flush=True)
             figures[label] = await measure(db, args, tag)
         print(f"\n== side by side (goal: per-turn figures within {GOAL_RATIO}× of the empty database's) ==")
         lines = table(figures["empty"], figures["full"])

@@ -67,6 +67,8 @@ REMINDER_RETRY_MAX = timedelta(minutes=5)  # the growing wait between retries st
 REMINDER_SENDS = 64  # reminders being sent at once
 REMINDER_AGENT_RUNS = 8  # of those, ones that run the agent at once
 REMINDER_SWEEP_S = 30.0  # the scheduler looks for due reminders at least this often
+REMINDER_FULL_SWEEP = timedelta(hours=1)  # a sweep looks at every open task due before the grace window this often
+REMINDER_STALE_OVERLAP = timedelta(minutes=1)  # between full sweeps: due times since the last sweep, and this before
 REMINDER_MAX_PLANNED = 20000  # date jobs planned ahead at most
 REMINDER_ERROR_CHARS = 500  # a failed send's error is stored cut to this
 

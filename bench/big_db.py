@@ -54,9 +54,25 @@ from bench.common import (
     percentile,
     quiet_logging,
 )
-from bench.telegram_overhead import ID_BASE, MESSAGE_ID_STRIDE, Pacing, Rig, make_rig, measured_run, one_turn, run_turns
+from bench.telegram_overhead import (
+    ID_BASE,
+    MESSAGE_ID_STRIDE,
+    Pacing,
+    Rig,
+    RunResult,
+    make_rig,
+    measured_run,
+    one_turn,
+    run_turns,
+)
 from core.accounts.own_data import FileAnswer, forget_account
-from core.constants import INBOX_FORGET_BATCH, INBOX_KEEP_DONE_S, REMINDER_BATCH, RETENTION_BATCH
+from core.constants import (
+    INBOX_FORGET_BATCH,
+    INBOX_KEEP_DONE_S,
+    REMINDER_BATCH,
+    REMINDER_STALE_OVERLAP,
+    RETENTION_BATCH,
+)
 from core.reminders import queries
 from core.storage import retention
 from core.storage.embedded import start_embedded
@@ -66,6 +82,7 @@ from tests.fake_telegram import TOKEN
 
 GOAL_RATIO = 1.2
 OTHER = "7005"  # the person whose turns are timed while a heavy account is merged, forgotten or pruned
+ROUNDS = 4  # the per-turn figures: the databases take turns this often each
 OTHER_GAP_S = 0.05  # between OTHER's turns: the adapter's send window (30 a second) never makes one wait
 CLAIM_DUE = 10_000
 KEEP_OCCURRENCES = timedelta(days=90)  # RETENTION_DAYS' default
@@ -262,55 +279,98 @@ def inc(user: str, text: str) -> Incoming:
 # ---------------------------------------------------------------- one database's measurements
 
 
-async def measure(db: BenchDatabase, args: argparse.Namespace, tag: int) -> Figures:
-    """Every measurement on one database."""
-    f = Figures()
+@dataclass
+class Side:
+    """One database's bot (the real adapter and core on it) and what was measured on it."""
+
+    label: str
+    db: BenchDatabase
+    rig: Rig
+    f: Figures = field(default_factory=Figures)
+    log: QueryLog = field(default_factory=QueryLog)
+    private: list[RunResult] = field(default_factory=list)
+    group: list[float] = field(default_factory=list)
+    tasks: list[float] = field(default_factory=list)
+
+
+async def per_turn(sides: list[Side], args: argparse.Namespace) -> None:
+    """The per-turn figures, the two databases taking turns in ROUNDS rounds (so a busy host weighs on both alike):
+    private turns, group turns in the big group, /tasks."""
     pacing = Pacing(8, args.pause)
-    async with FakeLLMProcess(0.0) as llm, make_rig(db, llm, tag) as rig:
-        pool = rig.core.pool
+    for side in sides:
+        rig = side.rig
         await run_turns(rig, args.warmup, pacing)
-        await asyncio.sleep(pacing.pause_s)
-        # a private turn
-        log = QueryLog()
-        for conn in pool_connections(rig):
-            conn.add_query_logger(log)
-        head = await measured_run(rig, CpuMeter(db.postmaster), args.turns, pacing)
-        for conn in pool_connections(rig):
-            conn.remove_query_logger(log)
-        warm = head.ms(after_idle=False)
+        rig.adapter.rate_limiter._group_max_rate = 0  # Telegram's 20 messages a minute per group would be measured
+        for n in range(8):  # the first ones make the group in the empty database
+            await group_turn(rig, n)
+        await add_open_tasks(rig)
+    for r in range(ROUNDS):
+        for side in sides if r % 2 == 0 else sides[::-1]:
+            rig = side.rig
+            await asyncio.sleep(pacing.pause_s)
+            for conn in pool_connections(rig) if r == 0 else []:
+                conn.add_query_logger(side.log)
+            side.private.append(await measured_run(rig, CpuMeter(side.db.postmaster), args.turns // ROUNDS, pacing))
+            for conn in pool_connections(rig) if r == 0 else []:
+                conn.remove_query_logger(side.log)
+            for n in range(args.group_turns // ROUNDS):
+                if n % pacing.burst == 0:
+                    await asyncio.sleep(pacing.pause_s)
+                side.group.append(await group_turn(rig, 8 + len(side.group)))
+            for _ in range(10):
+                t0 = time.monotonic()
+                answer = await rig.core.command(inc("7001", "/tasks"), "tasks")
+                side.tasks.append(ms_since(t0))
+            assert isinstance(answer, str) and answer.count("\n- #") >= 40, answer
+    for side in sides:
+        print(f"\n== {side.label} database: per-turn figures ==")
+        f, runs = side.f, side.private
+        warm = sorted(ms for run in runs for ms in run.ms(after_idle=False))
+        turns = sum(len(run.turns) for run in runs)
         f.add("private turn p50 (back to back)", percentile(warm, 50), per_turn=True)
         f.add("private turn p99 (back to back)", percentile(warm, 99), per_turn=True)
-        f.add("private turn, bot CPU", head.cpu.bot_s * 1000 / len(head.turns), "ms", per_turn=True)
-        if head.cpu.postgres_s is not None:
-            f.add("private turn, PostgreSQL CPU", head.cpu.postgres_s * 1000 / len(head.turns), per_turn=True)
-        # a group turn
-        group: list[float] = []
-        rig.adapter.rate_limiter._group_max_rate = 0  # Telegram's 20 messages a minute per group would be measured
-        for n in range(args.group_turns):
-            if n and n % pacing.burst == 0:
-                await asyncio.sleep(pacing.pause_s)
-            group.append(await group_turn(rig, n))
-        group = group[min(8, len(group) // 4) :]  # the first ones create the group in the empty database
-        f.add("group turn p50 (50,000-message group when full)", p(group, 50), per_turn=True)
-        f.add("group turn p99", p(group, 99), per_turn=True)
+        f.add("private turn, bot CPU", sum(run.cpu.bot_s for run in runs) * 1000 / turns, per_turn=True)
+        pg = [run.cpu.postgres_s for run in runs if run.cpu.postgres_s is not None]
+        if pg:
+            f.add("private turn, PostgreSQL CPU", sum(pg) * 1000 / turns, per_turn=True)
+        f.add("group turn p50 (50,000-message group when full)", p(side.group, 50), per_turn=True)
+        f.add("group turn p99", p(side.group, 99), per_turn=True)
+        f.add("/tasks with 200 open tasks p50", p(side.tasks, 50), per_turn=True)
+        f.add("/tasks p99", p(side.tasks, 99))
         if args.verbose:
-            print(
-                f"  == EXPLAIN (auto_explain, ANALYZE, nested) of the {len(log.seen)} statements of a private turn =="
-            )
-        flagged = await explain(db.dsn, log, args.verbose)
-        f.notes += flagged or [f"the turn's {len(log.seen)} statements: no sequential scan of a big table"]
+            print(f"  == EXPLAIN (auto_explain, ANALYZE, nested) of the {len(side.log.seen)} statements of a turn ==")
+        flagged = await explain(side.db.dsn, side.log, args.verbose)
+        f.notes += flagged or [f"the turn's {len(side.log.seen)} statements: no sequential scan of a big table"]
         for line in flagged:
             print(f"    SEQ SCAN: {line}")
-        await claim_figures(f, pool)
-        await tasks_figures(f, rig)
-        await export_figures(f, rig)
-        await asyncio.sleep(pacing.pause_s)
-        base = [await other_turn(rig) for _ in range(16)]
-        f.add("other person's turn p50 (nothing else running)", p(base, 50))
-        await link_figures(f, rig)
-        await forget_figures(f, rig)
-        await prune_figures(f, rig)
-    return f
+
+
+async def one_by_one(side: Side, args: argparse.Namespace) -> None:
+    """The rest, on one database: the reminder claim and sweep, /export, /link, /forget_me, retention."""
+    print(f"\n== {side.label} database: the rest ({load_average()}) ==", flush=True)
+    f, rig = side.f, side.rig
+    await claim_figures(f, rig.core.pool)
+    await export_figures(f, rig)
+    await asyncio.sleep(args.pause)
+    base = [await other_turn(rig) for _ in range(16)]
+    f.add("other person's turn p50 (nothing else running)", p(base, 50))
+    await link_figures(f, rig)
+    await forget_figures(f, rig)
+    await prune_figures(f, rig)
+
+
+async def add_open_tasks(rig: Rig) -> None:
+    """7001 gets 200 open tasks (made here in the empty database)."""
+    pool = rig.core.pool
+    account = await pool.fetchval(
+        "SELECT account_id FROM users WHERE platform = 'telegram' AND platform_user_id = '7001'"
+    )
+    await pool.execute(
+        "INSERT INTO tasks (user_id, chat_id, created_by, title, due_at, timezone, own_words)"
+        " SELECT $1, NULL, $1, 'Open ' || g, now() + interval '1 hour' * g, 'UTC', true"
+        " FROM generate_series(1, 200 - (SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'pending')) g",
+        account,
+    )
 
 
 async def claim_figures(f: Figures, pool: Any) -> None:
@@ -349,11 +409,13 @@ async def claim_figures(f: Figures, pool: Any) -> None:
     f.add(f"reminder claim, per batch of {REMINDER_BATCH} (p50)", p(batches, 50), per_turn=True)
     f.add(f"reminder claim, all {CLAIM_DUE:,} due", sum(batches))
     assert claimed >= CLAIM_DUE, claimed
+    grace, since = timedelta(hours=24), now - timedelta(hours=24) - REMINDER_STALE_OVERLAP - timedelta(seconds=30)
     sweep: dict[str, Callable[[], Awaitable[Any]]] = {
-        "stale": lambda: queries.stale(pool, now, timedelta(hours=24), REMINDER_BATCH),
-        "expired": lambda: queries.expired(pool, now, timedelta(hours=24), REMINDER_BATCH),
-        "zones": lambda: queries.replan_zones(pool, now, "UTC", None, REMINDER_BATCH),
+        "stale since the last sweep": lambda: queries.stale(pool, now, grace, REMINDER_BATCH, since),
+        "expired": lambda: queries.expired(pool, now, grace, REMINDER_BATCH),
         "upcoming": lambda: queries.upcoming(pool, now, now + timedelta(minutes=10), 20000),
+        "stale, hourly full pass": lambda: queries.stale(pool, now, grace, REMINDER_BATCH),
+        "zones, hourly full pass": lambda: queries.replan_zones(pool, now, "UTC", None, REMINDER_BATCH),
     }
     for name, run in sweep.items():
         took = []
@@ -363,28 +425,6 @@ async def claim_figures(f: Figures, pool: Any) -> None:
             took.append(ms_since(t0))
         f.add(f"reminder sweep: {name} query (p50 of 5)", p(took, 50))
     await pool.execute("DELETE FROM tasks WHERE user_id = $1", account)
-
-
-async def tasks_figures(f: Figures, rig: Rig) -> None:
-    """/tasks of 7001, who has 200 open tasks (made here in the empty database)."""
-    pool = rig.core.pool
-    account = await pool.fetchval(
-        "SELECT account_id FROM users WHERE platform = 'telegram' AND platform_user_id = '7001'"
-    )
-    await pool.execute(
-        "INSERT INTO tasks (user_id, chat_id, created_by, title, due_at, timezone, own_words)"
-        " SELECT $1, NULL, $1, 'Open ' || g, now() + interval '1 hour' * g, 'UTC', true"
-        " FROM generate_series(1, 200 - (SELECT count(*) FROM tasks WHERE user_id = $1 AND status = 'pending')) g",
-        account,
-    )
-    took = []
-    for _ in range(30):
-        t0 = time.monotonic()
-        answer = await rig.core.command(inc("7001", "/tasks"), "tasks")
-        took.append(ms_since(t0))
-    assert isinstance(answer, str) and answer.count("\n- #") >= 40, answer
-    f.add("/tasks with 200 open tasks p50", p(took, 50), per_turn=True)
-    f.add("/tasks p99", p(took, 99))
 
 
 async def export_figures(f: Figures, rig: Rig) -> None:
@@ -510,10 +550,17 @@ async def bench(args: argparse.Namespace) -> int:
             await conn.close()
         print(f"  {full.describe()}")
         print(f"  full: {await table_sizes(full.dsn)}")
-        figures: dict[str, Figures] = {}
-        for tag, (label, db) in enumerate((("empty", empty), ("full", full)), start=1):
-            print(f"\n== {label} database ({load_average()}) ==", flush=True)
-            figures[label] = await measure(db, args, tag)
+        print(f"  {load_average()}")
+        async with (
+            FakeLLMProcess(0.0) as llm,
+            make_rig(empty, llm, 1) as empty_rig,
+            make_rig(full, llm, 2) as full_rig,
+        ):
+            sides = [Side("empty", empty, empty_rig), Side("full", full, full_rig)]
+            await per_turn(sides, args)
+            for side in sides:
+                await one_by_one(side, args)
+        figures = {side.label: side.f for side in sides}
         print(f"\n== side by side (goal: per-turn figures within {GOAL_RATIO}× of the empty database's) ==")
         lines = table(figures["empty"], figures["full"])
         print("\n".join(lines))

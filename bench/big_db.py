@@ -179,12 +179,26 @@ class QueryLog:
     """The statements the bot's pool ran while it was on (first arguments of each distinct text)."""
 
     seen: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    elapsed: dict[str, list[float]] = field(default_factory=dict)  # ms, as the client saw each run
 
     def __call__(self, record: Any) -> None:
         """asyncpg's query logger callback."""
         query = str(record.query)
-        if not query.lstrip().upper().startswith(SKIPPED_SQL) and query not in self.seen:
-            self.seen[query] = tuple(record.args or ())
+        if query.lstrip().upper().startswith(SKIPPED_SQL):
+            return
+        self.seen.setdefault(query, tuple(record.args or ()))
+        self.elapsed.setdefault(query, []).append(float(record.elapsed) * 1000)
+
+
+def statement_table(empty: QueryLog, full: QueryLog) -> list[str]:
+    """Each statement of a turn: its median time on each database (ms, the client's view), and their ratio."""
+    lines = [f"  {'statement (median ms as the bot saw it)':<96} {'empty':>7} {'full':>7} {'ratio':>6}  runs"]
+    for query, times in sorted(full.elapsed.items(), key=lambda kv: -len(kv[1])):
+        mine = p(times, 50)
+        other = p(empty.elapsed[query], 50) if query in empty.elapsed else float("nan")
+        head = " ".join(query.split())[:96]
+        lines.append(f"  {head:<96} {other:7.2f} {mine:7.2f} {mine / other:5.2f}×  {len(times)}")
+    return lines
 
 
 def pool_connections(rig: Rig) -> list[asyncpg.Connection]:
@@ -308,10 +322,10 @@ async def per_turn(sides: list[Side], args: argparse.Namespace) -> None:
         for side in sides if r % 2 == 0 else sides[::-1]:
             rig = side.rig
             await asyncio.sleep(pacing.pause_s)
-            for conn in pool_connections(rig) if r == 0 else []:
+            for conn in pool_connections(rig):
                 conn.add_query_logger(side.log)
             side.private.append(await measured_run(rig, CpuMeter(side.db.postmaster), args.turns // ROUNDS, pacing))
-            for conn in pool_connections(rig) if r == 0 else []:
+            for conn in pool_connections(rig):
                 conn.remove_query_logger(side.log)
             for n in range(args.group_turns // ROUNDS):
                 if n % pacing.burst == 0:
@@ -322,6 +336,8 @@ async def per_turn(sides: list[Side], args: argparse.Namespace) -> None:
                 answer = await rig.core.command(inc("7001", "/tasks"), "tasks")
                 side.tasks.append(ms_since(t0))
             assert isinstance(answer, str) and answer.count("\n- #") >= 40, answer
+    print("\n== the statements of a private turn, side by side ==")
+    print("\n".join(statement_table(sides[0].log, sides[1].log)))
     for side in sides:
         print(f"\n== {side.label} database: per-turn figures ==")
         f, runs = side.f, side.private

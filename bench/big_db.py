@@ -192,12 +192,12 @@ class QueryLog:
 
 def statement_table(empty: QueryLog, full: QueryLog) -> list[str]:
     """Each statement of a turn: its median time on each database (ms, the client's view), and their ratio."""
-    lines = [f"  {'statement (median ms as the bot saw it)':<96} {'empty':>7} {'full':>7} {'ratio':>6}  runs"]
+    lines = [f"  {'statement (ms as the bot saw it: p50, p99)':<80} {'empty':>13} {'full':>13} {'p50 ratio':>9}  runs"]
     for query, times in sorted(full.elapsed.items(), key=lambda kv: -len(kv[1])):
-        mine = p(times, 50)
-        other = p(empty.elapsed[query], 50) if query in empty.elapsed else float("nan")
-        head = " ".join(query.split())[:96]
-        lines.append(f"  {head:<96} {other:7.2f} {mine:7.2f} {mine / other:5.2f}×  {len(times)}")
+        theirs = empty.elapsed.get(query, [float("nan")])
+        head = " ".join(query.split())[:80]
+        cells = f"{p(theirs, 50):6.2f} {p(theirs, 99):6.2f} {p(times, 50):6.2f} {p(times, 99):6.2f}"
+        lines.append(f"  {head:<80} {cells} {p(times, 50) / p(theirs, 50):8.2f}×  {len(times)}")
     return lines
 
 

@@ -15,7 +15,21 @@ The filled database is a template: each run copies it (CREATE DATABASE … TEMPL
 and the template in DIR and a later run skips the fill (migrations added since are applied to the copy, and timed).
 Without --keep the server lives in a temp dir under /tmp, deleted at the end.
 
-Figures (`--scale 1`, 2-core machine): see docs/architecture.md, "Benchmarks and figures".
+Figures (`--scale 1`, 2-core machine shared with other jobs, load average 2.4–3.3; the fill: 305 s, 5.6 GB; more in
+docs/architecture.md, "Benchmarks and figures"):
+
+    measurement                                     empty            full                 ratio
+    private turn p50 / p99 (wall)                   12.6 / 50.8 ms   19.7 / 46.5 ms       1.56× / 0.91× (1.0–1.64×)
+    private turn CPU: bot / PostgreSQL              7.09 / 3.07 ms   7.10 / 2.90 ms       1.00× / 0.95×
+    group turn (50,000-message group) p50 / p99     16.9 / 41.1 ms   26.0 / 63.4 ms       1.54× / 1.54×
+    /tasks with 200 open tasks p50                  3.5 ms           5.7 ms               1.63× (runs: 0.82–1.63×)
+    reminder claim, batch of 500 (10,000 due)       15.7 ms          36.0 ms              2.29× (runs: 0.92–2.29×)
+    sweep's stale query (every 30 s)                0.33 ms          0.50 ms              (was 675–947 ms)
+    sweep's full pass (start, hourly): stale/zones  0.33 / 0.31 ms   852 / 614 ms
+    /export of a heavy account: time, peak memory   19 ms, 0.9 MB    1.1–1.5 s, 14.3 MB   (was 111 MB for its file)
+    /link of two heavy accounts                     74 ms            136–244 ms           others' turns ≤ 46 ms
+    /forget_me of a heavy account                   78 ms            2.3–3.0 s            others' turns ≤ 57 ms
+    retention, a year of occurrences (2.1 M rows)   —                35–43 s; batch p50 14–16 ms, max 97–115 ms
 """
 
 from __future__ import annotations

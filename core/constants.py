@@ -44,6 +44,7 @@ SQL_STATEMENT_TIMEOUT_MS = 5000  # execute_sql's statement timeout (less when th
 SQL_MAX_ROWS = 50  # execute_sql returns at most this many rows
 SQL_MAX_CHARS = 6000  # and at most this many characters of them as JSON
 TASK_LIST_ROWS = 50  # manage_tasks list and the open tasks shown at most
+EXPORT_PREFETCH = 1000  # /export reads an account's messages this many at a time (its memory stays flat)
 NEXT_OCCURRENCES = 3  # a recurring task shows this many of its next times
 EXAMPLE_CHARS = 40  # a /remind refusal's example repeats at most this much of the person's reminder text
 MAX_WHEN_WORDS = 8  # the longest time of day or date /remind looks for before the reminder's text
@@ -66,6 +67,8 @@ REMINDER_RETRY_MAX = timedelta(minutes=5)  # the growing wait between retries st
 REMINDER_SENDS = 64  # reminders being sent at once
 REMINDER_AGENT_RUNS = 8  # of those, ones that run the agent at once
 REMINDER_SWEEP_S = 30.0  # the scheduler looks for due reminders at least this often
+REMINDER_FULL_SWEEP = timedelta(hours=1)  # a sweep looks at every open task due before the grace window this often
+REMINDER_STALE_OVERLAP = timedelta(minutes=1)  # between full sweeps: due times since the last sweep, and this before
 REMINDER_MAX_PLANNED = 20000  # date jobs planned ahead at most
 REMINDER_ERROR_CHARS = 500  # a failed send's error is stored cut to this
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import tracemalloc
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from datetime import timedelta
@@ -19,6 +20,7 @@ from adapters import console
 from adapters.discord.adapter import DiscordAdapter
 from adapters.telegram import TelegramAdapter
 from core import FORGET_ME_CONFIRM, SENT_PRIVATELY, Buttons, CommandName, Core, Error, FileAnswer, Incoming
+from core.accounts.own_data import export_account
 from core.commands import HELP
 from core.memory.blocks import Block, store
 from core.memory.search import insert_archival
@@ -198,6 +200,31 @@ async def test_export_holds_the_whole_linked_account_and_nothing_of_anyone_else(
     assert isinstance(bobs, FileAnswer)
     assert not any(n in bobs.data.decode() for n in ANN_NEEDLES) and BOB_WORDS in bobs.data.decode()
     assert [i["platform_user_id"] for i in json.loads(bobs.data)["identities"]] == [str(BOB_TG)]
+
+
+async def test_export_streams_the_conversation_so_its_memory_stays_near_the_files_size(
+    make_core: MakeCore, fake_llm: FakeOpenAI, clock: FakeClock
+) -> None:
+    core = make_core()
+    fake_llm.default = Reply(text="noted")
+    await say(core, ann(f"{ANN_WORDS} from telegram"))
+    chat = await core.pool.fetchval("SELECT id FROM chats WHERE platform_chat_id = $1", str(ANN_TG))
+    await core.pool.execute(  # a long conversation: about 1.5 MB of messages
+        "INSERT INTO messages (chat_id, role, content) SELECT $1, 'assistant', g || ' ' || repeat('words ', 50)"
+        " FROM generate_series(1, 5000) g",
+        chat,
+    )
+    account = await core.pool.fetchval("SELECT account_id FROM users WHERE platform_user_id = $1", str(ANN_TG))
+    tracemalloc.start()
+    try:
+        _, data = await export_account(core.pool, account, clock())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    [messages] = [c["messages"] for c in json.loads(data)["chats"]]
+    assert len(messages) == 5002 and messages[-1]["content"].startswith("5000 words")
+    # the file itself and a cursor's batch of rows; parsing the whole conversation and laying it out again took 5×
+    assert peak < 2 * len(data), (peak, len(data))
 
 
 async def test_forget_me_asks_then_leaves_no_row_of_the_person_in_any_table(

@@ -13,6 +13,7 @@ from core.commands import Ask, StatusBoard, status_text
 from core.commands.tasks import tasks as tasks_answer
 from core.commands.tasks import timezone as timezone_answer
 from core.front_door import Core
+from core.reminders import queries
 from core.reminders.buttons import press
 from core.reminders.engine import DeliveryRefused, ReminderEngine
 from core.reminders.messages import ReminderMessage
@@ -205,6 +206,32 @@ async def test_downtime_rules(make_core: MakeCore, fake_llm: FakeOpenAI, pool: P
     )
     assert skipped is not None and skipped["status"] == "skipped"
     assert await engine(pool, clock, out).tick() == 0
+
+
+async def test_between_hourly_full_sweeps_only_times_that_left_the_grace_window_are_read(
+    make_core: MakeCore, fake_llm: FakeOpenAI, pool: Pool, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = make_core()
+    await create(core, fake_llm, {"title": "Soon", "due_at": "2026-11-21T10:20"})
+    asked: list[datetime | None] = []
+    stale = queries.stale
+
+    async def seen(*a: Any) -> Any:
+        asked.append(a[4] if len(a) > 4 else None)
+        return await stale(*a)
+
+    monkeypatch.setattr(queries, "stale", seen)
+    eng = engine(pool, clock, Outbox(), grace=timedelta(minutes=5))
+    first = clock.now  # 10:00
+    await eng.tick()  # the first sweep reads every past-due task (the process may have been down)
+    clock.advance(minutes=15)
+    await eng.tick()  # then only what left the grace window since the last sweep (and a minute before)
+    clock.advance(minutes=25)  # Soon (due 10:20) left the window between the two sweeps: skipped all the same
+    await eng.tick()
+    window = timedelta(minutes=6)
+    assert asked == [None, first - window, first + timedelta(minutes=15) - window]
+    status = await pool.fetchval("SELECT o.status FROM occurrences o JOIN tasks t ON t.id = o.task_id")
+    assert status == "skipped"
 
 
 async def test_two_schedulers_on_one_database(
@@ -631,10 +658,10 @@ async def test_daily_follows_a_zone_change_between_occurrences(
     assert await eng.tick() == 1
     assert out.sent[1].text == "⏰ Meds — due 12:00"
     assert await pool.fetchval("SELECT due_at FROM tasks") == datetime(2026, 11, 22, 17, 0, tzinfo=UTC)
-    # the same after the set_timezone tool (the next sweep notices the zone change)
+    # the same at once after the set_timezone tool (a sweep checks every zone only once an hour)
     fake_llm.script(Reply(tool_calls=[("set_timezone", {"timezone": "Asia/Tokyo"})]), Reply(text="ok"))
     answer(await run(core, incoming("I moved to Tokyo")))
-    assert await eng.tick() == 0
     assert await pool.fetchval("SELECT due_at FROM tasks") == datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
+    assert await eng.tick() == 0
     clock.now = datetime(2026, 11, 22, 3, 0, 5, tzinfo=UTC)
     assert await eng.tick() == 1 and out.sent[2].text == "⏰ Meds — due 12:00"

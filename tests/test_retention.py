@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from core.reminders.engine import ReminderEngine
 from core.storage.db import Pool
-from core.storage.retention import Pruned, prune, pruning
+from core.storage.retention import PruneCursor, Pruned, prune, pruning
 
 NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 KEEP = timedelta(days=90)
@@ -102,6 +102,22 @@ async def test_a_prune_deletes_in_bounded_batches(pool: Pool) -> None:
     assert len(await occurrences(pool)) == 3
     assert await prune(pool, NOW, KEEP, batch=2, rounds=5) == Pruned(occurrences=3)
     assert await occurrences(pool) == set()
+
+
+async def test_a_batch_reads_past_the_rows_it_keeps_and_the_pass_goes_on_where_it_stopped(pool: Pool) -> None:
+    kept = []
+    for days in range(300, 295, -1):  # five one-shot reminders delivered long ago, never marked done: kept
+        task = await a_task(pool, due_at=NOW - timedelta(days=days))
+        kept.append((task, await an_occurrence(pool, task, days, "delivered"), "delivered"))
+    daily = await a_task(pool)
+    for days in (120, 110, 100):  # after them: three that go
+        await an_occurrence(pool, daily, days, "delivered")
+    cursor = PruneCursor()
+    # each batch reads two rows: the first two batches only find kept ones, and the next prune goes on from there
+    assert await prune(pool, NOW, KEEP, batch=2, rounds=2, cursor=cursor) == Pruned()
+    assert await prune(pool, NOW, KEEP, batch=2, rounds=2, cursor=cursor) == Pruned(occurrences=3)
+    assert await occurrences(pool) == set(kept)
+    assert await prune(pool, NOW, KEEP, batch=2, rounds=5, cursor=cursor) == Pruned()  # a new pass, from the oldest
 
 
 async def test_pruning_runs_in_the_background_from_the_start(pool: Pool) -> None:

@@ -6,12 +6,13 @@ the turns they started (the bot's answers to them), never other members' message
 
 from __future__ import annotations
 
-import asyncio
+import io
 import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from core.constants import EXPORT_PREFETCH
 from core.storage.db import Conn, Pool
 from core.texts import EXPORT_TOO_LARGE
 
@@ -51,10 +52,8 @@ SELECT (SELECT coalesce(array_agg(platform || ':' || platform_user_id ORDER BY i
 """
 )
 
-# The whole export in one statement, as JSON text (decoded and laid out off the event loop).
-_EXPORT_SQL = (
-    _THEIRS
-    + """
+# The export but for its chats' messages, as JSON text (`chats` is filled in by export_account, streamed).
+_HEAD_SQL = """
 SELECT json_build_object(
     'format', $2::text, 'version', $3::int, 'exported_at', now(),
     'account', (SELECT to_json(a) FROM accounts a WHERE a.id = $1),
@@ -98,17 +97,7 @@ SELECT json_build_object(
         'archival', (SELECT coalesce(json_agg(json_build_object(
                 'number', r.number, 'content', r.content, 'created_at', r.created_at) ORDER BY r.number), '[]')
             FROM archival_memory r WHERE r.user_id = $1)),
-    'chats', (SELECT coalesce(json_agg(json_build_object(
-            'platform', c.platform, 'chat_id', c.platform_chat_id, 'thread_id', c.thread_id, 'kind', c.kind,
-            'title', c.title, 'messages', (SELECT json_agg(json_strip_nulls(json_build_object(
-                    'id', m.id, 'created_at', m.created_at, 'role', m.role,
-                    'identity', (SELECT u.platform || ':' || u.platform_user_id FROM users u WHERE u.id = m.user_id),
-                    'author_name', nullif(m.author_name, ''), 'content', m.content,
-                    'quoted_kind', m.quoted_kind, 'quoted_origin', m.quoted_origin, 'tool_calls', m.tool_calls,
-                    'tool_call_id', m.tool_call_id, 'tool_name', m.tool_name, 'tool_ok', m.tool_ok)) ORDER BY m.id)
-                FROM messages m WHERE m.chat_id = c.id AND m.id IN (SELECT id FROM own_messages)))
-            ORDER BY c.id), '[]')
-        FROM chats c WHERE c.id IN (SELECT m.chat_id FROM messages m WHERE m.id IN (SELECT id FROM own_messages))),
+    'chats', '[]'::json,
     'usage', (SELECT coalesce(json_agg(json_build_object(  -- one row per day and model (a merge or a flush may split)
             'day', u.day, 'model', u.model, 'prompt_tokens', u.prompt_tokens, 'completion_tokens', u.completion_tokens,
             'cached_tokens', u.cached_tokens, 'calls', u.calls) ORDER BY u.day, u.model), '[]')
@@ -124,6 +113,23 @@ SELECT json_build_object(
             'server', m.server, 'connected_at', m.connected_at, 'updated_at', m.updated_at) ORDER BY m.server), '[]')
         FROM mcp_credentials m WHERE m.account_id = $1 AND m.tokens IS NOT NULL)
 )::text
+"""
+
+# The export's chats, one row per message (its chat's fields alongside), chat by chat in order: read through a cursor
+# and written out as they come, so the export's memory does not grow with the account's conversation.
+_MESSAGES_SQL = (
+    _THEIRS
+    + """
+SELECT c.id AS chat, c.platform, c.platform_chat_id AS chat_id, c.thread_id, c.kind, c.title,
+       json_strip_nulls(json_build_object(
+           'id', m.id, 'created_at', m.created_at, 'role', m.role,
+           'identity', (SELECT u.platform || ':' || u.platform_user_id FROM users u WHERE u.id = m.user_id),
+           'author_name', nullif(m.author_name, ''), 'content', m.content,
+           'quoted_kind', m.quoted_kind, 'quoted_origin', m.quoted_origin, 'tool_calls', m.tool_calls,
+           'tool_call_id', m.tool_call_id, 'tool_name', m.tool_name, 'tool_ok', m.tool_ok))::text AS message
+FROM messages m JOIN chats c ON c.id = m.chat_id
+WHERE m.id IN (SELECT id FROM own_messages)
+ORDER BY c.id, m.id
 """
 )
 
@@ -198,15 +204,49 @@ async def summary(pool: Pool | Conn, account_id: int) -> Summary:
 
 
 async def export_account(pool: Pool, account_id: int, now: datetime) -> tuple[str, bytes]:
-    """The account's data as a JSON file: its name and its bytes (UTF-8, indented)."""
-    text = await pool.fetchval(_EXPORT_SQL, account_id, EXPORT_FORMAT, EXPORT_VERSION)
-    data = await asyncio.to_thread(_layout, text)
-    return f"export-{now:%Y-%m-%d-%H%M%S}.json", data
+    """The account's data as a JSON file: its name and its bytes (UTF-8, indented; a message per line). Written as it
+    is read, in one snapshot: the small parts as one object, the messages through a cursor, EXPORT_PREFETCH at a time,
+    so the memory it takes is the file's size whatever the conversation holds."""
+    out = io.BytesIO()
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        head: dict[str, Any] = json.loads(await conn.fetchval(_HEAD_SQL, account_id, EXPORT_FORMAT, EXPORT_VERSION))
+        out.write(b"{")
+        for n, (key, value) in enumerate(head.items()):
+            out.write(b"\n " + _dump(key) + b": ")
+            if key == "chats":
+                await _write_chats(conn, account_id, out)
+            else:
+                out.write(_dump(value, depth=1))
+            if n < len(head) - 1:
+                out.write(b",")
+        out.write(b"\n}\n")
+    return f"export-{now:%Y-%m-%d-%H%M%S}.json", out.getvalue()
 
 
-def _layout(text: str) -> bytes:
-    """The export's JSON, indented for a person to read."""
-    return json.dumps(json.loads(text), ensure_ascii=False, indent=1).encode()
+def _dump(value: Any, *, depth: int = 0) -> bytes:
+    """JSON of a value, indented one space a level, as it reads at `depth` levels in."""
+    text = json.dumps(value, ensure_ascii=False, indent=1)
+    return text.replace("\n", "\n" + " " * depth).encode()  # JSON strings hold no raw newline
+
+
+async def _write_chats(conn: Conn, account_id: int, out: io.BytesIO) -> None:
+    """The `chats` list: each chat's fields and its messages, one message a line, as the cursor reads them."""
+    chat: int | None = None
+    out.write(b"[")
+    async for row in conn.cursor(_MESSAGES_SQL, account_id, prefetch=EXPORT_PREFETCH):
+        if row["chat"] != chat:
+            fields = {k: row[k] for k in ("platform", "chat_id", "thread_id", "kind", "title")}
+            out.write(
+                (b"\n  ]}," if chat is not None else b"")
+                + b"\n  "
+                + json.dumps(fields, ensure_ascii=False).encode()[:-1]
+                + b', "messages": ['
+            )
+            out.write(b"\n   " + row["message"].encode())
+            chat = row["chat"]
+        else:
+            out.write(b",\n   " + row["message"].encode())
+    out.write(b"\n  ]}\n ]" if chat is not None else b"]")
 
 
 async def forget_account(

@@ -18,11 +18,13 @@ from asyncpg import Record
 from core.constants import (
     REMINDER_AGENT_RUNS,
     REMINDER_BATCH,
+    REMINDER_FULL_SWEEP,
     REMINDER_LATE_AFTER,
     REMINDER_LEASE,
     REMINDER_RETRY_FIRST,
     REMINDER_RETRY_MAX,
     REMINDER_SENDS,
+    REMINDER_STALE_OVERLAP,
     WATCH_CHECKS,
 )
 from core.metrics import Metrics
@@ -111,6 +113,8 @@ class ReminderEngine:
     on_failure: Callable[[], None] | None = None
     metrics: Metrics = field(default_factory=Metrics)  # the process's (bot/ passes the Core's)
     _held: dict[Key, int] = field(default_factory=dict, init=False, repr=False)
+    _stale_from: datetime | None = field(default=None, init=False, repr=False)  # stale due times before: all seen
+    _swept_all: datetime | None = field(default=None, init=False, repr=False)  # the last complete full pass
     _keeper: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     _jobs: set[asyncio.Task[bool]] = field(default_factory=set, init=False, repr=False)
     _gates: dict[str, asyncio.Semaphore] = field(default_factory=dict, init=False, repr=False)
@@ -154,17 +158,26 @@ class ReminderEngine:
         self._held.clear()
 
     async def skip_stale(self) -> None:
-        """End what the grace window has passed: never-tried ones as skipped, ones still retrying as failed."""
+        """End what the grace window has passed: never-tried ones as skipped, ones still retrying as failed. Open tasks
+        due before the window are all looked at in a full pass (this engine's first, then every REMINDER_FULL_SWEEP,
+        with the zones' check); in between only the ones whose due time left the window since the last complete
+        pass, so a sweep does not read every reminder delivered but never marked done."""
         now = self.clock()
-        for r in await queries.stale(self.pool, now, self.grace, self.batch):
+        full = self._swept_all is None or now - self._swept_all >= REMINDER_FULL_SWEEP
+        rows = await queries.stale(self.pool, now, self.grace, self.batch, None if full else self._stale_from)
+        for r in rows:
             nxt = next_due(r, now, r["due_at"], self.default_tz)
             await queries.skip(self.pool, r["id"], r["due_at"], TOO_OLD, nxt)
+        if len(rows) < self.batch:  # every stale one up to now - grace was seen
+            self._stale_from = now - self.grace - REMINDER_STALE_OVERLAP
+            self._swept_all = now if full else self._swept_all
         for r in await queries.expired(self.pool, now, self.grace, self.batch):
             if r["superseded"]:
                 await self._end(r, "skipped", SUPERSEDED, count=False)
             else:
                 await self._end(r, "failed", not_delivered(self.grace, r["error"]))
-        await self.follow_zones()
+        if full:  # a zone is replanned as it changes (/timezone, set_timezone, /link); this catches the rest
+            await self.follow_zones()
 
     async def follow_zones(self, user_id: int | None = None) -> int:
         """Recompute the next time of cron tasks whose owner changed zone (a daily 09:00 follows them)."""

@@ -57,6 +57,9 @@ WHERE t.status IN ('pending', 'in_progress') AND t.due_at < $1::timestamptz - $2
   AND NOT EXISTS (SELECT 1 FROM occurrences o WHERE o.task_id = t.id AND o.scheduled_at = t.due_at)
 LIMIT $3
 """
+# Between full passes, only what left the grace window since ($4): an index range, not every task ever due (a one-shot
+# reminder delivered but never marked done stays open, due in the past, for good).
+STALE_SINCE_SQL = STALE_SQL.replace("LIMIT $3", "  AND t.due_at >= $4\nLIMIT $3")
 
 _SKIPPED_SQL = """
 INSERT INTO occurrences (task_id, scheduled_at, status, error) VALUES ($1, $2, 'skipped', $3) ON CONFLICT DO NOTHING
@@ -179,9 +182,11 @@ async def claim(
     return await pool.fetch(CLAIM_SQL, instance, now, batch, late_after, lease, grace)
 
 
-async def stale(pool: Pool, now: datetime, grace: timedelta, batch: int) -> list[Record]:
-    """Open tasks due before the grace window that were never tried."""
-    return await pool.fetch(STALE_SQL, now, grace, batch)
+async def stale(pool: Pool, now: datetime, grace: timedelta, batch: int, since: datetime | None = None) -> list[Record]:
+    """Open tasks due before the grace window that were never tried (only those due at or after `since`, if given)."""
+    if since is None:
+        return await pool.fetch(STALE_SQL, now, grace, batch)
+    return await pool.fetch(STALE_SINCE_SQL, now, grace, batch, since)
 
 
 async def skip(pool: Pool, task_id: int, due_at: datetime, reason: str, next_due: datetime | None) -> None:

@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from core.constants import REFUSAL_KEEP, RETENTION_BATCH, RETENTION_EVERY_S, RETENTION_ROUNDS
 from core.storage.db import Pool, affected, is_dropped
@@ -23,15 +23,27 @@ log = logging.getLogger(__name__)
 
 # Ended occurrences older than $1, except the one that is still its open task's due time: the engine reads that
 # row to know the time was handled (a one-shot reminder nobody marked done), so it stays as long as the task.
-# A 'claimed' occurrence is still being delivered or retried and is never deleted.
+# A 'claimed' occurrence is still being delivered or retried and is never deleted. One batch reads the next $2 ended
+# occurrences in (scheduled_at, task_id) order after the key ($3, $4) the previous batch ended at (sql/037's index)
+# and deletes those not kept: a batch reads at most $2 rows however many kept ones lie before the rest (reading
+# from the oldest each time reread them all, and every kept row of a year of one-shot reminders stays).
 _OCCURRENCES_SQL = """
-DELETE FROM occurrences WHERE status <> 'claimed' AND ctid = ANY(ARRAY(
-    SELECT o.ctid FROM occurrences o
-    WHERE o.status <> 'claimed' AND o.scheduled_at < $1
-      AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = o.task_id AND t.due_at = o.scheduled_at
+WITH batch AS (
+    SELECT o.task_id, o.scheduled_at FROM occurrences o
+    WHERE o.status <> 'claimed' AND o.scheduled_at < $1 AND (o.scheduled_at, o.task_id) > ($3::timestamptz, $4::bigint)
+    ORDER BY o.scheduled_at, o.task_id
+    LIMIT $2
+), gone AS (
+    DELETE FROM occurrences x USING batch b
+    WHERE x.task_id = b.task_id AND x.scheduled_at = b.scheduled_at AND x.status <> 'claimed'
+      AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = x.task_id AND t.due_at = x.scheduled_at
                       AND t.status IN ('pending', 'in_progress'))
-    LIMIT $2))
+    RETURNING 1
+), last AS (SELECT scheduled_at, task_id FROM batch ORDER BY scheduled_at DESC, task_id DESC LIMIT 1)
+SELECT (SELECT count(*) FROM batch) AS seen, (SELECT count(*) FROM gone) AS deleted,
+       (SELECT scheduled_at FROM last) AS last_at, (SELECT task_id FROM last) AS last_task
 """
+_START = (datetime.min.replace(tzinfo=UTC), 0)  # before every occurrence's key
 
 # A chat's last refusal notice only matters for REFUSAL_EVERY_S (an hour); an older one is as good as none.
 _NOTICES_SQL = """
@@ -62,6 +74,28 @@ class Pruned:
     dead_letters: int = 0
 
 
+@dataclass
+class PruneCursor:
+    """Where the pass over ended occurrences stands: the key the last batch ended at (a process keeps one across its
+    prunes, so each prune goes on from there; at the pass's end it starts over)."""
+
+    after: tuple[datetime, int] = _START
+
+
+async def _prune_occurrences(pool: Pool, cutoff: datetime, batch: int, rounds: int, cursor: PruneCursor) -> int:
+    """Up to `rounds` batches of the pass over ended occurrences older than `cutoff`; the rows deleted."""
+    total = 0
+    for _ in range(rounds):
+        row = await pool.fetchrow(_OCCURRENCES_SQL, cutoff, batch, *cursor.after)
+        assert row is not None
+        total += row["deleted"]
+        if row["seen"] < batch:
+            cursor.after = _START
+            break
+        cursor.after = (row["last_at"], row["last_task"])
+    return total
+
+
 async def _delete_in_batches(pool: Pool, sql: str, cutoff: datetime, batch: int, rounds: int) -> int:
     """Run a batched DELETE until a batch comes back short or `rounds` ran; the rows deleted."""
     total = 0
@@ -82,21 +116,24 @@ async def prune(
     keep_notices: timedelta = REFUSAL_KEEP,
     batch: int = RETENTION_BATCH,
     rounds: int = RETENTION_ROUNDS,
+    cursor: PruneCursor | None = None,
 ) -> Pruned:
     """Delete ended occurrences scheduled before `now - keep_occurrences` (and parked MCP calls that expired then, and
     dead letters kept since then), and refusal notices older than `now - keep_notices`, at most `batch` rows per
-    statement and `rounds` statements per table."""
-    occurrences = await _delete_in_batches(pool, _OCCURRENCES_SQL, now - keep_occurrences, batch, rounds)
+    statement and `rounds` statements per table (`cursor`: where the last prune's pass over occurrences stopped; none:
+    from the oldest)."""
+    cutoff = now - keep_occurrences
+    occurrences = await _prune_occurrences(pool, cutoff, batch, rounds, cursor or PruneCursor())
     notices = await _delete_in_batches(pool, _NOTICES_SQL, now - keep_notices, batch, rounds)
-    confirmations = await _delete_in_batches(pool, _CONFIRMATIONS_SQL, now - keep_occurrences, batch, rounds)
-    dead = await _delete_in_batches(pool, _DEAD_LETTERS_SQL, now - keep_occurrences, batch, rounds)
+    confirmations = await _delete_in_batches(pool, _CONFIRMATIONS_SQL, cutoff, batch, rounds)
+    dead = await _delete_in_batches(pool, _DEAD_LETTERS_SQL, cutoff, batch, rounds)
     return Pruned(occurrences, notices, confirmations, dead)
 
 
-async def _prune_once(pool: Pool, clock: Clock, keep_occurrences: timedelta) -> None:
+async def _prune_once(pool: Pool, clock: Clock, keep_occurrences: timedelta, cursor: PruneCursor) -> None:
     """One prune; a database that is away costs a warning (the next prune catches up), never the process."""
     try:
-        pruned = await prune(pool, clock(), keep_occurrences)
+        pruned = await prune(pool, clock(), keep_occurrences, cursor=cursor)
     except Exception as e:
         if not is_dropped(e) and not isinstance(e, TimeoutError):
             raise
@@ -110,9 +147,10 @@ async def _prune_once(pool: Pool, clock: Clock, keep_occurrences: timedelta) -> 
 
 async def _prune_forever(pool: Pool, clock: Clock, keep_occurrences: timedelta, every_s: float) -> None:
     """Prune now and then every `every_s` seconds until cancelled (an unexpected failure is logged)."""
+    cursor = PruneCursor()
     while True:
         try:
-            await _prune_once(pool, clock, keep_occurrences)
+            await _prune_once(pool, clock, keep_occurrences, cursor)
         except Exception:
             log.exception("pruning old rows failed")
         await asyncio.sleep(every_s)

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from core.reminders.queries import replan_zones
 from core.storage import conversations
 from core.timeutil import fmt_local, valid_zone, zone
 from core.tools.framework import Tool, ToolContext, ToolError
@@ -30,6 +31,7 @@ async def set_timezone(p: SetTimezoneParams, ctx: ToolContext) -> dict[str, Any]
         raise ToolError(f"'{p.timezone}' is not an IANA time zone; use a name like Europe/Berlin")
     await conversations.set_timezone(ctx.pool, ctx.user, name)
     now = ctx.now()
+    await replan_zones(ctx.pool, now, None, ctx.user.account_id)  # a daily 09:00 moves to 09:00 there now
     return {
         "timezone": name,
         "local_time": fmt_local(now, zone(name), now),

@@ -14,6 +14,7 @@ HOMES = {
     "core/constants.py",
     "adapters/telegram/limits.py",
     "adapters/discord/limits.py",
+    "adapters/slack/limits.py",
     "adapters/http/limits.py",
     "adapters/console.py",
 }

@@ -24,18 +24,18 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.base import Limits
 from adapters.slack import buttons, commands
 from adapters.slack.buttons import reminder_buttons
-from adapters.slack.constants import (
+from adapters.slack.files import lazy
+from adapters.slack.home import publish_home
+from adapters.slack.incoming import StoredMessage, clean_text, from_a_person, is_dm, mentions, received
+from adapters.slack.limits import (
     SLACK_BUTTON_LABEL,
     SLACK_CONNECT_TIMEOUT_S,
     SLACK_CUT_NOTE_S,
     SLACK_NAMES_KEPT,
+    SLACK_TEXT_LIMIT,
     SLACK_THREADS_KEPT,
     SLACK_UPLOAD_BYTES,
 )
-from adapters.slack.files import lazy
-from adapters.slack.home import publish_home
-from adapters.slack.incoming import StoredMessage, clean_text, from_a_person, is_dm, mentions, received
-from adapters.slack.limits import SLACK_TEXT_LIMIT
 from adapters.slack.render import render_parts
 from adapters.slack.reply import ThreadReply
 from adapters.slack.send import deliver_reminder, note, patiently, post_parts

@@ -10,9 +10,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from adapters.slack.constants import COMMAND, SLACK_BUTTON_LABEL
+from adapters.slack.constants import COMMAND
 from adapters.slack.incoming import command_incoming
-from adapters.slack.limits import SLACK_TEXT_LIMIT
+from adapters.slack.limits import SLACK_BUTTON_LABEL, SLACK_TEXT_LIMIT
 from adapters.slack.render import plain, render, render_parts
 from adapters.slack.send import message_blocks, note, respond
 from core import (

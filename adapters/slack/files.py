@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import aiohttp
 
-from adapters.slack.constants import SLACK_DOWNLOAD_TIMEOUT_S, SLACK_MAX_DOWNLOAD_BYTES
 from adapters.slack.incoming import StoredFile
+from adapters.slack.limits import SLACK_DOWNLOAD_TIMEOUT_S, SLACK_MAX_DOWNLOAD_BYTES
 from core import Upload
 
 

@@ -8,13 +8,12 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.slack.incoming import command_incoming
-from adapters.slack.limits import SLACK_TEXT_LIMIT
+from adapters.slack.limits import SLACK_HOME_BLOCKS, SLACK_TEXT_LIMIT
 from adapters.slack.render import render_parts
 from adapters.slack.send import patiently, section
 from core import Core, Error
 
 HOME_TITLE = "*Your tasks and reminders*"
-HOME_BLOCKS = 50  # Slack's limit of blocks in a view (the header takes one)
 
 
 async def publish_home(core: Core, web: AsyncWebClient, team: str, event: dict[str, Any]) -> None:
@@ -27,5 +26,5 @@ async def publish_home(core: Core, web: AsyncWebClient, team: str, event: dict[s
         text = answer.message if isinstance(answer, Error) else core.refusal_text(inc)
     else:
         text = answer if isinstance(answer, str) else answer.text
-    blocks = [section(HOME_TITLE), *(section(p) for p in render_parts(text, SLACK_TEXT_LIMIT))][:HOME_BLOCKS]
+    blocks = [section(HOME_TITLE), *(section(p) for p in render_parts(text, SLACK_TEXT_LIMIT))][:SLACK_HOME_BLOCKS]
     await patiently(lambda: web.views_publish(user_id=user, view={"type": "home", "blocks": blocks}))

@@ -14,8 +14,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from adapters.slack.constants import SLACK_RATE_BUDGET_S, SLACK_RETRY_AFTER_DEFAULT_S, SLACK_SECTION_CHARS
 from adapters.slack.incoming import split_id
+from adapters.slack.limits import SLACK_RATE_BUDGET_S, SLACK_RETRY_AFTER_DEFAULT_S, SLACK_TEXT_LIMIT
 from adapters.slack.render import plain, render_parts
 from core import DeliveryRefused, ReminderMessage
 
@@ -62,7 +62,7 @@ def section(text: str) -> dict[str, Any]:
     return {"type": "section", "text": {"type": "mrkdwn", "text": text or " ", "verbatim": True}}
 
 
-def sections(text: str, most: int = SLACK_SECTION_CHARS) -> list[str]:
+def sections(text: str, most: int = SLACK_TEXT_LIMIT) -> list[str]:
     """The text in pieces a section block takes, cut between lines where it can."""
     pieces: list[str] = []
     while len(text) > most:
@@ -84,7 +84,7 @@ def actions(buttons: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def message_blocks(text: str, *, line: str = "", buttons: Sequence[dict[str, Any]] = ()) -> Blocks:
-    """A message's blocks: its text (in sections of at most SLACK_SECTION_CHARS), maybe the activity line, maybe its
+    """A message's blocks: its text (in sections of at most SLACK_TEXT_LIMIT), maybe the activity line, maybe its
     buttons."""
     blocks = [section(chunk) for chunk in sections(text)]
     if line:

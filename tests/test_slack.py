@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -32,9 +33,13 @@ from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_slack import BOT_USER, GROUP, TEAM, FakeSlack
 from tests.helpers import WAIT_S, incoming
-from tests.mcp_servers import free_port
+from tests.mcp_servers import HttpServer, free_port
 from tests.test_inbox import Hold, echo
 from tests.test_linking import CODE
+from tests.test_mcp_agent import call, config_file, started
+from tests.test_mcp_confirm import EVERYONE
+from tests.test_mcp_confirm import calls as calls  # the fixture: what the server's `forget` got
+from tests.test_mcp_confirm import mail as mail  # the fixture: the test MCP server
 
 ALICE, BOB = "U0ALICE1", "U0BOB001"
 
@@ -65,13 +70,14 @@ async def start_proc(sl: FakeSlack, make_core: MakeCore) -> AsyncIterator[StartP
     API processes behind the bot's web server."""
     async with AsyncExitStack() as stack:
 
-        async def start(lease_s: float = 30.0, *, http: bool = False) -> Proc:
+        async def start(lease_s: float = 30.0, *, http: bool = False, **settings: Any) -> Proc:
             mode = {"SLACK_SIGNING_SECRET": sl.signing_secret} if http else {"SLACK_APP_TOKEN": sl.app_token}
             core = make_core(
                 SLACK_BOT_TOKEN=sl.token,
                 SLACK_API_BASE_URL=sl.api_base,
                 inbox_pace=Pace(lease_s=lease_s, poll_s=0.05),
                 **mode,
+                **settings,
             )
             adapter = SlackAdapter(core, core.settings)
             if http:
@@ -350,3 +356,23 @@ async def test_the_events_api_refuses_what_is_neither_an_event_a_command_nor_a_p
             headers = {"Content-Type": kind, **sl.sign(body)}
             async with session.post(sl.events_url, data=body, headers=headers) as resp:
                 assert resp.status == 400
+
+
+async def test_an_mcp_call_waits_for_the_allow_button_that_only_the_person_asked_can_press(
+    start_proc: StartProc, sl: FakeSlack, fake_llm: FakeOpenAI, mail: HttpServer, calls: list[str], tmp_path: Path
+) -> None:
+    path = config_file(tmp_path, mail={"url": mail.url, **EVERYONE})
+    proc = await start_proc(MCP_CONFIG=path, ALLOWED_USERS=f"slack:{TEAM}:{ALICE},slack:{TEAM}:{BOB}")
+    await started(proc.core)
+    fake_llm.script(call("mcp__mail__forget", what="the tea"), Reply(text="Asked."))
+    await sl.push("events_api", sl.post(ALICE, "forget the tea", channel=sl.dm_of(ALICE)))
+    await sl.wait_for(lambda: len(sl.sent) == 1, WAIT_S, what="the answer")
+    [asked] = sl.sent
+    assert "Waiting for your OK to run mail: forget" in asked["text"] and calls == []
+    [allow] = [e for b in asked["blocks"] for e in b.get("elements") or [] if e.get("value", "").startswith("mcp:ok:")]
+    other = await sl.wait_answered(
+        await sl.interact("interactive", sl.block_action(BOB, asked, allow["action_id"])), WAIT_S
+    )
+    assert "not for you" in json.dumps(other.responses) and calls == []
+    pressed = await sl.interact("interactive", sl.block_action(ALICE, asked, allow["action_id"]))
+    await sl.wait_for(lambda: calls == ["the tea"] and "forgot the tea" in json.dumps(pressed.responses), WAIT_S)

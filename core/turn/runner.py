@@ -310,7 +310,7 @@ class Turns:
                 if isinstance(event, Assistant) and ctx.sources:  # it used the web: where it came from, at its end
                     event = replace(event, text=cited(event.text, ctx.sources))
                 if isinstance(event, Assistant) and ctx.parked:  # calls waiting for the person's OK: a button each
-                    buttons = inc.chat_platform in ("telegram", "discord")  # elsewhere: /mcp allow <id>
+                    buttons = inc.chat_platform not in ("console", API_PLATFORM)  # a chat's; the terminal: /mcp allow
                     http = inc.chat_platform == API_PLATFORM  # the HTTP API: its route allows it
                     event = await mcp_confirm.asking(p.pool, event, ctx.parked, buttons=buttons, http=http)
                 await writes.record(event)

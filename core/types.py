@@ -76,6 +76,7 @@ class Incoming:
     model: str | None = None  # a model of LLM_MODELS asked for this message only (the HTTP API), else the account's
     uploads: tuple[Upload, ...] = ()  # files that came with it (voice notes, documents), fetched by the adapter
     language: str = ""  # the speaker's language as their platform tells it (IETF tag: de, pt-BR), if it does
+    zone: str = ""  # the speaker's time zone as their platform tells it (Slack's profile): theirs until they set one
 
     def __post_init__(self) -> None:
         """Nothing PostgreSQL cannot store, from whichever front end (a NUL in a name must not stop a chat)."""

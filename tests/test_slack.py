@@ -376,3 +376,29 @@ async def test_an_mcp_call_waits_for_the_allow_button_that_only_the_person_asked
     assert "not for you" in json.dumps(other.responses) and calls == []
     pressed = await sl.interact("interactive", sl.block_action(ALICE, asked, allow["action_id"]))
     await sl.wait_for(lambda: calls == ["the tea"] and "forgot the tea" in json.dumps(pressed.responses), WAIT_S)
+
+
+async def test_a_person_who_never_set_a_zone_has_their_slack_profiles_and_one_they_set_stays(
+    start_proc: StartProc, sl: FakeSlack, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    sl.person(ALICE, "Alice", tz="America/New_York")
+    sl.person(BOB, "Bob", tz="Not/AZone")  # a profile's zone that is no IANA name is not taken
+    await start_proc()
+    asked = await sl.interact("slash_commands", sl.command(ALICE, sl.dm_of(ALICE), "/assistant", "whoami"))
+    assert "Time zone: America/New_York." in (await sl.wait_answered(asked, WAIT_S)).responses[0]["text"]
+    fake_llm.script(Reply(text="hi"))
+    await sl.push("events_api", sl.post(ALICE, "hello", channel=sl.dm_of(ALICE)))
+    await sl.wait_for(lambda: len(sl.sent) == 1, WAIT_S, what="the answer")
+    assert "America/New_York" in fake_llm.requests[-1]["messages"][0]["content"]  # the turn's clock is hers
+    assert await pool.fetchval("SELECT timezone FROM accounts") == "America/New_York"  # reminders' too
+
+    sl.person(ALICE, "Alice", tz="Asia/Tokyo")  # she set one: her profile no longer decides
+    await pool.execute("UPDATE accounts SET timezone = 'Europe/Lisbon'")
+    fake_llm.script(Reply(text="hi again"))
+    await sl.push("events_api", sl.post(ALICE, "hello again", channel=sl.dm_of(ALICE)))
+    await sl.wait_for(lambda: len(sl.sent) == 2, WAIT_S, what="the second answer")
+    assert "Europe/Lisbon" in fake_llm.requests[-1]["messages"][0]["content"]
+    assert await pool.fetchval("SELECT timezone FROM accounts") == "Europe/Lisbon"
+
+    asked = await sl.interact("slash_commands", sl.command(BOB, sl.dm_of(BOB), "/assistant", "whoami"))
+    assert "Time zone: UTC." in (await sl.wait_answered(asked, WAIT_S)).responses[0]["text"]

@@ -92,6 +92,7 @@ class SlackAdapter:
         self._work: set[asyncio.Task[Any]] = set()
         self._threads: OrderedDict[tuple[str, str], None] = OrderedDict()  # threads the bot spoke in
         self._names: OrderedDict[str, str] = OrderedDict()  # people's display names by user id
+        self._zones: dict[str, str] = {}  # their profiles' time zones, kept with the names
 
     @property
     def source(self) -> str:
@@ -263,7 +264,7 @@ class SlackAdapter:
             return
         name = await self._name(str(event["user"]))
         text = clean_text(str(event.get("text", "")), self.bot_user, dict(self._names))
-        stored = received(self.team, event, text, name)
+        stored = received(self.team, event, text, name, self._zones.get(str(event["user"]), ""))
         inc = stored.incoming
         if not self.core.is_allowed(inc):
             refusal = await self.core.refusal(inc)
@@ -307,16 +308,22 @@ class SlackAdapter:
                 self._names[user] = str(
                     profile.get("display_name") or profile.get("real_name") or info["user"].get("name") or user
                 )
+                self._zones[user] = str(info["user"].get("tz") or "")
             except SlackApiError:
                 return user
             while len(self._names) > SLACK_NAMES_KEPT:
-                self._names.popitem(last=False)
+                self._zones.pop(self._names.popitem(last=False)[0], None)
         return self._names[user]
+
+    async def _zone(self, user: str) -> str:
+        """A person's time zone from their Slack profile ("" when Slack will not say)."""
+        await self._name(user)
+        return self._zones.get(user, "")
 
     async def on_interaction(self, kind: str, payload: dict[str, Any]) -> None:
         """A slash command or a button press, answered through its response_url."""
         if kind == "slash_commands":
-            work = commands.run(self.core, self.web, self.team, payload)
+            work = commands.run(self.core, self.web, self.team, payload, await self._zone(str(payload.get("user_id"))))
         elif payload.get("type") == "block_actions":
             work = buttons.press(self.core, self.team, payload)
         else:

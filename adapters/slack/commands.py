@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -37,11 +38,11 @@ def parse(text: str) -> tuple[str, str]:
     return (word.lstrip("/").lower() or HELP), rest.strip()
 
 
-async def run(core: Core, web: AsyncWebClient, team: str, payload: dict[str, Any]) -> None:
-    """Answer one slash command without the model."""
+async def run(core: Core, web: AsyncWebClient, team: str, payload: dict[str, Any], zone: str = "") -> None:
+    """Answer one slash command without the model (`zone`: its person's, from their Slack profile)."""
     url = str(payload.get("response_url", ""))
     name, rest = parse(str(payload.get("text", "")))
-    inc = command_incoming(team, payload)
+    inc = replace(command_incoming(team, payload), zone=zone)
     command = BY_NAME.get(name)
     answer = await core.command(inc, command.name if command else name, rest, must_answer=True)
     if answer is None or isinstance(answer, Error):

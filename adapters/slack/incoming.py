@@ -116,8 +116,9 @@ def clean_text(text: str, bot_user: str, names: dict[str, str]) -> str:
     return html.unescape(text).strip()
 
 
-def received(team: str, event: dict[str, Any], text: str, user_name: str) -> StoredMessage:
-    """A message as the core's Incoming with what its answer needs: where, and in which thread."""
+def received(team: str, event: dict[str, Any], text: str, user_name: str, zone: str = "") -> StoredMessage:
+    """A message as the core's Incoming with what its answer needs: where, and in which thread (`zone`: the
+    person's time zone from their Slack profile)."""
     channel, ts = str(event["channel"]), str(event["ts"])
     private = is_dm(event)
     thread = event.get("thread_ts") or (None if private else ts)
@@ -132,6 +133,7 @@ def received(team: str, event: dict[str, Any], text: str, user_name: str) -> Sto
         message_id=f"{channel}:{ts}",
         reply_to=f"{channel}:{event['thread_ts']}" if event.get("thread_ts") else None,
         attachments=tuple(str(f.get("name") or "file") for f in event.get("files") or []),
+        zone=zone,
     )
     return StoredMessage(inc, channel, ts, str(thread) if thread else None, files_of(event, text))
 

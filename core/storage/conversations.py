@@ -12,6 +12,7 @@ from asyncpg import Record
 
 from core.activity import heard_step, make_step
 from core.storage.db import Pool, affected, retry_dropped
+from core.timeutil import valid_zone
 from core.types import JOB_MESSAGE_PREFIX, ChatRef, Error, Incoming, Step, TurnSteps, UserRef
 
 # {counted}: whether this message counts towards the person's message rate (sql/018; a SQL boolean expression)
@@ -152,7 +153,7 @@ def _refs(row: Record, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef
         inc.platform,
         inc.user_id,
         inc.user_name,
-        row["timezone"] or default_tz,
+        row["timezone"] or _hinted_zone(inc) or default_tz,
         row["model"],
     )
     chat = ChatRef(row["chat_id"], inc.chat_platform, inc.chat_id, inc.thread_id, inc.chat_kind, row["history_floor"])
@@ -227,6 +228,7 @@ async def begin_turn(
     row = await retry_dropped(lambda: attempt(False), "storing a message", pool=pool, again=lambda: attempt(True))
     assert row is not None
     user, chat = _refs(row, inc, default_tz)
+    await _adopt_zone(pool, row, inc)
     mid, author = (inc.message_id, inc.user_id) if authors else (None, None)
     new_rows = [*zip(kinds, origins, texts, strict=True), (None, None, inc.text)]
     own = [_new_row(text, inc.user_name, kind, origin, mid, author) for kind, origin, text in new_rows if text]
@@ -281,7 +283,22 @@ async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef,
         pool=pool,
     )
     assert row is not None
+    await _adopt_zone(pool, row, inc)
     return _refs(row, inc, default_tz)
+
+
+def _hinted_zone(inc: Incoming) -> str | None:
+    """The speaker's time zone as their platform tells it (Slack's profile), when it is a real one."""
+    return valid_zone(inc.zone) if inc.zone else None
+
+
+async def _adopt_zone(pool: Pool, row: Record, inc: Incoming) -> None:
+    """A person who never set a time zone takes the one their platform tells (once: from then on it is theirs, as if
+    set with /timezone, so reminders and budgets use it too); one more round trip only that once."""
+    if row["timezone"] is None and (name := _hinted_zone(inc)) is not None:
+        await pool.execute(
+            "UPDATE accounts SET timezone = $2 WHERE id = $1 AND timezone IS NULL", row["account_id"], name
+        )
 
 
 async def add_assistant(

@@ -30,16 +30,19 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import telegram
 from aiohttp import web
+from telegram import Update
 from telegram.constants import FloodLimit
+from telegram.ext import Application, ApplicationBuilder, MessageHandler, filters
 
 from adapters.telegram import TelegramAdapter
-from adapters.telegram.limits import TELEGRAM_RATE_WINDOW_S
+from adapters.telegram.limits import TELEGRAM_POLL_READ_MARGIN_S, TELEGRAM_RATE_WINDOW_S
+from adapters.telegram.request import AiohttpRequest
 from bench.common import (
     REPO_ROOT,
     BenchDatabase,
@@ -64,6 +67,7 @@ from tests.fake_telegram import FakeTelegram
 
 GOAL_P50_MS, GOAL_P99_MS, GOAL_IDLE_MS, GOAL_CPU_MS = 10.0, 20.0, 12.0, 8.0
 GOAL_CROWD_S = 2.0
+GOAL_RATIO = 2.0  # issue 35: the bot's p50 back to back over the bare echo bot's
 POLL_TIMEOUT_S = 1
 USERS = (7001, 7002, 7003, 7004, 7005)  # private chats: chat id == user id, as on Telegram
 NAMES = ("Ann", "Ben", "Cleo", "Dan", "Eva")
@@ -108,22 +112,28 @@ class TimedFakeTelegram(FakeTelegram):
 
 
 @dataclass
-class Rig:
-    """A running bot (the real adapter and core) and its fakes."""
+class Target:
+    """A running bot behind its own fake Bot API: the bot's rig, or the bare echo bot of the floor."""
 
     fake: TimedFakeTelegram
-    llm: FakeLLMProcess
-    core: Core
-    adapter: TelegramAdapter
     tag: int  # keeps update and message ids unique across the rigs of one run (the inbox dedupes update ids)
-    turns_done: int = 0
-    pushed: int = 0
+    turns_done: int = field(default=0, kw_only=True)
+    pushed: int = field(default=0, kw_only=True)
 
     def push(self, update: dict[str, Any]) -> None:
         """Hand an update to the fake Bot API with an update id of this rig's own."""
         self.pushed += 1
         update["update_id"] = ID_BASE * self.tag + self.pushed
         self.fake.push_update(update)
+
+
+@dataclass
+class Rig(Target):
+    """A running bot (the real adapter and core) and its fakes."""
+
+    llm: FakeLLMProcess
+    core: Core
+    adapter: TelegramAdapter
 
 
 @asynccontextmanager
@@ -136,7 +146,7 @@ async def make_rig(db: BenchDatabase, llm: FakeLLMProcess, tag: int) -> AsyncIte
             await adapter.start()
             freeze_startup_objects()  # as bot/app.py does once its adapters run
             try:
-                yield Rig(fake, llm, core, adapter, tag)
+                yield Rig(fake, tag, llm, core, adapter)
             finally:
                 await core.drain(5.0)  # as the bot stops: the inbox first, then the adapter
                 await adapter.stop()
@@ -158,8 +168,9 @@ class TurnTimes:
         return (self.sent - self.pushed) * 1000
 
 
-async def one_turn(rig: Rig, after_idle: bool) -> TurnTimes:
-    """Push one private text message and wait for the fake to receive the reply's sendMessage."""
+async def one_turn(rig: Target, after_idle: bool) -> TurnTimes:
+    """Push one private text message and wait for the fake to receive the reply's sendMessage (the bot's "ok…", or
+    the echo bot's copy of the message)."""
     fake, n = rig.fake, rig.turns_done
     rig.turns_done += 1
     user = USERS[n % len(USERS)]
@@ -175,7 +186,8 @@ async def one_turn(rig: Rig, after_idle: bool) -> TurnTimes:
     rig.push(update)
     await fake.wait_sent(before + 1, timeout=30.0)
     reply = fake.sent[before]
-    ok = reply.get("chat_id") == user and str(reply.get("text", "")).startswith("ok")
+    said = str(reply.get("text", ""))
+    ok = reply.get("chat_id") == user and (said.startswith("ok") or said == update["message"]["text"])
     return TurnTimes(pushed, fake.sent_at[before], ok, calls_from, after_idle)
 
 
@@ -192,7 +204,7 @@ class Pacing:
 
 
 async def run_turns(
-    rig: Rig,
+    rig: Target,
     turns: int,
     pacing: Pacing,
     on_turn: Callable[[TurnTimes], None] | None = None,
@@ -254,15 +266,18 @@ class RunResult:
         )
 
 
-async def measured_run(rig: Rig, meter: CpuMeter, turns: int, pacing: Pacing) -> RunResult:
-    """Time `turns` turns and collect the CPU used."""
-    await rig.llm.stats()  # reset
+async def measured_run(
+    rig: Target, meter: CpuMeter, turns: int, pacing: Pacing, llm: FakeLLMProcess | None = None
+) -> RunResult:
+    """Time `turns` turns and collect the CPU used (`llm`: the fake model's process, whose CPU is counted apart)."""
+    if llm is not None:
+        await llm.stats()  # reset
     first = len(rig.fake.log)
     meter.start()
     t0 = time.monotonic()
     times = await run_turns(rig, turns, pacing)
     wall = time.monotonic() - t0
-    cpu = meter.stop((await rig.llm.stats()).cpu_s)
+    cpu = meter.stop(None if llm is None else (await llm.stats()).cpu_s)
     return RunResult(times, rig.fake.log[first:], cpu, wall)
 
 
@@ -294,6 +309,85 @@ def print_run(r: RunResult, pause_s: float) -> None:
     peak = limiter_peak(r.calls)
     waited = "never made a turn wait" if peak <= LIMITER_RATE else "FULL: turns waited for it"
     print(f"    send window: at most {peak} sendMessage in {TELEGRAM_RATE_WINDOW_S:g} s of {LIMITER_RATE} ({waited})")
+
+
+# ---------------------------------------------------------------- part 1b: the floor, a bare PTB echo bot
+
+
+@dataclass
+class Echo(Target):
+    """A bare python-telegram-bot echo bot: an Application with one MessageHandler, long polling like the bot's run
+    here, no database, no model."""
+
+    app: Application[Any, Any, Any, Any, Any, Any]
+
+
+async def _echo(update: Update, _context: object) -> None:
+    """Answer a text message with its own text."""
+    message = update.effective_message
+    if message is not None and message.text:
+        await message.reply_text(message.text)
+
+
+@asynccontextmanager
+async def make_echo(tag: int, request: str) -> AsyncIterator[Echo]:
+    """The echo bot against a fake Bot API of its own, driven by hand (initialize, polling, start; stop in reverse);
+    `request`: PTB's default transport (`httpx`) or the bot's (`aiohttp`, adapters/telegram/request.py)."""
+    async with TimedFakeTelegram() as fake:
+        builder = ApplicationBuilder().token(fake.token).base_url(fake.base_url)
+        if request == "aiohttp":
+            builder = builder.request(AiohttpRequest()).get_updates_request(
+                AiohttpRequest(read_timeout=POLL_TIMEOUT_S + TELEGRAM_POLL_READ_MARGIN_S)
+            )
+        app = builder.build()
+        app.add_handler(MessageHandler(filters.TEXT, _echo))
+        await app.initialize()
+        assert app.updater is not None
+        await app.updater.start_polling(poll_interval=0.0, timeout=POLL_TIMEOUT_S)
+        await app.start()
+        try:
+            yield Echo(fake, tag, app)
+        finally:
+            await app.updater.stop()
+            await app.stop()
+            await app.shutdown()
+
+
+async def part_floor(args: argparse.Namespace, pacing: Pacing) -> RunResult:
+    """The same turns through the bare echo bot (the floor of any bot on PTB), before the bot's own (part 1)."""
+    print(
+        f"== 1a. The floor: a bare python-telegram-bot echo bot (Application, long polling, {args.floor_request}; no "
+        f"database, no model), same fake Bot API and pacing: {args.turns} turns after {args.warmup} warm-up =="
+    )
+    async with make_echo(3, args.floor_request) as echo:
+        await run_turns(echo, args.warmup, pacing)
+        await asyncio.sleep(pacing.pause_s)
+        floor = await measured_run(echo, CpuMeter(None), args.turns, pacing)
+    n = len(floor.turns)
+    print(f"  [FLOOR] {n} turns, {sum(not t.ok for t in floor.turns)} without the expected reply")
+    for label, idle in (("back to back", False), ("after a pause", True)):
+        ms = floor.ms(after_idle=idle)
+        if ms:
+            print(f"    {label:<14} p50 {percentile(ms, 50):6.2f} ms   p99 {percentile(ms, 99):6.2f} ms")
+    print(f"    CPU: echo {floor.cpu.bot_s * 1000 / n:.2f} ms/turn")
+    print()
+    return floor
+
+
+def print_ratio(bot: RunResult, floor: RunResult) -> bool:
+    """The bot's figures over the echo bot's (part 1 over part 1a, same run); True when the p50 back to back meets
+    GOAL_RATIO."""
+    met = True
+    for label, idle in (("back to back", False), ("after a pause", True)):
+        ours, base = bot.ms(after_idle=idle), floor.ms(after_idle=idle)
+        if ours and base:
+            p50, p99 = percentile(ours, 50) / percentile(base, 50), percentile(ours, 99) / percentile(base, 99)
+            goal = "" if idle else f"   goal <= {GOAL_RATIO:g}x   {verdict(p50, GOAL_RATIO)}"
+            met = met and (idle or p50 <= GOAL_RATIO)
+            print(f"    [RATIO] bot/echo {label:<14} p50 {p50:5.2f}x{goal}   (p99 {p99:5.2f}x)")
+    cpu = (bot.cpu.bot_s / len(bot.turns)) / (floor.cpu.bot_s / len(floor.turns))
+    print(f"    [RATIO] bot/echo CPU per turn {cpu:5.2f}x")
+    return met
 
 
 # ---------------------------------------------------------------- part 0: many users at once
@@ -391,6 +485,7 @@ async def bench(args: argparse.Namespace) -> int:
         status = 0
         if args.crowd_users:
             status = int(not await part_crowd(db, args.crowd_users, args.crowd_rounds, args.crowd_delay))
+        floor = await part_floor(args, pacing) if args.floor else None
         async with FakeLLMProcess(0.0) as llm, make_rig(db, llm, 1) as rig:
             await run_turns(rig, args.warmup, pacing)
             await asyncio.sleep(pacing.pause_s)
@@ -398,9 +493,11 @@ async def bench(args: argparse.Namespace) -> int:
                 f"== 1. Push → the fake receives sendMessage: {args.turns} turns after {args.warmup} warm-up, "
                 f"{pacing.describe()} =="
             )
-            head = await measured_run(rig, CpuMeter(db.postmaster), args.turns, pacing)
+            head = await measured_run(rig, CpuMeter(db.postmaster), args.turns, pacing, llm)
             print_run(head, pacing.pause_s)
             status |= int(head.missed())
+            if floor is not None:
+                status |= int(not print_ratio(head, floor))
             print()
             if args.breakdown_turns:
                 await part_breakdown(rig, args.breakdown_turns, pacing)
@@ -525,6 +622,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--breakdown-turns", type=int, default=200, help="traced turns in part 2 (200; 0 skips)")
     p.add_argument("--profile", action="store_true", help="add a cProfile (part 3)")
     p.add_argument("--profile-turns", type=int, default=200, help="turns to profile (200)")
+    p.add_argument("--no-floor", dest="floor", action="store_false", help="skip the echo bot's floor (part 1a)")
+    p.add_argument(
+        "--floor-request",
+        choices=("httpx", "aiohttp"),
+        default="httpx",
+        help="the echo bot's transport: PTB's default (httpx) or the bot's AiohttpRequest",
+    )
     p.add_argument("--compare", metavar="REV", help="part 1 for REV and the working tree, side by side")
     p.add_argument("--compare-runs", type=int, default=2, help="runs of each side with --compare (2)")
     quick = {"turns": 80, "warmup": 16, "crowd_users": 20, "crowd_rounds": 1, "breakdown_turns": 40}

@@ -50,12 +50,14 @@ from bench.common import (
     CpuMeter,
     CpuUse,
     FakeLLMProcess,
+    SqlTrace,
     bench_core,
     bench_database,
     goal_line,
     parse,
     parser,
     percentile,
+    print_round_trips,
     print_timeline,
     profiled,
     quiet_logging,
@@ -461,6 +463,22 @@ async def part_breakdown(rig: Rig, turns: int, pacing: Pacing) -> None:
     print()
 
 
+# ---------------------------------------------------------------- part 2b: the round trips of a turn
+
+
+async def part_round_trips(rig: Rig, turns: int) -> None:
+    """Every statement sent to PostgreSQL during `turns` turns (each followed by 50 ms, so its tail is its own), with
+    the task that sent it: the inbox's receive in the polling task, the turn in its inbox task."""
+    print(f"== 2b. Round trips to PostgreSQL: {turns} turns one by one, each followed by 50 ms (not timed) ==")
+    with SqlTrace().on() as trace:
+        for _ in range(turns):
+            await one_turn(rig, after_idle=False)
+            await asyncio.sleep(0.05)
+            trace.next()
+    print_round_trips(trace.done)
+    print()
+
+
 # ---------------------------------------------------------------- part 3: cProfile
 
 
@@ -501,6 +519,8 @@ async def bench(args: argparse.Namespace) -> int:
             print()
             if args.breakdown_turns:
                 await part_breakdown(rig, args.breakdown_turns, pacing)
+            if args.round_trips:
+                await part_round_trips(rig, args.round_trips)
             if args.profile:
                 await part_profile(rig, args.profile_turns, pacing)
     return status
@@ -620,6 +640,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--crowd-rounds", type=int, default=3, help="rounds of part 0 after the cold one (3)")
     p.add_argument("--crowd-delay", type=float, default=1.0, help="the model's answer time in part 0 (1 s)")
     p.add_argument("--breakdown-turns", type=int, default=200, help="traced turns in part 2 (200; 0 skips)")
+    p.add_argument(
+        "--round-trips", type=int, default=0, metavar="N", help="list each PostgreSQL round trip of N turns (part 2b)"
+    )
     p.add_argument("--profile", action="store_true", help="add a cProfile (part 3)")
     p.add_argument("--profile-turns", type=int, default=200, help="turns to profile (200)")
     p.add_argument("--no-floor", dest="floor", action="store_false", help="skip the echo bot's floor (part 1a)")

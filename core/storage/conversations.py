@@ -126,17 +126,24 @@ INSERT INTO messages (chat_id, turn_id, role, content, tool_call_id, tool_name, 
 SELECT $1, $2, 'tool', $3, $4, $5, $6, $7, $8
 WHERE NOT EXISTS (SELECT 1 FROM messages WHERE turn_id = $2 AND role = 'tool' AND tool_call_id = $4)
 """
+# The answer, the turn closed, and (when $6 is not null) the usage of the turn's last model call (sql/022's
+# usage_record, its arguments $6-$13), in one round trip.
 _FINISH_SQL = """
-WITH m AS (INSERT INTO messages (chat_id, turn_id, role, content) VALUES ($1, $2, 'assistant', $3))
-UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2
+WITH m AS (INSERT INTO messages (chat_id, turn_id, role, content) VALUES ($1, $2, 'assistant', $3)),
+t AS (UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2)
+SELECT usage_record($6, $7, $8, $9, $10, $11, $12, $13) WHERE $6::bigint IS NOT NULL
 """
+# A retry after a dropped connection: the answer and the usage only when an earlier attempt did not commit them (the
+# subqueries see the turn as it was before this statement).
 _FINISH_ONCE_SQL = """
 WITH m AS (
     INSERT INTO messages (chat_id, turn_id, role, content) SELECT $1, $2, 'assistant', $3
     WHERE EXISTS (SELECT 1 FROM turns WHERE id = $2 AND status = 'running')
-)
-UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2
+), t AS (UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2)
+SELECT usage_record($6, $7, $8, $9, $10, $11, $12, $13)
+WHERE $6::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM turns WHERE id = $2 AND status = 'running')
 """
+_NO_USAGE = (None, None, None, None, None, None, None, None)  # $6-$13 of an answer without a usage to write
 
 
 def _upserted(inc: Incoming) -> tuple[str, str, str, str, str, str, str]:
@@ -339,13 +346,23 @@ async def finish_turn(pool: Pool, turn_id: int, status: str, steps: int, *, erro
     await retry_dropped(lambda: pool.execute(sql, turn_id, status, steps, code, message), "closing a turn", pool=pool)
 
 
-async def finish_turn_with_answer(pool: Pool, chat: ChatRef, turn_id: int, text: str, status: str, steps: int) -> None:
-    """Store the final answer and close the turn in one round trip; a retry does not store it twice."""
+async def finish_turn_with_answer(
+    pool: Pool,
+    chat: ChatRef,
+    turn_id: int,
+    text: str,
+    status: str,
+    steps: int,
+    usage: Sequence[Any] | None = None,
+) -> None:
+    """Store the final answer and close the turn in one round trip, with `usage` (usage_record's arguments,
+    core/accounts/usage.py) the usage of its last model call too; a retry stores neither twice."""
+    args = (chat.id, turn_id, text, status, steps, *(usage or _NO_USAGE))
     await retry_dropped(
-        lambda: pool.execute(_FINISH_SQL, chat.id, turn_id, text, status, steps),
+        lambda: pool.execute(_FINISH_SQL, *args),
         "storing the answer",
         pool=pool,
-        again=lambda: pool.execute(_FINISH_ONCE_SQL, chat.id, turn_id, text, status, steps),
+        again=lambda: pool.execute(_FINISH_ONCE_SQL, *args),
     )
 
 

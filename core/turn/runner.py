@@ -248,8 +248,9 @@ class Turns:
             else:
                 log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
-        writes = journal.TurnJournal(p.pool, chat, turn_id, delivery)
-        meter = p.spending.meter(user, start.budget)  # the budget check before each model call (accounts/usage.py)
+        # the budget check before each model call (accounts/usage.py); the last call's usage is stored with the answer
+        meter = p.spending.meter(user, start.budget, defer=True)
+        writes = journal.TurnJournal(p.pool, chat, turn_id, delivery, meter)
         flood = p.access.flood(inc, start.user_recent, start.chat_recent)
         if flood is not None:  # stored, not answered: the note (once) is the turn's answer, resent on a redelivery
             meter.close()

@@ -51,13 +51,16 @@ async def begin(
     )
 
 
-async def mark_sent(pool: Pool, turn_id: int, parts: int) -> None:
+async def mark_sent(pool: Pool, turn_id: int, parts: int) -> bool:
     """Record that the platform accepted the first `parts` parts of a turn's answer, so a process that takes the
-    update again sends only the rest (best effort: a failure only risks sending a part twice)."""
+    update again sends only the rest (best effort: a failure only risks sending a part twice); False when it could
+    not be recorded."""
     try:
         await conversations.mark_sent(pool, turn_id, parts)
     except Exception as e:
         log.warning("could not record a sent answer of turn %d (%s)", turn_id, type(e).__name__)
+        return False
+    return True
 
 
 class TurnJournal:

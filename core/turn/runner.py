@@ -84,7 +84,9 @@ class Turns:
         """Answer one incoming message through `reply` (`delivery`: the stored update it came in); every part the
         platform accepts of an update's answer is recorded, so a process taking it again sends only the rest."""
         async with reply.working(), aclosing(self.handle(inc, stream=reply.streams, delivery=delivery)) as events:
-            await send_through(self.parts.pool, events, reply, record=delivery is not None)
+            journaled = await send_through(self.parts.pool, events, reply, record=delivery is not None)
+        if delivery is not None:
+            delivery.journaled = journaled  # the inbox marks it done without waiting for the disk (inbox_table.finish)
 
     async def handle(
         self, inc: Incoming, *, stream: bool = False, delivery: Delivery | None = None

@@ -21,6 +21,7 @@ if __package__ in (None, ""):  # run as a script: this checkout's packages first
 
 import argparse
 import asyncio
+import math
 import os
 import re
 import statistics
@@ -501,6 +502,9 @@ async def bench(args: argparse.Namespace) -> int:
         )
         print()
         status = 0
+        if args.floor_only:
+            await part_floor(args, pacing)
+            return 0
         if args.crowd_users:
             status = int(not await part_crowd(db, args.crowd_users, args.crowd_rounds, args.crowd_delay))
         floor = await part_floor(args, pacing) if args.floor else None
@@ -579,7 +583,28 @@ def side_command(root: Path, args: argparse.Namespace) -> list[str]:
     known = set(re.findall(r"--[a-z][a-z-]*", _run_side(root, [*cmd, "--help"]).stdout))
     wanted = {"--turns": args.turns, "--warmup": args.warmup, "--burst": args.burst, "--pause": args.pause}
     wanted |= {flag: 0 for flag in ("--crowd-users", "--breakdown-turns", "--unpaced-turns", "--call-samples")}
-    return cmd + [item for flag, value in wanted.items() if flag in known for item in (flag, str(value))]
+    cmd += [item for flag, value in wanted.items() if flag in known for item in (flag, str(value))]
+    return [*cmd, "--no-floor"] if "--no-floor" in known else cmd  # the floor runs apart (floor_command)
+
+
+def floor_command(args: argparse.Namespace) -> list[str]:
+    """This checkout's bench running the echo bot's floor alone (part 1a), with the sides' sizes and pacing."""
+    sizes = ("--turns", str(args.turns), "--warmup", str(args.warmup), "--burst", str(args.burst))
+    pacing = ("--pause", str(args.pause), "--floor-request", args.floor_request)
+    return [sys.executable, "-m", "bench.telegram_overhead", "--floor-only", *sizes, *pacing]
+
+
+_FLOOR = re.compile(r"back to back\s+p50\s+([\d.]+) ms")
+
+
+def floor_p50(out: str) -> float | None:
+    """The echo bot's p50 back to back from a --floor-only run's output."""
+    on = False
+    for line in out.splitlines():
+        on = on or "[FLOOR]" in line
+        if on and (m := _FLOOR.search(line)):
+            return float(m[1])
+    return None
 
 
 def _run_side(root: Path, cmd: list[str]) -> subprocess.CompletedProcess[str]:
@@ -598,12 +623,28 @@ def compare(args: argparse.Namespace) -> int:
     sha, tree = worktree(args.compare)
     sides = {"old": (tree, side_command(tree, args)), "new": (REPO_ROOT, side_command(REPO_ROOT, args))}
     runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
-    order = [side for i in range(args.compare_runs) for side in (("old", "new") if i % 2 == 0 else ("new", "old"))]
+    floors: dict[str, list[float]] = {"old": [], "new": []}  # the echo bot's p50 run just before each side's run
+    pairs = [("old", "new") if i % 2 == 0 else ("new", "old") for i in range(args.compare_runs)]
+    order = [side for pair in pairs for side in (*(("echo",) if args.floor else ()), *pair)]
     print(f"old = {args.compare} ({sha[:12]}, checked out in {tree}), new = the working tree ({REPO_ROOT})")
     print(f"each run: {args.turns} turns after {args.warmup} warm-up, {Pacing(args.burst, args.pause).describe()}")
+    if args.floor:
+        print("echo = the floor (part 1a: the bare echo bot, this checkout's bench), run before each pair")
+    echo = math.nan
     for n, side in enumerate(order, start=1):
-        root, cmd = sides[side]
         t0 = time.monotonic()
+        if side == "echo":
+            done = _run_side(REPO_ROOT, floor_command(args))
+            found = floor_p50(done.stdout)
+            if found is None:
+                tail = (done.stdout + done.stderr)[-3000:]
+                print(f"run {n} (echo) printed no floor (exit {done.returncode}):\n{tail}")
+                return 2
+            echo = found
+            print(f"  run {n}: echo  b2b p50 {echo:.2f}  ({time.monotonic() - t0:.0f} s)", flush=True)
+            continue
+        root, cmd = sides[side]
+        floors[side].append(echo)
         done = _run_side(root, cmd)
         got = headline(done.stdout)
         if not all(key in got for key, _, _ in FIGURES):
@@ -626,6 +667,23 @@ def compare(args: argparse.Namespace) -> int:
             f"  {label:30} {_cell(old):>{width}}   {_cell(new):>{width}}   {mid - statistics.median(old):+9.2f}  "
             f"<= {goal:g}  {verdict(mid, goal)} (new, median)"
         )
+    if args.floor:
+        old_floor, new_floor = floors["old"], floors["new"]
+        mid = statistics.median(new_floor)
+        print(
+            f"  {'echo p50 back to back (floor)':30} {_cell(old_floor):>{width}}   {_cell(new_floor):>{width}}   "
+            f"{mid - statistics.median(old_floor):+9.2f}  (the run before each)"
+        )
+        ratios = {
+            side: [r["b2b p50"] / f for r, f in zip(runs[side], floors[side], strict=True)] for side in ("old", "new")
+        }
+        mid = statistics.median(ratios["new"])
+        status |= int(mid > GOAL_RATIO)
+        print(
+            f"  {'p50 bot/echo (ratio)':30} {_cell(ratios['old']):>{width}}   {_cell(ratios['new']):>{width}}   "
+            f"{mid - statistics.median(ratios['old']):+9.2f}  <= {GOAL_RATIO:g}  {verdict(mid, GOAL_RATIO)} "
+            "(new, median; each run over the echo run before it)"
+        )
     return status
 
 
@@ -646,6 +704,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="add a cProfile (part 3)")
     p.add_argument("--profile-turns", type=int, default=200, help="turns to profile (200)")
     p.add_argument("--no-floor", dest="floor", action="store_false", help="skip the echo bot's floor (part 1a)")
+    p.add_argument("--floor-only", action="store_true", help="run the echo bot's floor (part 1a) alone")
     p.add_argument(
         "--floor-request",
         choices=("httpx", "aiohttp"),

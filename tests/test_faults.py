@@ -276,6 +276,7 @@ async def test_retried_begin_turn_takes_back_its_own_committed_turn(pool: Pool) 
         "job:%",
         *conversations._NO_BUDGET,
         inc.chat_platform,
+        False,
     )
     assert row is not None and row["turn_id"] == first
     assert row["history"] == []  # the taken-back turn's own message is not replayed twice

@@ -106,7 +106,12 @@ _BEGIN_WITH_CONTEXT_SQL = (
     -- the budget check of the turn's first model call, and its admission (sql/022; NULL: no budget applies)
     CASE WHEN $21::timestamptz IS NOT NULL AND (SELECT id FROM t) IS NOT NULL
          THEN usage_admit(u.account_id, $21, $22::text, $23::bigint, $24::bigint, $25::bigint, $26::bigint,
-                          $27::interval) END AS budget
+                          $27::interval) END AS budget,
+    -- $29: the update is stored in the inbox (committed to disk), so this commit need not wait for the disk itself
+    -- (for this statement's transaction alone): lost in a server crash, the inbox hands the update out again and the
+    -- turn starts over, as after any crash before its answer; its answer's commit flushes this one along
+    set_config('synchronous_commit', CASE WHEN $29 THEN 'off' ELSE current_setting('synchronous_commit') END, true)
+        AS commit_mode
 FROM u LEFT JOIN accounts acc ON acc.id = u.account_id, c
 """
 )
@@ -195,6 +200,7 @@ async def begin_turn(
     memory: bool = False,
     redelivered: bool = False,
     budget: Sequence[Any] | None = None,
+    inboxed: bool = False,
 ) -> TurnStart:
     """Identify, store the message, open its turn and load its context, in one round trip before the LLM.
 
@@ -204,7 +210,8 @@ async def begin_turn(
     the turn an earlier attempt may have committed (same platform message id, still running, unanswered). A
     redelivered message (its first handler died) takes its turn back and starts it over unless an answer was stored.
     With `budget` (usage_admit's arguments after the account, core/accounts/usage.py), a fresh turn's first model call
-    is checked against the budgets and admitted in the same round trip.
+    is checked against the budgets and admitted in the same round trip. `inboxed`: the message's update is stored in
+    the inbox, which keeps it through a server crash, so this commit does not wait for the disk.
     """
 
     kinds, origins, texts = [q.kind for q in inc.quoted], [q.origin for q in inc.quoted], [q.text for q in inc.quoted]
@@ -229,6 +236,7 @@ async def begin_turn(
             f"{JOB_MESSAGE_PREFIX}%",
             *(budget or _NO_BUDGET),
             inc.chat_platform,
+            inboxed,
         )
 
     row = await retry_dropped(lambda: attempt(False), "storing a message", pool=pool, again=lambda: attempt(True))

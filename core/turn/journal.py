@@ -36,7 +36,8 @@ async def begin(
     budget: Sequence[Any] | None = None,
 ) -> TurnStart:
     """Store the message and open its turn (one round trip); a redelivered update takes its turn back; with `budget`
-    (core/accounts/usage.py), its first model call is checked and admitted in the same round trip."""
+    (core/accounts/usage.py), its first model call is checked and admitted in the same round trip. A message of a
+    stored update (`delivery`) is committed without waiting for the disk: the inbox keeps the update itself."""
     return await conversations.begin_turn(
         pool,
         inc,
@@ -48,6 +49,7 @@ async def begin(
         memory=memory,
         redelivered=delivery is not None and delivery.redelivered,
         budget=budget,
+        inboxed=delivery is not None,
     )
 
 

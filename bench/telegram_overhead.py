@@ -5,10 +5,16 @@ event loop, so its CPU is in the figures). Turns run in bursts of 8 back to back
 adapter's send window (30 messages per 1.1 s) never makes one wait; the first turn after each pause is reported apart
 (an idle process runs it slower, as it does a lone message). Goals (issue 20): p50 <= 10 ms and p99 <= 20 ms back to
 back, first turn after a pause p50 <= 12 ms, bot CPU <= 8 ms a turn. Part 0 first has 50 users write at once to a
-model that takes 1 s (goal: all answered within 2 s); part 2 splits a turn at the core's front door; `--profile`
-adds a cProfile. `--compare REV` runs part 1 for the working tree and for REV (checked out with `git worktree add`
-under /tmp, run with this venv's Python), old and new runs interleaved, and prints both side by side.
-PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server in a temp dir.
+model that takes 1 s (goal: all answered within 2 s). Part 1a is the floor: a bare python-telegram-bot echo bot (an
+Application with one MessageHandler, long polling, PTB's default httpx transport or with `--floor-request aiohttp`
+the bot's; no database, no model) through the same fake Bot API and pacing, run just before part 1; part 1 then
+prints the bot's figures over the echo bot's (goal, issue 35: p50 back to back <= 2.0x). Part 2 splits a turn at the
+core's front door; `--round-trips N` (part 2b) lists every PostgreSQL statement of N turns with the task that sent it
+and its median wall time; `--profile` adds a cProfile. `--compare REV` runs part 1 for the working tree and for REV
+(checked out with `git worktree add` under /tmp, run with this venv's Python), old and new runs interleaved, each
+pair after a run of the floor alone (`--floor-only`), and prints both side by side with each run's ratio to the floor
+before it: on a shared machine the ratios are the steadier figure. PostgreSQL: DATABASE_URL (a scratch database on
+it) or an embedded server in a temp dir.
 """
 
 from __future__ import annotations

@@ -118,7 +118,8 @@ class TurnJournal:
             await conversations.finish_turn_with_answer(*args, usage)
             return
         except Exception as e:
-            if usage is None or is_dropped(e):  # dropped: it may have committed (retry_dropped tried again)
+            # dropped (retry_dropped gave up): the usage is written apart, counted twice if that statement did commit
+            if usage is None or is_dropped(e):
                 self._usage_apart(usage)
                 raise
         except BaseException:

@@ -67,7 +67,7 @@ class _NoSpending(Spending):
         """No check in the turn's start (its parameters are NULL)."""
         return (None, None, None, None, None, None, None)
 
-    def meter(self, user: UserRef, verdict: Any) -> TurnMeter:
+    def meter(self, user: UserRef, verdict: Any, *, defer: bool = False) -> TurnMeter:
         """A meter that does nothing."""
         return _Unmetered(self, user, None)
 

@@ -18,6 +18,7 @@ import os
 import pstats
 import re
 import secrets
+import statistics
 import sys
 import tempfile
 import time
@@ -497,6 +498,85 @@ class CoreTrace:
                     delattr(obj, name)  # back to the class's method
                 else:
                     setattr(obj, name, before)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One round trip to PostgreSQL as a traced connection ran it."""
+
+    sql: str  # its first line that says something, shortened
+    ms: float  # from sending it to its result (the statement's prepare, when not cached yet, included)
+    task: str  # the asyncio task that ran it
+
+
+class SqlTrace:
+    """Every statement asyncpg sends (each is one round trip), per traced turn: wraps asyncpg.Connection's execute
+    paths on the class while active; `next()` files the current turn's statements, as CoreTrace does."""
+
+    def __init__(self) -> None:
+        """Nothing traced yet."""
+        self.cur: list[Statement] = []
+        self.done: list[list[Statement]] = []
+
+    def next(self) -> None:
+        """Start the statements of the next turn."""
+        self.done.append(self.cur)
+        self.cur = []
+
+    def _note(self, query: str, t0: float) -> None:
+        """Record a statement that took from `t0` until now."""
+        lines = [ln.strip() for ln in query.strip().splitlines() if ln.strip() and not ln.strip().startswith("--")]
+        text = " ".join(lines[0].split())[:90] if lines else "?"
+        task = asyncio.current_task()
+        name = task.get_name() if task is not None else "-"
+        self.cur.append(Statement(text, (time.perf_counter() - t0) * 1000, re.sub(r"\d+", "#", name)))
+
+    @contextmanager
+    def on(self) -> Iterator[SqlTrace]:
+        """Trace while inside the block."""
+        cls: Any = asyncpg.connection.Connection
+        execute, internal = cls.execute, cls._execute
+
+        async def traced_execute(conn: Any, query: str, *args: Any, timeout: float | None = None) -> Any:
+            if args:  # goes through _execute, traced there
+                return await execute(conn, query, *args, timeout=timeout)
+            t0 = time.perf_counter()
+            try:
+                return await execute(conn, query, timeout=timeout)
+            finally:
+                self._note(query, t0)
+
+        async def traced_internal(conn: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return await internal(conn, query, *args, **kwargs)
+            finally:
+                self._note(query, t0)
+
+        cls.execute, cls._execute = traced_execute, traced_internal
+        try:
+            yield self
+        finally:
+            cls.execute, cls._execute = execute, internal
+
+
+def print_round_trips(turns: Sequence[Sequence[Statement]]) -> None:
+    """The round trips of traced turns: how many per turn, and each statement's count per turn and median time."""
+    if not turns:
+        return
+    per = [len(t) for t in turns]
+    print(f"    {statistics.fmean(per):.2f} round trips per turn (min {min(per)}, max {max(per)}); by statement:")
+    seen: dict[tuple[str, str], list[float]] = defaultdict(list)
+    order: list[tuple[str, str]] = []
+    for turn in turns:
+        for st in turn:
+            key = (st.task, st.sql)
+            if key not in seen:
+                order.append(key)
+            seen[key].append(st.ms)
+    for key in order:
+        ms = sorted(seen[key])
+        print(f"    {len(ms) / len(turns):5.2f}x  {percentile(ms, 50):6.3f} ms  [{key[0]}]  {key[1]}")
 
 
 def print_timeline(columns: Mapping[str, Sequence[Sequence[tuple[str, float | None]]]], steps: Sequence[str]) -> None:

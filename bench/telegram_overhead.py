@@ -7,10 +7,16 @@ each pause is reported apart (an idle process runs it slower, as it does a lone 
 ms and p99 <= 20 ms back to back, first turn after a pause p50 <= 12 ms, bot CPU <= 8 ms a turn. The fake Bot API
 answers 429 past Telegram's 30 messages a second per bot (30 at once, then 30 a second, as PTB's AIORateLimiter reads
 it; `--strict-flood`: 30 in any 1 s). Part 0 first has 50 users write at once to a model that takes 1 s (goals, issue
-35: all answered within 2 s, no 429); part 2 splits a turn at the core's front door; `--profile` adds a cProfile.
-`--compare REV` runs part 1 for the working tree and for REV (checked out with `git worktree add` under /tmp, run with
-this venv's Python), old and new runs interleaved, and prints both side by side.
-PostgreSQL: DATABASE_URL (a scratch database on it) or an embedded server in a temp dir.
+35: all answered within 2 s, no 429). Part 1a is the floor: a bare python-telegram-bot echo bot (an Application with
+one MessageHandler, long polling, PTB's default httpx transport or with `--floor-request aiohttp` the bot's; no
+database, no model) through the same fake Bot API and pacing, run just before part 1; part 1 then prints the bot's
+figures over the echo bot's (goal, issue 35: p50 back to back <= 2.0x). Part 2 splits a turn at the core's front
+door; `--round-trips N` (part 2b) lists every PostgreSQL statement of N turns with the task that sent it and its
+median wall time; `--profile` adds a cProfile. `--compare REV` runs part 1 for the working tree and for REV (checked
+out with `git worktree add` under /tmp, run with this venv's Python), old and new runs interleaved, each pair after a
+run of the floor alone (`--floor-only`), and prints both side by side with each run's ratio to the floor before it:
+on a shared machine the ratios are the steadier figure. PostgreSQL: DATABASE_URL (a scratch database on it) or an
+embedded server in a temp dir.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ if __package__ in (None, ""):  # run as a script: this checkout's packages first
 
 import argparse
 import asyncio
+import math
 import os
 import re
 import statistics
@@ -32,16 +39,19 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import telegram
 from aiohttp import web
+from telegram import Update
 from telegram.constants import FloodLimit
+from telegram.ext import Application, ApplicationBuilder, MessageHandler, filters
 
 from adapters.telegram import TelegramAdapter
-from adapters.telegram.request import fleet_share
+from adapters.telegram.limits import TELEGRAM_POLL_READ_MARGIN_S
+from adapters.telegram.request import AiohttpRequest, fleet_share
 from bench.common import (
     REPO_ROOT,
     BenchDatabase,
@@ -49,12 +59,14 @@ from bench.common import (
     CpuMeter,
     CpuUse,
     FakeLLMProcess,
+    SqlTrace,
     bench_core,
     bench_database,
     goal_line,
     parse,
     parser,
     percentile,
+    print_round_trips,
     print_timeline,
     profiled,
     quiet_logging,
@@ -66,6 +78,7 @@ from tests.fake_telegram import FakeTelegram
 
 GOAL_P50_MS, GOAL_P99_MS, GOAL_IDLE_MS, GOAL_CPU_MS = 10.0, 20.0, 12.0, 8.0
 GOAL_CROWD_S = 2.0
+GOAL_RATIO = 2.0  # issue 35: the bot's p50 back to back over the bare echo bot's
 POLL_TIMEOUT_S = 1
 USERS = (7001, 7002, 7003, 7004, 7005)  # private chats: chat id == user id, as on Telegram
 NAMES = ("Ann", "Ben", "Cleo", "Dan", "Eva")
@@ -112,22 +125,28 @@ class TimedFakeTelegram(FakeTelegram):
 
 
 @dataclass
-class Rig:
-    """A running bot (the real adapter and core) and its fakes."""
+class Target:
+    """A running bot behind its own fake Bot API: the bot's rig, or the bare echo bot of the floor."""
 
     fake: TimedFakeTelegram
-    llm: FakeLLMProcess
-    core: Core
-    adapter: TelegramAdapter
     tag: int  # keeps update and message ids unique across the rigs of one run (the inbox dedupes update ids)
-    turns_done: int = 0
-    pushed: int = 0
+    turns_done: int = field(default=0, kw_only=True)
+    pushed: int = field(default=0, kw_only=True)
 
     def push(self, update: dict[str, Any]) -> None:
         """Hand an update to the fake Bot API with an update id of this rig's own."""
         self.pushed += 1
         update["update_id"] = ID_BASE * self.tag + self.pushed
         self.fake.push_update(update)
+
+
+@dataclass
+class Rig(Target):
+    """A running bot (the real adapter and core) and its fakes."""
+
+    llm: FakeLLMProcess
+    core: Core
+    adapter: TelegramAdapter
 
 
 @asynccontextmanager
@@ -142,7 +161,7 @@ async def make_rig(db: BenchDatabase, llm: FakeLLMProcess, tag: int, strict_floo
             await adapter.start()
             freeze_startup_objects()  # as bot/app.py does once its adapters run
             try:
-                yield Rig(fake, llm, core, adapter, tag)
+                yield Rig(fake, tag, llm, core, adapter)
             finally:
                 await core.drain(5.0)  # as the bot stops: the inbox first, then the adapter
                 await adapter.stop()
@@ -164,8 +183,9 @@ class TurnTimes:
         return (self.sent - self.pushed) * 1000
 
 
-async def one_turn(rig: Rig, after_idle: bool) -> TurnTimes:
-    """Push one private text message and wait for the fake to receive the reply's sendMessage."""
+async def one_turn(rig: Target, after_idle: bool) -> TurnTimes:
+    """Push one private text message and wait for the fake to receive the reply's sendMessage (the bot's "ok…", or
+    the echo bot's copy of the message)."""
     fake, n = rig.fake, rig.turns_done
     rig.turns_done += 1
     user = USERS[n % len(USERS)]
@@ -181,7 +201,8 @@ async def one_turn(rig: Rig, after_idle: bool) -> TurnTimes:
     rig.push(update)
     await fake.wait_sent(before + 1, timeout=30.0)
     reply = fake.sent[before]
-    ok = reply.get("chat_id") == user and str(reply.get("text", "")).startswith("ok")
+    said = str(reply.get("text", ""))
+    ok = reply.get("chat_id") == user and (said.startswith("ok") or said == update["message"]["text"])
     return TurnTimes(pushed, fake.sent_at[before], ok, calls_from, after_idle)
 
 
@@ -198,7 +219,7 @@ class Pacing:
 
 
 async def run_turns(
-    rig: Rig,
+    rig: Target,
     turns: int,
     pacing: Pacing,
     on_turn: Callable[[TurnTimes], None] | None = None,
@@ -265,15 +286,18 @@ class RunResult:
         )
 
 
-async def measured_run(rig: Rig, meter: CpuMeter, turns: int, pacing: Pacing) -> RunResult:
-    """Time `turns` turns and collect the CPU used."""
-    await rig.llm.stats()  # reset
+async def measured_run(
+    rig: Target, meter: CpuMeter, turns: int, pacing: Pacing, llm: FakeLLMProcess | None = None
+) -> RunResult:
+    """Time `turns` turns and collect the CPU used (`llm`: the fake model's process, whose CPU is counted apart)."""
+    if llm is not None:
+        await llm.stats()  # reset
     first, floods = len(rig.fake.log), rig.fake.flood_429s
     meter.start()
     t0 = time.monotonic()
     times = await run_turns(rig, turns, pacing)
     wall = time.monotonic() - t0
-    cpu = meter.stop((await rig.llm.stats()).cpu_s)
+    cpu = meter.stop(None if llm is None else (await llm.stats()).cpu_s)
     return RunResult(times, rig.fake.log[first:], cpu, wall, rig.fake.flood_429s - floods)
 
 
@@ -308,6 +332,85 @@ def print_run(r: RunResult, pause_s: float) -> None:
         f"    send share: at most {peak} sendMessage in {PEAK_WINDOW_S:g} s, bucket of {SHARE_BURST:g} at once "
         f"({waited}); {r.flood_429s} 429s from the fake"
     )
+
+
+# ---------------------------------------------------------------- part 1b: the floor, a bare PTB echo bot
+
+
+@dataclass
+class Echo(Target):
+    """A bare python-telegram-bot echo bot: an Application with one MessageHandler, long polling like the bot's run
+    here, no database, no model."""
+
+    app: Application[Any, Any, Any, Any, Any, Any]
+
+
+async def _echo(update: Update, _context: object) -> None:
+    """Answer a text message with its own text."""
+    message = update.effective_message
+    if message is not None and message.text:
+        await message.reply_text(message.text)
+
+
+@asynccontextmanager
+async def make_echo(tag: int, request: str) -> AsyncIterator[Echo]:
+    """The echo bot against a fake Bot API of its own, driven by hand (initialize, polling, start; stop in reverse);
+    `request`: PTB's default transport (`httpx`) or the bot's (`aiohttp`, adapters/telegram/request.py)."""
+    async with TimedFakeTelegram() as fake:
+        builder = ApplicationBuilder().token(fake.token).base_url(fake.base_url)
+        if request == "aiohttp":
+            builder = builder.request(AiohttpRequest()).get_updates_request(
+                AiohttpRequest(read_timeout=POLL_TIMEOUT_S + TELEGRAM_POLL_READ_MARGIN_S)
+            )
+        app = builder.build()
+        app.add_handler(MessageHandler(filters.TEXT, _echo))
+        await app.initialize()
+        assert app.updater is not None
+        await app.updater.start_polling(poll_interval=0.0, timeout=POLL_TIMEOUT_S)
+        await app.start()
+        try:
+            yield Echo(fake, tag, app)
+        finally:
+            await app.updater.stop()
+            await app.stop()
+            await app.shutdown()
+
+
+async def part_floor(args: argparse.Namespace, pacing: Pacing) -> RunResult:
+    """The same turns through the bare echo bot (the floor of any bot on PTB), before the bot's own (part 1)."""
+    print(
+        f"== 1a. The floor: a bare python-telegram-bot echo bot (Application, long polling, {args.floor_request}; no "
+        f"database, no model), same fake Bot API and pacing: {args.turns} turns after {args.warmup} warm-up =="
+    )
+    async with make_echo(3, args.floor_request) as echo:
+        await run_turns(echo, args.warmup, pacing)
+        await asyncio.sleep(pacing.pause_s)
+        floor = await measured_run(echo, CpuMeter(None), args.turns, pacing)
+    n = len(floor.turns)
+    print(f"  [FLOOR] {n} turns, {sum(not t.ok for t in floor.turns)} without the expected reply")
+    for label, idle in (("back to back", False), ("after a pause", True)):
+        ms = floor.ms(after_idle=idle)
+        if ms:
+            print(f"    {label:<14} p50 {percentile(ms, 50):6.2f} ms   p99 {percentile(ms, 99):6.2f} ms")
+    print(f"    CPU: echo {floor.cpu.bot_s * 1000 / n:.2f} ms/turn")
+    print()
+    return floor
+
+
+def print_ratio(bot: RunResult, floor: RunResult) -> bool:
+    """The bot's figures over the echo bot's (part 1 over part 1a, same run); True when the p50 back to back meets
+    GOAL_RATIO."""
+    met = True
+    for label, idle in (("back to back", False), ("after a pause", True)):
+        ours, base = bot.ms(after_idle=idle), floor.ms(after_idle=idle)
+        if ours and base:
+            p50, p99 = percentile(ours, 50) / percentile(base, 50), percentile(ours, 99) / percentile(base, 99)
+            goal = "" if idle else f"   goal <= {GOAL_RATIO:g}x   {verdict(p50, GOAL_RATIO)}"
+            met = met and (idle or p50 <= GOAL_RATIO)
+            print(f"    [RATIO] bot/echo {label:<14} p50 {p50:5.2f}x{goal}   (p99 {p99:5.2f}x)")
+    cpu = (bot.cpu.bot_s / len(bot.turns)) / (floor.cpu.bot_s / len(floor.turns))
+    print(f"    [RATIO] bot/echo CPU per turn {cpu:5.2f}x")
+    return met
 
 
 # ---------------------------------------------------------------- part 0: many users at once
@@ -387,6 +490,22 @@ async def part_breakdown(rig: Rig, turns: int, pacing: Pacing) -> None:
     print()
 
 
+# ---------------------------------------------------------------- part 2b: the round trips of a turn
+
+
+async def part_round_trips(rig: Rig, turns: int) -> None:
+    """Every statement sent to PostgreSQL during `turns` turns (each followed by 50 ms, so its tail is its own), with
+    the task that sent it: the inbox's receive in the polling task, the turn in its inbox task."""
+    print(f"== 2b. Round trips to PostgreSQL: {turns} turns one by one, each followed by 50 ms (not timed) ==")
+    with SqlTrace().on() as trace:
+        for _ in range(turns):
+            await one_turn(rig, after_idle=False)
+            await asyncio.sleep(0.05)
+            trace.next()
+    print_round_trips(trace.done)
+    print()
+
+
 # ---------------------------------------------------------------- part 3: cProfile
 
 
@@ -409,9 +528,13 @@ async def bench(args: argparse.Namespace) -> int:
         )
         print()
         status = 0
+        if args.floor_only:
+            await part_floor(args, pacing)
+            return 0
         if args.crowd_users:
             crowd = args.crowd_users, args.crowd_rounds, args.crowd_delay, args.strict_flood
             status = int(not await part_crowd(db, *crowd))
+        floor = await part_floor(args, pacing) if args.floor else None
         async with FakeLLMProcess(0.0) as llm, make_rig(db, llm, 1, args.strict_flood) as rig:
             await run_turns(rig, args.warmup, pacing)
             await asyncio.sleep(pacing.pause_s)
@@ -419,12 +542,16 @@ async def bench(args: argparse.Namespace) -> int:
                 f"== 1. Push → the fake receives sendMessage: {args.turns} turns after {args.warmup} warm-up, "
                 f"{pacing.describe()} =="
             )
-            head = await measured_run(rig, CpuMeter(db.postmaster), args.turns, pacing)
+            head = await measured_run(rig, CpuMeter(db.postmaster), args.turns, pacing, llm)
             print_run(head, pacing.pause_s)
             status |= int(head.missed())
+            if floor is not None:
+                status |= int(not print_ratio(head, floor))
             print()
             if args.breakdown_turns:
                 await part_breakdown(rig, args.breakdown_turns, pacing)
+            if args.round_trips:
+                await part_round_trips(rig, args.round_trips)
             if args.profile:
                 await part_profile(rig, args.profile_turns, pacing)
     return status
@@ -483,7 +610,28 @@ def side_command(root: Path, args: argparse.Namespace) -> list[str]:
     known = set(re.findall(r"--[a-z][a-z-]*", _run_side(root, [*cmd, "--help"]).stdout))
     wanted = {"--turns": args.turns, "--warmup": args.warmup, "--burst": args.burst, "--pause": args.pause}
     wanted |= {flag: 0 for flag in ("--crowd-users", "--breakdown-turns", "--unpaced-turns", "--call-samples")}
-    return cmd + [item for flag, value in wanted.items() if flag in known for item in (flag, str(value))]
+    cmd += [item for flag, value in wanted.items() if flag in known for item in (flag, str(value))]
+    return [*cmd, "--no-floor"] if "--no-floor" in known else cmd  # the floor runs apart (floor_command)
+
+
+def floor_command(args: argparse.Namespace) -> list[str]:
+    """This checkout's bench running the echo bot's floor alone (part 1a), with the sides' sizes and pacing."""
+    sizes = ("--turns", str(args.turns), "--warmup", str(args.warmup), "--burst", str(args.burst))
+    pacing = ("--pause", str(args.pause), "--floor-request", args.floor_request)
+    return [sys.executable, "-m", "bench.telegram_overhead", "--floor-only", *sizes, *pacing]
+
+
+_FLOOR = re.compile(r"back to back\s+p50\s+([\d.]+) ms")
+
+
+def floor_p50(out: str) -> float | None:
+    """The echo bot's p50 back to back from a --floor-only run's output."""
+    on = False
+    for line in out.splitlines():
+        on = on or "[FLOOR]" in line
+        if on and (m := _FLOOR.search(line)):
+            return float(m[1])
+    return None
 
 
 def _run_side(root: Path, cmd: list[str]) -> subprocess.CompletedProcess[str]:
@@ -502,12 +650,28 @@ def compare(args: argparse.Namespace) -> int:
     sha, tree = worktree(args.compare)
     sides = {"old": (tree, side_command(tree, args)), "new": (REPO_ROOT, side_command(REPO_ROOT, args))}
     runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
-    order = [side for i in range(args.compare_runs) for side in (("old", "new") if i % 2 == 0 else ("new", "old"))]
+    floors: dict[str, list[float]] = {"old": [], "new": []}  # the echo bot's p50 run just before each side's run
+    pairs = [("old", "new") if i % 2 == 0 else ("new", "old") for i in range(args.compare_runs)]
+    order = [side for pair in pairs for side in (*(("echo",) if args.floor else ()), *pair)]
     print(f"old = {args.compare} ({sha[:12]}, checked out in {tree}), new = the working tree ({REPO_ROOT})")
     print(f"each run: {args.turns} turns after {args.warmup} warm-up, {Pacing(args.burst, args.pause).describe()}")
+    if args.floor:
+        print("echo = the floor (part 1a: the bare echo bot, this checkout's bench), run before each pair")
+    echo = math.nan
     for n, side in enumerate(order, start=1):
-        root, cmd = sides[side]
         t0 = time.monotonic()
+        if side == "echo":
+            done = _run_side(REPO_ROOT, floor_command(args))
+            found = floor_p50(done.stdout)
+            if found is None:
+                tail = (done.stdout + done.stderr)[-3000:]
+                print(f"run {n} (echo) printed no floor (exit {done.returncode}):\n{tail}")
+                return 2
+            echo = found
+            print(f"  run {n}: echo  b2b p50 {echo:.2f}  ({time.monotonic() - t0:.0f} s)", flush=True)
+            continue
+        root, cmd = sides[side]
+        floors[side].append(echo)
         done = _run_side(root, cmd)
         got = headline(done.stdout)
         if not all(key in got for key, _, _ in FIGURES):
@@ -530,6 +694,23 @@ def compare(args: argparse.Namespace) -> int:
             f"  {label:30} {_cell(old):>{width}}   {_cell(new):>{width}}   {mid - statistics.median(old):+9.2f}  "
             f"<= {goal:g}  {verdict(mid, goal)} (new, median)"
         )
+    if args.floor:
+        old_floor, new_floor = floors["old"], floors["new"]
+        mid = statistics.median(new_floor)
+        print(
+            f"  {'echo p50 back to back (floor)':30} {_cell(old_floor):>{width}}   {_cell(new_floor):>{width}}   "
+            f"{mid - statistics.median(old_floor):+9.2f}  (the run before each)"
+        )
+        ratios = {
+            side: [r["b2b p50"] / f for r, f in zip(runs[side], floors[side], strict=True)] for side in ("old", "new")
+        }
+        mid = statistics.median(ratios["new"])
+        status |= int(mid > GOAL_RATIO)
+        print(
+            f"  {'p50 bot/echo (ratio)':30} {_cell(ratios['old']):>{width}}   {_cell(ratios['new']):>{width}}   "
+            f"{mid - statistics.median(ratios['old']):+9.2f}  <= {GOAL_RATIO:g}  {verdict(mid, GOAL_RATIO)} "
+            "(new, median; each run over the echo run before it)"
+        )
     return status
 
 
@@ -545,8 +726,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--crowd-delay", type=float, default=1.0, help="the model's answer time in part 0 (1 s)")
     p.add_argument("--strict-flood", action="store_true", help="the fake answers 429 past 30 sendMessage in any 1 s")
     p.add_argument("--breakdown-turns", type=int, default=200, help="traced turns in part 2 (200; 0 skips)")
+    p.add_argument(
+        "--round-trips", type=int, default=0, metavar="N", help="list each PostgreSQL round trip of N turns (part 2b)"
+    )
     p.add_argument("--profile", action="store_true", help="add a cProfile (part 3)")
     p.add_argument("--profile-turns", type=int, default=200, help="turns to profile (200)")
+    p.add_argument("--no-floor", dest="floor", action="store_false", help="skip the echo bot's floor (part 1a)")
+    p.add_argument("--floor-only", action="store_true", help="run the echo bot's floor (part 1a) alone")
+    p.add_argument(
+        "--floor-request",
+        choices=("httpx", "aiohttp"),
+        default="httpx",
+        help="the echo bot's transport: PTB's default (httpx) or the bot's AiohttpRequest",
+    )
     p.add_argument("--compare", metavar="REV", help="part 1 for REV and the working tree, side by side")
     p.add_argument("--compare-runs", type=int, default=2, help="runs of each side with --compare (2)")
     quick = {"turns": 80, "warmup": 16, "crowd_users": 20, "crowd_rounds": 1, "breakdown_turns": 40}

@@ -41,6 +41,7 @@ class Delivery:
     attempt: int  # 1 the first time; more: a process before died or was cut while handling it
     update: Any  # what the adapter's parse function made of the stored payload
     lost: bool = False  # another process took it over (this one stalled past its lease): send and write nothing more
+    journaled: bool = False  # its turn's answer and every part the platform accepted are stored (core/turn/reply.py)
 
     @property
     def redelivered(self) -> bool:
@@ -287,7 +288,7 @@ class Inbox:
         full, more = len(self._leases) >= self.concurrency, True
         lease.finishing = True
         try:
-            more = not delivery.lost and await self._finish(item)
+            more = not delivery.lost and await self._finish(item, delivery.journaled)
         finally:
             self._forget(item.update_id)
             # the chat's next update may go now, or a slot came free for waiting ones; or an update stored meanwhile
@@ -320,12 +321,14 @@ class Inbox:
         """The update is no longer handled here."""
         self._leases.pop(update_id, None)
 
-    async def _finish(self, item: InboxItem) -> bool:
+    async def _finish(self, item: InboxItem, journaled: bool) -> bool:
         """Mark done, trying again while the database is away (else the update would run again after its lease);
         True when another update of its chat waits. A lease lost meanwhile is left to the process that took it."""
         while True:
             try:
-                more = await retry_dropped(lambda: store.finish(self.pool, item), "finishing an update", pool=self.pool)
+                more = await retry_dropped(
+                    lambda: store.finish(self.pool, item, journaled=journaled), "finishing an update", pool=self.pool
+                )
                 if more is None:
                     log.warning(
                         "%s update %d was taken over by another process while handled here (its lease ran "

@@ -276,6 +276,7 @@ async def test_retried_begin_turn_takes_back_its_own_committed_turn(pool: Pool) 
         "job:%",
         *conversations._NO_BUDGET,
         inc.chat_platform,
+        False,
     )
     assert row is not None and row["turn_id"] == first
     assert row["history"] == []  # the taken-back turn's own message is not replayed twice
@@ -283,14 +284,16 @@ async def test_retried_begin_turn_takes_back_its_own_committed_turn(pool: Pool) 
     assert await pool.fetchval("SELECT count(*) FROM messages") == 1
     # the same for the later writes: a retry after a commit whose answer was lost stores nothing twice
     calls = [{"id": "c1", "type": "function", "function": {"name": "manage_tasks", "arguments": "{}"}}]
+    usage = (row["user_id"], None, due_before, "UTC", "fake-model", 5, 1, 0)  # usage_record's, with the answer
     for _ in range(2):
         await pool.execute(conversations._ADD_ASSISTANT_ONCE_SQL, chat.id, first, None, calls)
         await pool.execute(
             conversations._ADD_TOOL_ONCE_SQL, chat.id, first, '{"ok": true}', "c1", "manage_tasks", True, 1, None
         )
-        await pool.execute(conversations._FINISH_ONCE_SQL, chat.id, first, "hi", "done", 1)
+        await pool.execute(conversations._FINISH_ONCE_SQL, chat.id, first, "hi", "done", 1, *usage)
     roles = [r["role"] for r in await pool.fetch("SELECT role FROM messages ORDER BY id")]
     assert roles == ["user", "assistant", "tool", "assistant"]
+    assert await pool.fetchval("SELECT sum(calls) FROM token_usage") == 1  # its model call's usage counted once
     # once answered, the same message is a duplicate even on a retry
     assert (await conversations.begin_turn(pool, inc, "UTC", 40, due_before, 10)).turn_id is None
 

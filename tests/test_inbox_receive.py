@@ -133,3 +133,14 @@ async def test_an_update_its_stopping_adapter_declines_is_handed_back_at_once(
     await until(lambda: a.held == 0, 2.0)
     row = await pool.fetchrow("SELECT owner, done_at, handed_back FROM inbox WHERE update_id = 3")
     assert row is not None and (row["owner"], row["done_at"], row["handed_back"]) == (None, None, 1)
+
+
+async def test_a_journaled_finish_leaves_its_connection_as_it_found_it(pool: Pool) -> None:
+    async with pool.acquire() as con:
+        await con.execute("SET synchronous_commit = remote_apply")  # the tests' server runs with it off
+        _, item = await store.receive(con, "telegram", 11, "telegram:8", {"n": 11}, "a", 30.0)  # type: ignore[arg-type]
+        assert item is not None
+        assert await store.finish(con, item, journaled=True) is False  # type: ignore[arg-type]
+        assert await con.fetchval("SHOW synchronous_commit") == "remote_apply"  # off for that transaction alone
+        await con.execute("RESET synchronous_commit")
+    assert await pool.fetchval("SELECT done_at IS NOT NULL FROM inbox WHERE update_id = 11")

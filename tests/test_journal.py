@@ -74,3 +74,26 @@ async def test_an_error_answer_closes_the_turn_as_failed_with_its_text(pool: Poo
     await writes.record(Error("llm_unavailable", "The model is away.", writes.turn_id))
     row = await pool.fetchrow("SELECT status, error_code, error_message FROM turns")
     assert row is not None and tuple(row) == ("failed", "llm_unavailable", "The model is away.")
+
+
+async def test_a_stored_updates_start_commits_without_the_disk_and_leaves_its_connection_as_it_was(
+    pool: Pool,
+) -> None:
+    async with pool.acquire() as con:
+        await con.execute("SET synchronous_commit = remote_apply")  # the tests' server runs with it off
+        delivery = Delivery("telegram", 1, attempt=1, update=None)
+        start = await journal.begin(
+            con,  # type: ignore[arg-type]
+            incoming("hello", message_id="6"),
+            delivery,
+            default_tz="UTC",
+            history=40,
+            due_before=DUE_BEFORE,
+            due_limit=10,
+            authors=False,
+            memory=False,
+        )
+        assert start.turn_id is not None
+        assert await con.fetchval("SHOW synchronous_commit") == "remote_apply"  # off for that transaction alone
+        await con.execute("RESET synchronous_commit")
+    assert await roles(pool) == ["user"]

@@ -149,3 +149,19 @@ async def test_files_past_the_persons_rate_are_not_fetched(make_core: MakeCore, 
     for i in range(3):
         await core.answer(replace(incoming("", user="77", message_id=str(i)), uploads=(voice(i),)), Port())
     assert loads == [0], "the second and third notes are not even downloaded"
+
+
+async def test_an_update_whose_answer_went_out_recorded_is_journaled_and_a_duplicate_is_not(
+    make_core: MakeCore, fake_llm: FakeOpenAI
+) -> None:
+    core = make_core()
+    fake_llm.script(Reply(text="hello"))
+    first = Delivery("telegram", 1, attempt=1, update=None)
+    await core.answer(incoming("hi", message_id="m1"), Port(parts=2), delivery=first)
+    assert first.journaled  # the answer and both parts are stored: the inbox's mark need not wait for the disk
+    again = Delivery("telegram", 2, attempt=1, update=None)
+    await core.answer(incoming("hi", message_id="m1"), Port(), delivery=again)  # the same message: nothing went out
+    assert not again.journaled
+    resent = Delivery("telegram", 1, attempt=2, update=None)  # taken again after its answer went out in full
+    await core.answer(incoming("hi", message_id="m1"), Port(parts=2), delivery=resent)
+    assert resent.journaled

@@ -45,6 +45,9 @@ UPDATE accounts SET daily_tokens = $3 WHERE id = (
     SELECT account_id FROM users WHERE platform = $1 AND platform_user_id = $2) RETURNING id
 """
 
+# usage_record's arguments: identity, reservation, at, default time zone, model, prompt, completion, cached tokens
+UsageRow = tuple[int, int | None, datetime, str, str, int, int, int]
+
 WEB = "(web)"  # token_usage rows of a person's web searches and fetches: calls, no tokens (USER_DAILY_WEB_CALLS)
 _WEB_LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtextextended('web calls ' || $1::bigint, 0))"
 _WEB_TODAY_SQL = """
@@ -167,9 +170,9 @@ class Spending:
             self.lease,
         )
 
-    def meter(self, user: UserRef, verdict: Any) -> TurnMeter:
-        """The meter of one turn whose start returned `verdict` for its first model call."""
-        return TurnMeter(self, user, verdict)
+    def meter(self, user: UserRef, verdict: Any, *, defer: bool = False) -> TurnMeter:
+        """The meter of one turn whose start returned `verdict` for its first model call (`defer`: see TurnMeter)."""
+        return TurnMeter(self, user, verdict, defer=defer)
 
     async def admit(self, account_id: int) -> Any:
         """Check (and admit) one model call: usage_admit's verdict."""
@@ -177,8 +180,16 @@ class Spending:
 
     def record(self, user: UserRef, reservation: int | None, model: str, usage: Usage) -> asyncio.Task[None]:
         """Write one call's usage (and free its reservation) in the background."""
-        args = (user.id, reservation, self.clock(), self.settings.DEFAULT_TIMEZONE, model)
-        return self._later(self._write(_RECORD_SQL, *args, usage.prompt, usage.completion, usage.cached))
+        return self.write(self.usage_row(user, reservation, model, usage))
+
+    def usage_row(self, user: UserRef, reservation: int | None, model: str, usage: Usage) -> UsageRow:
+        """usage_record's arguments (sql/022) for one call's usage, stamped now."""
+        at, tz = self.clock(), self.settings.DEFAULT_TIMEZONE
+        return (user.id, reservation, at, tz, model, usage.prompt, usage.completion, usage.cached)
+
+    def write(self, row: UsageRow) -> asyncio.Task[None]:
+        """Write one call's usage (usage_row's arguments) in the background."""
+        return self._later(self._write(_RECORD_SQL, *row))
 
     def embedded(self, user: UserRef, model: str, prompt_tokens: int) -> asyncio.Task[None]:
         """Write one embedding call's usage in the background (metered only: no budget is checked before one)."""
@@ -337,11 +348,15 @@ class Spending:
 
 
 class TurnMeter:
-    """The budget check before each model call of one turn, and the record of each call's usage after it."""
+    """The budget check before each model call of one turn, and the record of each call's usage after it. With
+    `defer`, a call's usage waits to be written until the turn's next step (flush: its tool calls are stored, or the
+    next call is admitted) or its end (close), so the turn's answer can take it along into its own statement (take)."""
 
-    def __init__(self, spending: Spending, user: UserRef, verdict: Any) -> None:
+    def __init__(self, spending: Spending, user: UserRef, verdict: Any, *, defer: bool = False) -> None:
         """`verdict`: what the turn's start said about its first call (usage_admit's; None: no budget applies)."""
         self.spending, self.user = spending, user
+        self._defer = defer
+        self._unwritten: UsageRow | None = None  # the last call's usage, deferred and not written yet
         self._first: Any = verdict  # used by the first admit()
         self._fresh = True
         self._capped = verdict is not None  # no budget applied at the start: none is checked for the rest of the turn
@@ -351,6 +366,7 @@ class TurnMeter:
 
     async def admit(self) -> str | None:
         """None to go ahead with a model call, or the line saying which budget is used up."""
+        self.flush()  # the previous call's usage first (the check below waits for it)
         if self._fresh:
             self._fresh, verdict = False, self._first
             if isinstance(verdict, Mapping) and verdict.get("missing"):  # a new identity: its account is there now
@@ -398,14 +414,40 @@ class TurnMeter:
             if reply is not None and reply.usage is not None:
                 u, used = reply.usage, self.used
                 self.used = Tokens(used.prompt + u.prompt, used.completion + u.completion, used.cached + u.cached)
-                self._pending = self.spending.record(self.user, reservation, reply.model, reply.usage)
+                self.flush()
+                row = self.spending.usage_row(self.user, reservation, reply.model, reply.usage)
+                if self._defer:
+                    self._unwritten = row
+                else:
+                    self._pending = self.spending.write(row)
             elif reservation is not None:
                 self._pending = self.spending.release(reservation)
         except Exception as e:  # no running loop, …: the usage is lost, the answer is not
             log.warning("token usage not recorded: %s", e)
 
+    def flush(self) -> None:
+        """Write a deferred call's usage now, in the background; never raises."""
+        row, self._unwritten = self._unwritten, None
+        if row is not None:
+            self.write_later(row)
+
+    def take(self) -> UsageRow | None:
+        """The deferred usage of the last call, for the caller to write in its own statement (the answer's); it is
+        no longer this meter's to write (write_later gives it back when that statement fails)."""
+        row, self._unwritten = self._unwritten, None
+        return row
+
+    def write_later(self, row: UsageRow) -> None:
+        """Write a call's usage in the background; never raises."""
+        try:
+            self._pending = self.spending.write(row)
+        except Exception as e:  # no running loop, …: the usage is lost, the answer is not
+            log.warning("token usage not recorded: %s", e)
+
     def close(self) -> None:
-        """The turn is over: free a reservation no call used (also the start's, when no call was made)."""
+        """The turn is over: write a deferred usage, and free a reservation no call used (also the start's, when no
+        call was made)."""
+        self.flush()
         if self._fresh and isinstance(self._first, Mapping) and "ok" in self._first:
             self._fresh, self._reservation = False, int(self._first["ok"])
         self.spent(None)

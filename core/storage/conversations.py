@@ -107,7 +107,12 @@ _BEGIN_WITH_CONTEXT_SQL = (
     -- the budget check of the turn's first model call, and its admission (sql/022; NULL: no budget applies)
     CASE WHEN $21::timestamptz IS NOT NULL AND (SELECT id FROM t) IS NOT NULL
          THEN usage_admit(u.account_id, $21, $22::text, $23::bigint, $24::bigint, $25::bigint, $26::bigint,
-                          $27::interval) END AS budget
+                          $27::interval) END AS budget,
+    -- $29: the update is stored in the inbox (committed to disk), so this commit need not wait for the disk itself
+    -- (for this statement's transaction alone): lost in a server crash, the inbox hands the update out again and the
+    -- turn starts over, as after any crash before its answer; its answer's commit flushes this one along
+    set_config('synchronous_commit', CASE WHEN $29 THEN 'off' ELSE current_setting('synchronous_commit') END, true)
+        AS commit_mode
 FROM u LEFT JOIN accounts acc ON acc.id = u.account_id, c
 """
 )
@@ -127,17 +132,24 @@ INSERT INTO messages (chat_id, turn_id, role, content, tool_call_id, tool_name, 
 SELECT $1, $2, 'tool', $3, $4, $5, $6, $7, $8
 WHERE NOT EXISTS (SELECT 1 FROM messages WHERE turn_id = $2 AND role = 'tool' AND tool_call_id = $4)
 """
+# The answer, the turn closed, and (when $6 is not null) the usage of the turn's last model call (sql/022's
+# usage_record, its arguments $6-$13), in one round trip.
 _FINISH_SQL = """
-WITH m AS (INSERT INTO messages (chat_id, turn_id, role, content) VALUES ($1, $2, 'assistant', $3))
-UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2
+WITH m AS (INSERT INTO messages (chat_id, turn_id, role, content) VALUES ($1, $2, 'assistant', $3)),
+t AS (UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2)
+SELECT usage_record($6, $7, $8, $9, $10, $11, $12, $13) WHERE $6::bigint IS NOT NULL
 """
+# A retry after a dropped connection: the answer and the usage only when an earlier attempt did not commit them (the
+# subqueries see the turn as it was before this statement).
 _FINISH_ONCE_SQL = """
 WITH m AS (
     INSERT INTO messages (chat_id, turn_id, role, content) SELECT $1, $2, 'assistant', $3
     WHERE EXISTS (SELECT 1 FROM turns WHERE id = $2 AND status = 'running')
-)
-UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2
+), t AS (UPDATE turns SET status = $4, steps = $5, finished_at = now() WHERE id = $2)
+SELECT usage_record($6, $7, $8, $9, $10, $11, $12, $13)
+WHERE $6::bigint IS NOT NULL AND EXISTS (SELECT 1 FROM turns WHERE id = $2 AND status = 'running')
 """
+_NO_USAGE = (None, None, None, None, None, None, None, None)  # $6-$13 of an answer without a usage to write
 
 
 def _upserted(inc: Incoming) -> tuple[str, str, str, str, str, str, str]:
@@ -189,6 +201,7 @@ async def begin_turn(
     memory: bool = False,
     redelivered: bool = False,
     budget: Sequence[Any] | None = None,
+    inboxed: bool = False,
 ) -> TurnStart:
     """Identify, store the message, open its turn and load its context, in one round trip before the LLM.
 
@@ -198,7 +211,8 @@ async def begin_turn(
     the turn an earlier attempt may have committed (same platform message id, still running, unanswered). A
     redelivered message (its first handler died) takes its turn back and starts it over unless an answer was stored.
     With `budget` (usage_admit's arguments after the account, core/accounts/usage.py), a fresh turn's first model call
-    is checked against the budgets and admitted in the same round trip.
+    is checked against the budgets and admitted in the same round trip. `inboxed`: the message's update is stored in
+    the inbox, which keeps it through a server crash, so this commit does not wait for the disk.
     """
 
     kinds, origins, texts = [q.kind for q in inc.quoted], [q.origin for q in inc.quoted], [q.text for q in inc.quoted]
@@ -223,6 +237,7 @@ async def begin_turn(
             f"{JOB_MESSAGE_PREFIX}%",
             *(budget or _NO_BUDGET),
             inc.chat_platform,
+            inboxed,
         )
 
     row = await retry_dropped(lambda: attempt(False), "storing a message", pool=pool, again=lambda: attempt(True))
@@ -356,13 +371,23 @@ async def finish_turn(pool: Pool, turn_id: int, status: str, steps: int, *, erro
     await retry_dropped(lambda: pool.execute(sql, turn_id, status, steps, code, message), "closing a turn", pool=pool)
 
 
-async def finish_turn_with_answer(pool: Pool, chat: ChatRef, turn_id: int, text: str, status: str, steps: int) -> None:
-    """Store the final answer and close the turn in one round trip; a retry does not store it twice."""
+async def finish_turn_with_answer(
+    pool: Pool,
+    chat: ChatRef,
+    turn_id: int,
+    text: str,
+    status: str,
+    steps: int,
+    usage: Sequence[Any] | None = None,
+) -> None:
+    """Store the final answer and close the turn in one round trip, with `usage` (usage_record's arguments,
+    core/accounts/usage.py) the usage of its last model call too; a retry stores neither twice."""
+    args = (chat.id, turn_id, text, status, steps, *(usage or _NO_USAGE))
     await retry_dropped(
-        lambda: pool.execute(_FINISH_SQL, chat.id, turn_id, text, status, steps),
+        lambda: pool.execute(_FINISH_SQL, *args),
         "storing the answer",
         pool=pool,
-        again=lambda: pool.execute(_FINISH_ONCE_SQL, chat.id, turn_id, text, status, steps),
+        again=lambda: pool.execute(_FINISH_ONCE_SQL, *args),
     )
 
 

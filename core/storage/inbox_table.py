@@ -83,19 +83,26 @@ async def renew(pool: Pool, owner: str, update_ids: Sequence[int], lease_s: floa
     return [u for u in update_ids if u not in kept]
 
 
+# $6: the update's answer and its sent parts are stored (committed and flushed) already, so this mark needs no flush
+# to disk of its own (synchronous_commit off for this statement's transaction alone): lost in a server crash, the
+# update is only taken again, finds its answer sent and sends nothing
 _FINISH_SQL = """
 UPDATE inbox SET done_at = now(), owner = NULL, lease_until = NULL
 WHERE platform = $1 AND update_id = $2 AND owner = $4 AND attempts = $5 AND done_at IS NULL
 RETURNING EXISTS (SELECT 1 FROM inbox j WHERE j.platform = $1 AND j.chat_key = $3 AND j.done_at IS NULL
-                  AND j.update_id <> $2)
+                  AND j.update_id <> $2),
+          set_config('synchronous_commit', CASE WHEN $6 THEN 'off' ELSE current_setting('synchronous_commit') END, true)
 """
 
 
-async def finish(pool: Pool, item: InboxItem) -> bool | None:
+async def finish(pool: Pool, item: InboxItem, *, journaled: bool = False) -> bool | None:
     """Mark an update handled while its lease is still this claim's (also when it ran out and nobody took it): True
     when another update of its chat waits, False when none; None when the lease was lost (another process took the
-    update over: it is theirs to finish, and its chat's next update waits for them)."""
-    row = await pool.fetchrow(_FINISH_SQL, item.platform, item.update_id, item.chat_key, item.owner, item.attempts)
+    update over: it is theirs to finish, and its chat's next update waits for them). `journaled`: its answer and
+    each part sent are stored already (a turn's), so the mark is committed without waiting for the disk."""
+    row = await pool.fetchrow(
+        _FINISH_SQL, item.platform, item.update_id, item.chat_key, item.owner, item.attempts, journaled
+    )
     return None if row is None else bool(row[0])
 
 

@@ -60,9 +60,11 @@ class QuietReply:
         """The answer is sent in text only."""
 
 
-async def send_through(pool: Pool, events: AsyncIterator[Event], reply: Reply, *, record: bool) -> None:
+async def send_through(pool: Pool, events: AsyncIterator[Event], reply: Reply, *, record: bool) -> bool:
     """Send a turn's events through `reply`; with `record` (the turn answers a stored update), each part the
-    platform accepted is stored at once, so a process that takes the update again sends only the rest."""
+    platform accepted is stored at once, so a process that takes the update again sends only the rest. True when a
+    stored answer (or error answer) went out and every part of it is recorded as sent."""
+    journaled = False
     async for event in events:
         if isinstance(event, AssistantDelta):
             if reply.streams:
@@ -70,12 +72,15 @@ async def send_through(pool: Pool, events: AsyncIterator[Event], reply: Reply, *
         elif isinstance(event, ToolCall | ToolResult):
             await reply.step(event)
         elif isinstance(event, Assistant):
+            # an answer sent again: the parts recorded before are sent; the rest are recorded as they go
+            journaled = record and event.turn_id is not None and event.sent_parts > 0
             async for parts in reply.answer(event):
                 if record and event.turn_id is not None:
-                    await mark_sent(pool, event.turn_id, parts)
+                    journaled = await mark_sent(pool, event.turn_id, parts)
         elif isinstance(event, Error):
             await reply.error(event)
             if record and event.turn_id is not None:  # an error answer is recorded as sent like any answer
-                await mark_sent(pool, event.turn_id, 1)
+                journaled = await mark_sent(pool, event.turn_id, 1)
         elif isinstance(event, Spoken):
             await reply.voice(event)
+    return journaled

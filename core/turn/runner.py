@@ -84,7 +84,9 @@ class Turns:
         """Answer one incoming message through `reply` (`delivery`: the stored update it came in); every part the
         platform accepts of an update's answer is recorded, so a process taking it again sends only the rest."""
         async with reply.working(), aclosing(self.handle(inc, stream=reply.streams, delivery=delivery)) as events:
-            await send_through(self.parts.pool, events, reply, record=delivery is not None)
+            journaled = await send_through(self.parts.pool, events, reply, record=delivery is not None)
+        if delivery is not None:
+            delivery.journaled = journaled  # the inbox marks it done without waiting for the disk (inbox_table.finish)
 
     async def handle(
         self, inc: Incoming, *, stream: bool = False, delivery: Delivery | None = None
@@ -248,8 +250,9 @@ class Turns:
             else:
                 log.info("duplicate platform message %s in %s ignored", inc.message_id, inc.chat_key)
             return
-        writes = journal.TurnJournal(p.pool, chat, turn_id, delivery)
-        meter = p.spending.meter(user, start.budget)  # the budget check before each model call (accounts/usage.py)
+        # the budget check before each model call (accounts/usage.py); the last call's usage is stored with the answer
+        meter = p.spending.meter(user, start.budget, defer=True)
+        writes = journal.TurnJournal(p.pool, chat, turn_id, delivery, meter)
         flood = p.access.flood(inc, start.user_recent, start.chat_recent)
         if flood is not None:  # stored, not answered: the note (once) is the turn's answer, resent on a redelivery
             meter.close()

@@ -40,6 +40,8 @@ from tests.test_mcp_agent import call, config_file, started
 from tests.test_mcp_confirm import EVERYONE
 from tests.test_mcp_confirm import calls as calls  # the fixture: what the server's `forget` got
 from tests.test_mcp_confirm import mail as mail  # the fixture: the test MCP server
+from tests.test_media_discord import OGG
+from tests.test_media_photos_stickers import a_jpeg, asked, image_and_text, picture
 
 ALICE, BOB = "U0ALICE1", "U0BOB001"
 
@@ -402,3 +404,25 @@ async def test_a_person_who_never_set_a_zone_has_their_slack_profiles_and_one_th
 
     asked = await sl.interact("slash_commands", sl.command(BOB, sl.dm_of(BOB), "/assistant", "whoami"))
     assert "Time zone: UTC." in (await sl.wait_answered(asked, WAIT_S)).responses[0]["text"]
+
+
+async def test_a_voice_clip_is_heard_and_a_photo_reaches_the_model_as_an_image(
+    start_proc: StartProc, sl: FakeSlack, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    await start_proc()
+    fake_llm.script_transcripts(Reply(text="remind me to water the plants"))
+    fake_llm.script(Reply(text="I'll remind you."))
+    clip = {**sl.shared_file("audio_message.webm", OGG, "audio/webm"), "subtype": "slack_audio"}
+    await sl.push("events_api", sl.post(ALICE, "", channel=sl.dm_of(ALICE), files=[clip]))
+    await sl.wait_for(lambda: len(sl.sent) == 1, WAIT_S, what="the voice clip's answer")
+    [upload] = fake_llm.uploads
+    assert upload.data == OGG
+    assert fake_llm.requests[-1]["messages"][-1] == {"role": "user", "content": "remind me to water the plants"}
+    assert await pool.fetchval("SELECT kind FROM attachments") == "voice"
+
+    fake_llm.script(Reply(text="A red square."))
+    photo = sl.shared_file("square.png", picture("PNG"), "image/png")
+    await sl.push("events_api", sl.post(ALICE, "what is this?", channel=sl.dm_of(ALICE), files=[photo]))
+    await sl.wait_for(lambda: len(sl.sent) == 2, WAIT_S, what="the photo's answer")
+    urls, text = image_and_text(asked(fake_llm.requests[-1]))
+    assert len(urls) == 1 and a_jpeg(urls[0]).size == (64, 48) and "what is this?" in text

@@ -165,7 +165,7 @@ def _refs(row: Record, inc: Incoming, default_tz: str) -> tuple[UserRef, ChatRef
         inc.platform,
         inc.user_id,
         inc.user_name,
-        row["timezone"] or _hinted_zone(inc) or default_tz,
+        row["timezone"] or valid_zone(inc.zone) or default_tz,  # the platform's zone until one is set
         row["model"],
     )
     chat = ChatRef(row["chat_id"], inc.chat_platform, inc.chat_id, inc.thread_id, inc.chat_kind, row["history_floor"])
@@ -302,18 +302,12 @@ async def identify(pool: Pool, inc: Incoming, default_tz: str) -> tuple[UserRef,
     return _refs(row, inc, default_tz)
 
 
-def _hinted_zone(inc: Incoming) -> str | None:
-    """The speaker's time zone as their platform tells it (Slack's profile), when it is a real one."""
-    return valid_zone(inc.zone) if inc.zone else None
-
-
 async def _adopt_zone(pool: Pool, row: Record, inc: Incoming) -> None:
-    """A person who never set a time zone takes the one their platform tells (once: from then on it is theirs, as if
-    set with /timezone, so reminders and budgets use it too); one more round trip only that once."""
-    if row["timezone"] is None and (name := _hinted_zone(inc)) is not None:
-        await pool.execute(
-            "UPDATE accounts SET timezone = $2 WHERE id = $1 AND timezone IS NULL", row["account_id"], name
-        )
+    """A person who never set a time zone takes the real one their platform tells (Slack's profile), once: theirs
+    from then on, as if set with /timezone (reminders and budgets use it too)."""
+    if row["timezone"] is None and (name := valid_zone(inc.zone)) is not None:
+        sql = "UPDATE accounts SET timezone = $2 WHERE id = $1 AND timezone IS NULL"
+        await pool.execute(sql, row["account_id"], name)
 
 
 async def add_assistant(

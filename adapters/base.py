@@ -1,14 +1,20 @@
-"""What a platform front end is: the `Adapter` protocol every platform adapter satisfies (Telegram, Discord), and the
-`Limits` it keeps. Each message it answers goes to `Core.answer` with a reply port of its own (the core's `Reply`,
-in the adapter's reply.py). The shared behaviour tests every adapter passes against its own fake are in
-tests/adapter_kit."""
+"""What a platform front end is: the `Adapter` protocol every platform adapter satisfies (Telegram, Discord, Slack),
+the `Limits` it keeps, and `RunningAnswers`, the answers it lets finish at stop. Each message it answers goes to
+`Core.answer` with a reply port of its own (the core's `Reply`, in the adapter's reply.py). The shared behaviour tests
+every adapter passes against its own fake are in tests/adapter_kit."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from core import Outbox
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,3 +47,56 @@ class Adapter(Outbox, Protocol):
     async def stop(self) -> None:
         """Stop taking updates, let running answers finish within the grace, then disconnect."""
         ...
+
+
+class RunningAnswers:
+    """The answers an adapter is running, as tasks: stop() lets them finish within the grace and cuts the rest (a cut
+    one says so briefly, within `cut_note_s`)."""
+
+    def __init__(self, platform: str, grace: float, cut_note_s: float) -> None:
+        """None running yet; `platform` names them in the log line of a cut."""
+        self.platform, self.grace, self.cut_note_s = platform, grace, cut_note_s
+        self.stopping = False  # stop() began: new messages are turned away, running answers finish
+        self.cutting = False  # stop() is cutting what outlasted the grace
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    def restart(self) -> None:
+        """A new start: take messages again."""
+        self.stopping = self.cutting = False
+
+    def add(self, task: asyncio.Task[Any]) -> None:
+        """Count `task` as running work until it ends."""
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    @contextlib.contextmanager
+    def tracked(self) -> Iterator[None]:
+        """Count the current task as running work until the block ends (stop() waits for it)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self.tasks.add(task)
+        try:
+            yield
+        finally:
+            if task is not None:
+                self.tasks.discard(task)
+
+    async def drain(self) -> None:
+        """Wait for the running answers up to the grace time, then cancel the rest."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace
+        while self.tasks and (left := deadline - loop.time()) > 0:
+            await asyncio.wait(set(self.tasks), timeout=left)
+        late = set(self.tasks)
+        if not late:
+            return
+        log.warning(
+            "%d %s answer(s) still running after SHUTDOWN_GRACE_SECONDS=%g were cut",
+            len(late),
+            self.platform,
+            self.grace,
+        )
+        self.cutting = True
+        for task in late:
+            task.cancel()
+        await asyncio.wait(late, timeout=self.cut_note_s + 1.0)

@@ -101,3 +101,15 @@ async def until(predicate: Callable[[], bool], timeout: float = WAIT_S) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:g} s")
         await asyncio.sleep(0.01)
+
+
+async def die(core: Core) -> None:
+    """The core's process dies (as with kill -9, in this test process): its inbox's handlers stop where they are, its
+    leases are neither renewed nor handed back, and it sends nothing more."""
+    inbox = core.inbox
+    dead = [lease.task for lease in inbox._leases.values()] + inbox._tasks
+    for task in dead:
+        task.cancel()
+    await asyncio.wait(dead)
+    inbox._leases.clear()
+    inbox._tasks = []

@@ -434,7 +434,7 @@ async def test_stop_lets_a_running_answer_finish_and_turns_new_messages_away(
     await asyncio.wait_for(started.wait(), 5)
     stopping = asyncio.create_task(b.adapter.stop())
     await asyncio.sleep(0)  # stop() runs up to its wait for the running answer
-    assert b.adapter._stopping and not stopping.done()
+    assert b.adapter.running.stopping and not stopping.done()
     [late] = await b.say("one more thing", author=b.bob, dm=True)  # arrives while draining: not taken
     assert late["content"] == RESTARTING and len(fake_llm.requests) == 1
     assert not stopping.done()
@@ -469,7 +469,7 @@ async def test_stop_cuts_an_answer_that_outlasts_the_grace(
     await asyncio.wait_for(b.adapter.stop(), 5)  # bounded by the grace (plus the short note), never hangs
     assert [m["content"] for m in dc.sent] == [CUT_SHORT]
     assert dc.sent[0]["allowed_mentions"] == {"parse": []}
-    assert b.adapter._work == set() and not dc.connected
+    assert b.adapter.running.tasks == set() and not dc.connected
 
 
 class Pauses:

@@ -18,6 +18,7 @@ from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_discord import FakeDiscord
 from tests.fake_openai import FakeOpenAI, Reply
+from tests.helpers import die
 from tests.test_discord import Bot, bot
 from tests.test_inbox import Hold, echo
 
@@ -33,17 +34,6 @@ class Proc:
 
     core: Core
     adapter: DiscordAdapter
-
-    async def die(self) -> None:
-        """The process dies (as with kill -9): its handlers stop where they are, its leases are neither renewed
-        nor handed back, and it sends nothing more."""
-        inbox = self.core.inbox
-        dead = [lease.task for lease in inbox._leases.values()] + inbox._tasks
-        for task in dead:
-            task.cancel()
-        await asyncio.wait(dead)
-        inbox._leases.clear()
-        inbox._tasks = []
 
 
 StartProc = Callable[..., Awaitable[Proc]]
@@ -111,7 +101,7 @@ async def test_a_process_that_dies_mid_turn_leaves_the_message_to_another_that_a
     start_proc: StartProc, dc: FakeDiscord, fake_llm: FakeOpenAI, pool: Pool
 ) -> None:
     first, hold = await caught_mid_turn(start_proc, dc, fake_llm, lease_s=0.5)
-    await first.die()
+    await die(first.core)
     assert dc.sent == []
     await start_proc(lease_s=0.5)  # never saw the message: takes it from the inbox once the lease ran out
     await answered_once(dc, pool, hold, attempts=2)
@@ -136,7 +126,7 @@ async def test_an_answer_stored_before_the_process_died_is_sent_not_recomputed(
     dc.rate_limit_next("/messages", retry_after=60)  # the answer is stored, its send waits out a 429
     await dc.post_message(dc.user(ALICE, "Alice"), "remember me", dm=True)
     await dc.wait_for(lambda: bool(dc.rate_limited), 5, what="the rate-limited send")
-    await first.die()
+    await die(first.core)
     await start_proc(lease_s=0.5)
     [sent] = await dc.wait_sent(1)
     assert sent["content"] == "re: remember me" and not sent.get("message_reference")

@@ -22,6 +22,7 @@ from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram
+from tests.helpers import die
 from tests.test_web import free_port
 
 StartProc = Callable[..., Awaitable["Proc"]]
@@ -109,18 +110,6 @@ async def caught_mid_turn(
     assert await proc.post(tg, tg.message_update(text)) == 200
     await asyncio.wait_for(hold.asked.wait(), 5)
     return proc, hold
-
-
-async def die(proc: Proc) -> None:
-    """The process dies (as with kill -9, in this test process): its handlers stop where they are and its leases
-    are neither renewed nor handed back."""
-    inbox = proc.core.inbox
-    dead = [lease.task for lease in inbox._leases.values()] + inbox._tasks
-    for task in dead:
-        task.cancel()
-    await asyncio.wait(dead)
-    inbox._leases.clear()
-    inbox._tasks = []
 
 
 async def test_webhook_is_set_with_a_secret_and_a_wrong_secret_gets_403(
@@ -217,7 +206,7 @@ async def test_a_worker_that_dies_mid_turn_loses_nothing_and_the_answer_comes_on
     start_proc: StartProc, tg: FakeTelegram, fake_llm: FakeOpenAI, pool: Pool
 ) -> None:
     a, hold = await caught_mid_turn(start_proc, tg, fake_llm, "are you there?", lease_s=0.5)
-    await die(a)
+    await die(a.core)
     await start_proc(lease_s=0.5)  # another process takes it once the lease has run out
     [sent] = await tg.wait_sent(1)
     assert sent["text"] == "re: are you there?"
@@ -237,7 +226,7 @@ async def test_an_answer_stored_before_the_worker_died_is_sent_not_recomputed(
     tg.fail_next("sendMessage", status=429, retry_after=60)  # the answer is stored, its send waits out a 429
     assert await a.post(tg, tg.message_update("remember me")) == 200
     await tg.wait_for(lambda: any(m == "sendMessage" for m, _ in tg.calls))
-    await die(a)
+    await die(a.core)
     await start_proc(lease_s=0.5)
     [sent] = await tg.wait_sent(1)
     assert sent["text"] == "re: remember me"
@@ -286,7 +275,7 @@ async def test_an_answer_sent_before_the_worker_died_is_not_sent_again(
             if await pool.fetchval("SELECT sent_parts FROM turns") == 1:
                 break
             await asyncio.sleep(0.02)
-        await die(a)  # and dies before the inbox knows
+        await die(a.core)  # and dies before the inbox knows
     assert await pool.fetchval("SELECT done_at IS NULL FROM inbox")
     await start_proc(lease_s=0.5)
     for _ in range(250):
@@ -308,7 +297,7 @@ async def test_only_the_parts_not_yet_sent_are_sent_by_the_next_worker(
     assert await a.post(tg, tg.message_update("tell me a long story")) == 200
     await tg.wait_for(lambda: sum(m == "sendMessage" for m, _ in tg.calls) == 2)
     assert await pool.fetchval("SELECT sent_parts FROM turns") == 1
-    await die(a)
+    await die(a.core)
     await start_proc(lease_s=0.5)
     await tg.wait_sent(2)
     await asyncio.sleep(0.1)  # room for a wrong third message

@@ -26,7 +26,8 @@ from core.storage.db import Pool
 from tests.conftest import FakeClock, MakeSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_telegram import FakeTelegram
-from tests.test_inbox import Proc, die
+from tests.helpers import die
+from tests.test_inbox import Proc
 from tests.test_web import free_port
 
 Start = Callable[..., Awaitable[Proc]]
@@ -289,7 +290,7 @@ async def test_an_error_answer_sent_before_the_process_died_is_not_followed_by_a
             if await pool.fetchval("SELECT sent_parts FROM turns") == 1:
                 break
             await asyncio.sleep(0.02)
-        await die(a)  # and dies before the inbox knows
+        await die(a.core)  # and dies before the inbox knows
     assert "could not be used" in sent["text"]
     fake_llm.default = Reply(text="a different reply")  # the model is back
     await start(lease_s=0.5)
@@ -308,7 +309,7 @@ async def test_an_error_answer_not_yet_sent_is_sent_again_word_for_word_and_neve
     tg.fail_next("sendMessage", status=429, retry_after=60)  # the error answer waits out a 429…
     assert await a.post(tg, tg.message_update("hello")) == 200
     await tg.wait_for(lambda: any(m == "sendMessage" for m, _ in tg.calls))
-    await die(a)  # …and its process dies
+    await die(a.core)  # …and its process dies
     [error_text] = [p["text"] for m, p in tg.calls if m == "sendMessage"]
     assert "could not be used" in error_text
     fake_llm.default = Reply(text="a different reply")

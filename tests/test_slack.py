@@ -32,7 +32,7 @@ from core.storage.db import Pool
 from tests.conftest import FakeClock, MakeCore
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.fake_slack import BOT_USER, GROUP, TEAM, FakeSlack
-from tests.helpers import WAIT_S, incoming
+from tests.helpers import WAIT_S, die, incoming
 from tests.mcp_servers import HttpServer, free_port
 from tests.test_inbox import Hold, echo
 from tests.test_linking import CODE
@@ -97,18 +97,6 @@ async def start_proc(sl: FakeSlack, make_core: MakeCore) -> AsyncIterator[StartP
         yield start
 
 
-async def die(proc: Proc) -> None:
-    """The process dies (as with kill -9): its handlers stop where they are, its leases are neither renewed nor
-    handed back, and it sends nothing more."""
-    inbox = proc.core.inbox
-    dead = [lease.task for lease in inbox._leases.values()] + inbox._tasks
-    for task in dead:
-        task.cancel()
-    await asyncio.wait(dead)
-    inbox._leases.clear()
-    inbox._tasks = []
-
-
 def texts(sl: FakeSlack) -> list[str]:
     """What the bot posted, in order."""
     return [m["text"] for m in sl.sent]
@@ -134,7 +122,7 @@ async def test_a_process_killed_mid_turn_leaves_the_message_to_another_that_answ
     first = await start_proc(lease_s=0.5)
     await sl.push("events_api", sl.post(ALICE, f"<@{BOT_USER}> are you there?", channel=GROUP))
     await asyncio.wait_for(hold.asked.wait(), WAIT_S)
-    await die(first)  # kill -9 mid-turn: the message stays in the inbox, its lease runs out
+    await die(first.core)  # kill -9 mid-turn: the message stays in the inbox, its lease runs out
     assert sl.sent == []
     await start_proc(lease_s=0.5)  # never saw the message: takes it from the inbox
     await sl.wait_for(lambda: len(sl.sent) == 1, WAIT_S, what="the answer of the second process")
@@ -337,7 +325,7 @@ async def test_a_message_arriving_while_stopping_is_stored_for_the_next_start(
 ) -> None:
     fake_llm.default = echo()
     first = await start_proc()
-    first.adapter._stopping = True  # stop() has begun: its turns are declined, messages still stored
+    first.adapter.running.stopping = True  # stop() has begun: its turns are declined, messages still stored
     first.core.unserve(first.adapter.source)
     envelope = await sl.push("events_api", sl.post(ALICE, "still there?", channel=sl.dm_of(ALICE)))
     await sl.wait_for(lambda: envelope in sl.acks, WAIT_S, what="the ack")

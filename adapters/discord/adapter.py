@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
 import discord
 from discord.abc import Messageable
 
+from adapters.base import RunningAnswers
 from adapters.discord.buttons import BUTTONS, ReminderButton
 from adapters.discord.commands import install_commands
 from adapters.discord.files import lazy
@@ -69,11 +70,8 @@ class DiscordAdapter:
         shards = settings.discord_shards
         # one process uploads the slash commands: the one running shard 0 (or the only one, unsharded)
         self.syncs_commands = shards is None or 0 in shards[1]
-        self.grace = settings.SHUTDOWN_GRACE_SECONDS
         self.gateway = Gateway(self, core, settings, guild_ready_timeout=guild_ready_timeout, sleep=sleep)
-        self._stopping = False  # stop() began: new messages are turned away, running answers finish
-        self._cutting = False  # stop() is cutting what outlasted the grace
-        self._work: set[asyncio.Task[Any]] = set()  # tasks answering a message or an interaction
+        self.running = RunningAnswers("Discord", settings.SHUTDOWN_GRACE_SECONDS, DISCORD_CUT_NOTE_S)
         # the inbox key of this bot's messages, `discord:<bot user id>` once logged in: another bot's process on the
         # same database never takes them, and a message both bots see is stored once for each
         self.source = LEGACY_SOURCE
@@ -93,7 +91,7 @@ class DiscordAdapter:
     async def start(self) -> None:
         """Connect until READY (a failure is a one-line StartupError), then answer this bot's stored messages (and
         those a version that did not name the bot stored and left unanswered)."""
-        self._stopping = self._cutting = False
+        self.running.restart()
         await self.gateway.start()
         for source in {self.source, LEGACY_SOURCE}:
             self.core.serve(source, StoredMessage.from_payload, self._on_stored)
@@ -108,41 +106,12 @@ class DiscordAdapter:
     async def stop(self) -> None:
         """Stop taking new messages, let running answers finish and be sent (at most SHUTDOWN_GRACE_SECONDS;
         later ones are cut with a short note), then close the connection."""
-        self._stopping = True
+        self.running.stopping = True
         for source in {self.source, LEGACY_SOURCE}:
             self.core.unserve(source)
-        await self._drain()
+        await self.running.drain()
         await self.gateway.close()
         self.core.report_state("discord", None)
-
-    async def _drain(self) -> None:
-        """Wait for the running answers up to the grace time, then cancel the rest (they say so briefly)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.grace
-        while self._work and (left := deadline - loop.time()) > 0:
-            await asyncio.wait(set(self._work), timeout=left)
-        late = set(self._work)
-        if not late:
-            return
-        log.warning(
-            "%d Discord answer(s) still running after SHUTDOWN_GRACE_SECONDS=%g were cut", len(late), self.grace
-        )
-        self._cutting = True
-        for task in late:
-            task.cancel()
-        await asyncio.wait(late, timeout=DISCORD_CUT_NOTE_S + 1.0)
-
-    @contextlib.contextmanager
-    def _tracked(self) -> Iterator[None]:
-        """Count the current task as running work until the block ends (stop() waits for it)."""
-        task = asyncio.current_task()
-        if task is not None:
-            self._work.add(task)
-        try:
-            yield
-        finally:
-            if task is not None:
-                self._work.discard(task)
 
     # ---- messages in -------------------------------------------------------------------------------
 
@@ -153,7 +122,7 @@ class DiscordAdapter:
             return
         if not addressed(self.client, message, self.channels):
             return
-        with self._tracked():
+        with self.running.tracked():
             try:
                 await self._receive(message)
             except Exception as e:
@@ -165,7 +134,7 @@ class DiscordAdapter:
         stored = received(self.client, message, text)
         inc = stored.incoming
         reference = reply_reference(message.id, message.channel.id, stored.guild_id)
-        if self._stopping:  # a new session would not see it again: ask for it later
+        if self.running.stopping:  # a new session would not see it again: ask for it later
             if self.core.is_allowed(inc):
                 await send_parts(message.channel, [RESTARTING], reference=reference)
         elif not self.core.is_allowed(inc):
@@ -182,15 +151,15 @@ class DiscordAdapter:
         """A stored message's turn, in the process that received it or another one: replied to by ids."""
         stored: StoredMessage = delivery.update
         await self.gateway.connected_once()
-        if self._stopping:  # declined: the inbox hands it back at once for another process (or the next start)
+        if self.running.stopping:  # declined: the inbox hands it back at once for another process (or the next start)
             raise asyncio.CancelledError
         channel = self.client.get_partial_messageable(stored.channel_id, guild_id=stored.guild_id)
         reference = reply_reference(stored.message_id, stored.channel_id, stored.guild_id)
-        with self._tracked():
+        with self.running.tracked():
             try:
                 await self._turn(stored, channel, reference, delivery)
             except asyncio.CancelledError:  # the core's drain hands it back (another process answers): no note
-                if self._cutting:  # … but stop() itself cut it
+                if self.running.cutting:  # … but stop() itself cut it
                     await briefly(send_parts(channel, [CUT_SHORT], reference=reference))
                 raise
             except Exception as e:
@@ -223,11 +192,11 @@ class DiscordAdapter:
     async def guard(self, interaction: discord.Interaction, work: Coroutine[Any, Any, None]) -> None:
         """Run an interaction's work as running work for stop(); any failure is logged and answered briefly;
         while stopping, new work is turned away."""
-        if self._stopping:
+        if self.running.stopping:
             work.close()
             await tell(interaction, RESTARTING)
             return
-        with self._tracked():
+        with self.running.tracked():
             try:
                 await work
             except asyncio.CancelledError:  # only a shutdown cancels an answer (stop() or the core's drain)

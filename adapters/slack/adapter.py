@@ -8,7 +8,7 @@ import contextlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -21,7 +21,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.base import Limits
+from adapters.base import Limits, RunningAnswers
 from adapters.slack import buttons, commands
 from adapters.slack.buttons import reminder_buttons
 from adapters.slack.files import lazy
@@ -85,11 +85,9 @@ class SlackAdapter:
         self.app_token = app.get_secret_value().strip() if app is not None else None
         secret = settings.SLACK_SIGNING_SECRET
         self.verifier = SignatureVerifier(secret.get_secret_value()) if secret is not None else None
-        self.grace = settings.SHUTDOWN_GRACE_SECONDS
         self.team, self.bot_user = "", ""
         self.socket: SocketModeClient | None = None
-        self._stopping = self._cutting = False
-        self._work: set[asyncio.Task[Any]] = set()
+        self.running = RunningAnswers("Slack", settings.SHUTDOWN_GRACE_SECONDS, SLACK_CUT_NOTE_S)
         self._threads: OrderedDict[tuple[str, str], None] = OrderedDict()  # threads the bot spoke in
         self._names: OrderedDict[str, str] = OrderedDict()  # people's display names by user id
         self._zones: dict[str, str] = {}  # their profiles' time zones, kept with the names
@@ -109,7 +107,7 @@ class SlackAdapter:
     async def start(self) -> None:
         """Check the token (auth.test), serve the stored messages, then open Socket Mode (when an app token is set);
         a failure is one StartupError line."""
-        self._stopping = self._cutting = False
+        self.running.restart()
         self.web.session = aiohttp.ClientSession()  # one connection pool for every Web API call (else one per call)
         try:
             auth = await self.web.auth_test()
@@ -154,44 +152,17 @@ class SlackAdapter:
     async def stop(self) -> None:
         """Stop taking messages, let running answers finish (at most SHUTDOWN_GRACE_SECONDS; later ones are cut with
         a short note), then disconnect."""
-        self._stopping = True
+        self.running.stopping = True
         self.core.unserve(self.source)
         if self.socket is not None:
             self.socket.socket_mode_request_listeners.clear()
-        await self._drain()
+        await self.running.drain()
         if self.socket is not None:
             await self.socket.close()  # type: ignore[no-untyped-call]
             self.socket = None
         if self.web.session is not None:
             await self.web.session.close()
         self.core.report_state(self.platform, None)
-
-    async def _drain(self) -> None:
-        """Wait for the running answers up to the grace time, then cancel the rest."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.grace
-        while self._work and (left := deadline - loop.time()) > 0:
-            await asyncio.wait(set(self._work), timeout=left)
-        late = set(self._work)
-        if not late:
-            return
-        log.warning("%d Slack answer(s) still running after SHUTDOWN_GRACE_SECONDS=%g were cut", len(late), self.grace)
-        self._cutting = True
-        for task in late:
-            task.cancel()
-        await asyncio.wait(late, timeout=SLACK_CUT_NOTE_S + 1.0)
-
-    @contextlib.contextmanager
-    def _tracked(self) -> Iterator[None]:
-        """Count the current task as running work until the block ends."""
-        task = asyncio.current_task()
-        if task is not None:
-            self._work.add(task)
-        try:
-            yield
-        finally:
-            if task is not None:
-                self._work.discard(task)
 
     # ---- in: Socket Mode and the Events API ---------------------------------------------------------
 
@@ -202,7 +173,7 @@ class SlackAdapter:
             await client.send_socket_mode_response(SocketModeResponse(request.envelope_id))
             return
         if request.type == "events_api":
-            with self._tracked():
+            with self.running.tracked():
                 try:
                     await self.on_event(request.payload)
                 except Exception:
@@ -248,16 +219,14 @@ class SlackAdapter:
             except Exception:
                 log.exception("Slack work after the ack failed")
 
-        task = asyncio.create_task(run())
-        self._work.add(task)
-        task.add_done_callback(self._work.discard)
+        self.running.add(asyncio.create_task(run()))
 
     async def on_event(self, payload: dict[str, Any]) -> None:
         """An event_callback: a person's message for the bot stored in the inbox (raises when it cannot be: Slack is
         then not told, and sends it again), also while stopping (another process, or the next start, answers it);
         what needs no turn (a refusal) is answered here."""
         event = payload.get("event") or {}
-        if event.get("type") == "app_home_opened" and event.get("tab") == "home" and not self._stopping:
+        if event.get("type") == "app_home_opened" and event.get("tab") == "home" and not self.running.stopping:
             self._spawn(publish_home(self.core, self.web, self.team, event))  # no turn: not stored
             return
         if not from_a_person(event, self.bot_user) or not await self._addressed(event):
@@ -332,11 +301,11 @@ class SlackAdapter:
 
     async def _guard(self, url: str, work: Coroutine[Any, Any, None]) -> None:
         """Run an interaction's work as running work for stop(); a failure is logged and told briefly."""
-        if self._stopping:
+        if self.running.stopping:
             work.close()
             await note(url, RESTARTING)
             return
-        with self._tracked():
+        with self.running.tracked():
             try:
                 await work
             except asyncio.CancelledError:
@@ -354,18 +323,18 @@ class SlackAdapter:
     async def _on_stored(self, delivery: Delivery) -> None:
         """A stored message's turn, in the process that received it or another one."""
         stored: StoredMessage = delivery.update
-        if self._stopping:  # declined: the inbox hands it back at once for another process (or the next start)
+        if self.running.stopping:  # declined: the inbox hands it back at once for another process (or the next start)
             raise asyncio.CancelledError
         inc = stored.incoming
         if stored.files:
             inc = replace(inc, uploads=tuple(lazy(self.token, f) for f in stored.files))
         budget = self.settings.AGENT_TOTAL_TIMEOUT  # as Telegram's: an answer arrives late rather than never
         reply = ThreadReply(self.web, stored.channel, stored.thread_ts, self._spoke, budget)
-        with self._tracked():
+        with self.running.tracked():
             try:
                 await self.core.answer(inc, reply, delivery=delivery)
             except asyncio.CancelledError:
-                if self._cutting:
+                if self.running.cutting:
                     with contextlib.suppress(Exception):
                         async with asyncio.timeout(SLACK_CUT_NOTE_S):
                             await post_parts(self.web, stored.channel, [CUT_SHORT], thread_ts=stored.thread_ts)

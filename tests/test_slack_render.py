@@ -9,17 +9,9 @@ import pytest
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from adapters.markdown import utf16_len
 from adapters.slack.limits import SLACK_TEXT_LIMIT
-from adapters.slack.render import (
-    ZWSP,
-    plain,
-    render,
-    render_parts,
-    safe_url,
-    slack_len,
-    split,
-    steps_line,
-)
+from adapters.slack.render import ZWSP, plain, render, render_parts, safe_url, split, steps_line
 from core import EMPTY_ANSWER
 
 CORPUS = Path(__file__).resolve().parent.parent / "bench" / "markdown_corpus.txt"
@@ -104,7 +96,7 @@ def load_corpus() -> list[tuple[str, str]]:
 def test_corpus_answers_render_safely_within_the_limit_with_nothing_lost(name: str, md: str) -> None:
     parts = render_parts(md)
     assert parts and all(p.strip() for p in parts)
-    assert all(slack_len(p) <= SLACK_TEXT_LIMIT for p in parts), [slack_len(p) for p in parts]
+    assert all(utf16_len(p) <= SLACK_TEXT_LIMIT for p in parts), [utf16_len(p) for p in parts]
     for p in parts:
         assert_safe(p)
         assert p.count("```") % 2 == 0, p  # a code block cut by a split is closed in its part
@@ -224,7 +216,7 @@ def test_split_closes_and_reopens_a_cut_code_block() -> None:
     code = "\n".join(f"x_{i} = '😀 <{i}> &'" for i in range(700))
     parts = render_parts(f"Intro\n\n```python\n{code}\n```\n\nThe end.")
     assert len(parts) >= 3
-    assert all(slack_len(p) <= SLACK_TEXT_LIMIT and p.count("```") % 2 == 0 for p in parts)
+    assert all(utf16_len(p) <= SLACK_TEXT_LIMIT and p.count("```") % 2 == 0 for p in parts)
     assert all(p.startswith("```\n") and p.endswith("\n```") for p in parts[1:-1])
     lines = "\n".join(parts).split("\n")
     assert all(f"x_{i} = '😀 &lt;{i}&gt; &amp;'" in lines for i in range(700))  # lines are not cut
@@ -233,22 +225,22 @@ def test_split_closes_and_reopens_a_cut_code_block() -> None:
 
 def test_split_never_cuts_an_entity_a_link_or_a_character() -> None:
     parts = split("&amp;" * 100, 16)
-    assert all(slack_len(p) <= 16 and _ENTITY.sub("", p) == "" for p in parts)
+    assert all(utf16_len(p) <= 16 and _ENTITY.sub("", p) == "" for p in parts)
     assert "".join(parts) == "&amp;" * 100
     links = " ".join(f"<https://a.b/{i}|link {i}>" for i in range(100))
     parts = split(links, 60)
-    assert all(slack_len(p) <= 60 for p in parts)
+    assert all(utf16_len(p) <= 60 for p in parts)
     assert [m[0] for p in parts for m in _LINK.finditer(p)] == [m[0] for m in _LINK.finditer(links)]
     family = "👩\u200d👩\u200d👧\u200d👦"
     parts = split("a" * 10 + family * 3, 20)
-    assert "".join(parts) == "a" * 10 + family * 3 and all(slack_len(p) <= 20 for p in parts)
+    assert "".join(parts) == "a" * 10 + family * 3 and all(utf16_len(p) <= 20 for p in parts)
     assert all(not p.startswith("\u200d") for p in parts)
 
 
 def test_a_link_longer_than_a_part_becomes_text() -> None:
     url = "https://example.com/" + "a" * 5000
     parts = render_parts(f"see [the page]({url}) now")
-    assert all(slack_len(p) <= SLACK_TEXT_LIMIT for p in parts)
+    assert all(utf16_len(p) <= SLACK_TEXT_LIMIT for p in parts)
     assert "<" not in "".join(parts)
     assert squeeze("".join(parts)) == squeeze(f"see the page ({url}) now")
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from adapters.markdown import utf16_len
 from adapters.slack.limits import SLACK_TEXT_LIMIT
-from adapters.slack.render import ZWSP, esc, render, render_parts, slack_len, split
+from adapters.slack.render import ZWSP, esc, render, render_parts, split
 from tests.test_slack_render import _BROADCAST, assert_safe, is_subsequence, source_text, squeeze, visible
 
 PROPS = settings(
@@ -180,7 +181,7 @@ def check_parts(parts: list[str], limit: int) -> None:
     """Parts are non-empty, within the limit, safe, and keep every code block closed within the part."""
     assert parts
     for p in parts:
-        assert p.strip() and slack_len(p) <= limit, (slack_len(p), limit)
+        assert p.strip() and utf16_len(p) <= limit, (utf16_len(p), limit)
         assert_safe(p)
         assert "<!" not in p and "<@" not in p and "<#" not in p
 

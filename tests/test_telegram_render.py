@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from adapters.markdown import utf16_len
 from adapters.telegram.limits import TELEGRAM_MESSAGE_LIMIT
 from adapters.telegram.render import (
     activity_html,
@@ -14,7 +15,6 @@ from adapters.telegram.render import (
     render_reply,
     split_html,
     split_plain,
-    utf16_len,
     visible_len,
 )
 from core.types import Step

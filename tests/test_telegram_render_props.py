@@ -9,14 +9,9 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from adapters.markdown import utf16_len
 from adapters.telegram.limits import TELEGRAM_MESSAGE_LIMIT
-from adapters.telegram.render import (
-    markdown_to_html,
-    render_reply,
-    split_html,
-    split_plain,
-    utf16_len,
-)
+from adapters.telegram.render import markdown_to_html, render_reply, split_html, split_plain
 from core.types import Step
 from tests.fake_telegram import parse_html
 

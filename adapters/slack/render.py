@@ -27,10 +27,10 @@ from urllib.parse import quote
 from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
 
+from adapters.markdown import RULE, join_blocks, utf16_len
 from adapters.slack.limits import SLACK_MIN_LIMIT, SLACK_TEXT_LIMIT
 from core import EMPTY_ANSWER
 
-RULE = "──────────"
 FENCE = "```"
 ZWSP = "\u200b"  # invisible: keeps "@here" from being a name, a marker next to a letter working, "```" out of code
 LINK_SCHEMES = ("http://", "https://", "mailto:")  # hrefs made into Slack links; others are shown as text
@@ -64,11 +64,6 @@ def plain(text: str) -> str:
 def steps_line(summary: str) -> str:
     """The "🔧 n steps · …" context line's text, escaped."""
     return plain(summary)
-
-
-def slack_len(text: str) -> int:
-    """Length as counted against the limit: characters of the raw mrkdwn, one outside the BMP counting 2."""
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -208,24 +203,9 @@ def _cell(cell: SyntaxTreeNode) -> str:
     return unescape(_inline(cell.children[0], in_link=True)).replace(ZWSP, "") if cell.children else ""
 
 
-def _follows_directly(node: SyntaxTreeNode, lines: Sequence[str]) -> bool:
-    """Whether the source line above a block holds text (quote markers and indentation aside)."""
-    first = node.map[0] if node.map is not None else 0
-    return 0 < first <= len(lines) and lines[first - 1].strip(" \t>") != ""
-
-
 def _blocks(nodes: Sequence[SyntaxTreeNode], ctx: _Ctx, sep: str = "\n\n") -> str:
-    """Render block nodes, skipping empty ones; a block right below the previous one in the source (no blank
-    line: "Steps:" above a list or code) stays right below it."""
-    out: list[str] = []
-    for node in nodes:
-        text = _block(node, ctx)
-        if not text:
-            continue
-        if out:
-            out.append("\n" if _follows_directly(node, ctx.lines) else sep)
-        out.append(text)
-    return "".join(out)
+    """Render block nodes (join_blocks: empty ones skipped, a block right below the previous one stays so)."""
+    return join_blocks(nodes, lambda node: _block(node, ctx), ctx.lines, sep)
 
 
 def _list(node: SyntaxTreeNode, ctx: _Ctx) -> str:
@@ -328,7 +308,7 @@ def _units(mrkdwn: str, limit: int) -> list[str]:
     for m in _UNIT.finditer(mrkdwn):
         out.extend(mrkdwn[pos : m.start()])
         unit = m.group(0)
-        if unit[0] == "<" and slack_len(unit) > limit // 2:
+        if unit[0] == "<" and utf16_len(unit) > limit // 2:
             out.extend(_units(_unlink(unit), limit))
         else:
             out.append(unit)
@@ -393,15 +373,15 @@ def _best_cut(units: list[str], win: _Window, budget: int) -> int:
 
 
 def split(mrkdwn: str, limit: int = SLACK_TEXT_LIMIT) -> list[str]:
-    """Split mrkdwn into parts of at most `limit` (see slack_len), never inside an entity or a link; a code block cut
+    """Split mrkdwn into parts of at most `limit` (see utf16_len), never inside an entity or a link; a code block cut
     by a split is closed at the end of its part and reopened at the start of the next; newlines are preferred.
     Parts without text are dropped, but there is always at least one part."""
     limit = max(limit, SLACK_MIN_LIMIT)
     text = mrkdwn.strip()
-    if slack_len(text) <= limit:
+    if utf16_len(text) <= limit:
         return [text] if _has_text(text) else ["…"]
     units = _units(text, limit)
-    widths = [slack_len(u) for u in units]
+    widths = [utf16_len(u) for u in units]
     parts: list[str] = []
     start, in_code = 0, False
     while start < len(units):

@@ -16,10 +16,10 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_inline import StateInline
 from markdown_it.tree import SyntaxTreeNode
 
+from adapters.markdown import RULE, join_blocks, utf16_len
 from adapters.telegram.limits import TELEGRAM_ACTIVITY_CHARS, TELEGRAM_MESSAGE_LIMIT
 from core import EMPTY_ANSWER, Step, activity_lines, summary_line
 
-RULE = "──────────"
 LINK_SCHEMES = ("http://", "https://", "tg://", "mailto:")  # hrefs Telegram takes in a text link
 
 
@@ -61,11 +61,6 @@ def esc(text: str) -> str:
 def esc_attr(text: str) -> str:
     """Escape an attribute value (quotes too)."""
     return html.escape(text, quote=True)
-
-
-def utf16_len(text: str) -> int:
-    """Length in UTF-16 code units, as Telegram counts."""
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -140,23 +135,8 @@ def _table(node: SyntaxTreeNode) -> str:
 
 
 def _blocks(nodes: Sequence[SyntaxTreeNode], ctx: _Ctx, sep: str = "\n\n") -> str:
-    """Render block nodes, skipping empty ones; a block right below the previous one in the source (no
-    blank line: "Steps:" above a list or code) stays right below it."""
-    out: list[str] = []
-    for node in nodes:
-        text = _block(node, ctx)
-        if not text:
-            continue
-        if out:
-            out.append("\n" if _follows_directly(node, ctx.lines) else sep)
-        out.append(text)
-    return "".join(out)
-
-
-def _follows_directly(node: SyntaxTreeNode, lines: Sequence[str]) -> bool:
-    """Whether the source line above a block holds text (quote markers and indentation aside)."""
-    first = node.map[0] if node.map is not None else 0
-    return 0 < first <= len(lines) and lines[first - 1].strip(" \t>") != ""
+    """Render block nodes (join_blocks: empty ones skipped, a block right below the previous one stays so)."""
+    return join_blocks(nodes, lambda node: _block(node, ctx), ctx.lines, sep)
 
 
 def _list(node: SyntaxTreeNode, ctx: _Ctx) -> str:

@@ -1,0 +1,37 @@
+"""What the Markdown renderers share (Telegram's HTML, Slack's mrkdwn): the length a platform counts (UTF-16 units),
+the rule a `---` becomes, and how rendered blocks are joined."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from markdown_it.tree import SyntaxTreeNode
+
+RULE = "──────────"  # a thematic break (`---`), as a line
+
+
+def utf16_len(text: str) -> int:
+    """Length in UTF-16 code units, as Telegram and Slack count it (a character outside the BMP counts 2)."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def follows_directly(node: SyntaxTreeNode, lines: Sequence[str]) -> bool:
+    """Whether the source line above a block holds text (quote markers and indentation aside)."""
+    first = node.map[0] if node.map is not None else 0
+    return 0 < first <= len(lines) and lines[first - 1].strip(" \t>") != ""
+
+
+def join_blocks(
+    nodes: Sequence[SyntaxTreeNode], render: Callable[[SyntaxTreeNode], str], lines: Sequence[str], sep: str
+) -> str:
+    """The blocks rendered, empty ones skipped, `sep` between them; a block right below the previous one in the
+    source `lines` (no blank line: "Steps:" above a list or code) stays right below it."""
+    out: list[str] = []
+    for node in nodes:
+        text = render(node)
+        if not text:
+            continue
+        if out:
+            out.append("\n" if follows_directly(node, lines) else sep)
+        out.append(text)
+    return "".join(out)

@@ -82,7 +82,8 @@ def rss_mib(pid: int) -> float:
 def child_env(extra: dict[str, str]) -> dict[str, str]:
     """The environment of a bot process: no platform or model settings from outside, this checkout first."""
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("TELEGRAM_", "DISCORD_", "LLM_", "MCP_"))}
-    return {**keep, "PYTHONPATH": str(REPO_ROOT), "ALLOWED_USERS": "*", "DEFAULT_TIMEZONE": "UTC", **extra}
+    base = {"PYTHONPATH": str(REPO_ROOT), "ALLOWED_USERS": "*", "DEFAULT_TIMEZONE": "UTC"}
+    return {**keep, **base, "USER_MESSAGES_PER_MINUTE": "100000", **extra}  # the turns come faster than a person's
 
 
 def import_figures(runs: int) -> tuple[float, list[float], int]:

@@ -292,12 +292,17 @@ class SlackAdapter:
     async def on_interaction(self, kind: str, payload: dict[str, Any]) -> None:
         """A slash command or a button press, answered through its response_url."""
         if kind == "slash_commands":
-            work = commands.run(self.core, self.web, self.team, payload, await self._zone(str(payload.get("user_id"))))
+            work = self._command(payload)
         elif payload.get("type") == "block_actions":
             work = buttons.press(self.core, self.team, payload)
         else:
             return
         await self._guard(str(payload.get("response_url", "")), work)
+
+    async def _command(self, payload: dict[str, Any]) -> None:
+        """A slash command, with its person's time zone from their Slack profile (kept after the first lookup)."""
+        zone = await self._zone(str(payload.get("user_id")))
+        await commands.run(self.core, self.web, self.team, payload, zone)
 
     async def _guard(self, url: str, work: Coroutine[Any, Any, None]) -> None:
         """Run an interaction's work as running work for stop(); a failure is logged and told briefly."""

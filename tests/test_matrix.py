@@ -1,0 +1,113 @@
+"""The Matrix adapter (in progress) on the fake homeserver with the real mautrix: a direct chat answered through the
+inbox; a restart syncs on from the kept next_batch (nothing replayed, nothing skipped); a stranger's invitation is
+declined and an encrypted room refused with one line."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+
+from adapters.matrix import config_problem
+from adapters.matrix.adapter import ENCRYPTED_REFUSAL, MatrixAdapter
+from core.inbox import Pace
+from core.settings import load_settings
+from core.storage.db import Pool
+from tests.conftest import MakeCore
+from tests.fake_matrix import BOT, SERVER, TOKEN, FakeMatrix
+from tests.helpers import WAIT_S
+
+ALICE, MALLORY = f"@alice:{SERVER}", f"@mallory:{SERVER}"
+Start = Callable[..., Awaitable[MatrixAdapter]]
+
+
+@pytest.fixture
+async def mx() -> AsyncIterator[FakeMatrix]:
+    """A fake homeserver with Alice (allowed) and Mallory (not)."""
+    async with FakeMatrix() as fake:
+        fake.person(ALICE, "Alice")
+        fake.person(MALLORY, "Mallory")
+        yield fake
+
+
+@pytest.fixture
+async def start(mx: FakeMatrix, make_core: MakeCore) -> AsyncIterator[Start]:
+    """Start adapters (each on its own core, one database) against the fake; stopped at the end."""
+    async with AsyncExitStack() as stack:
+
+        async def started(**settings: Any) -> MatrixAdapter:
+            core = make_core(
+                MATRIX_HOMESERVER=mx.origin,
+                MATRIX_USER_ID=BOT,
+                MATRIX_ACCESS_TOKEN=TOKEN,
+                ALLOWED_USERS=f"matrix:{ALICE}",
+                inbox_pace=Pace(lease_s=30.0, poll_s=0.05),
+                **settings,
+            )
+            adapter = MatrixAdapter(core, core.settings)
+            await adapter.start()
+            stack.push_async_callback(adapter.stop)
+            return adapter
+
+        yield started
+
+
+def answers(mx: FakeMatrix, room_id: str) -> list[str]:
+    """The bot's messages in a room, in order."""
+    return [e["content"]["body"] for e in mx.sent if e["room_id"] == room_id and e["type"] == "m.room.message"]
+
+
+async def test_a_direct_chat_is_joined_and_answered_once_pinging_nobody(
+    start: Start, mx: FakeMatrix, pool: Pool
+) -> None:
+    await start()
+    room = mx.direct(ALICE)
+    await mx.wait_for(lambda: BOT in room.members, WAIT_S, what="the bot joining the direct chat")
+    mx.say(room, ALICE, "hello")
+    await mx.wait_for(lambda: len(answers(mx, room.id)) == 1, WAIT_S, what="the answer")
+    [answer] = [e for e in mx.sent if e["type"] == "m.room.message"]
+    assert answer["sender"] == BOT and answer["content"]["m.mentions"] == {} and answer["content"]["body"]
+    assert await pool.fetchval("SELECT count(*) FROM inbox") == 1
+
+
+async def test_a_restart_syncs_on_from_the_kept_token(start: Start, mx: FakeMatrix) -> None:
+    first = await start()
+    room = mx.direct(ALICE)
+    await mx.wait_for(lambda: BOT in room.members, WAIT_S, what="the bot joining")
+    mx.say(room, ALICE, "one")
+    await mx.wait_for(lambda: len(answers(mx, room.id)) == 1, WAIT_S, what="the first answer")
+    await first.stop()
+    mx.say(room, ALICE, "two")  # said while the bot was away
+    await start()
+    await mx.wait_for(lambda: len(answers(mx, room.id)) == 2, WAIT_S, what="the second answer")
+    since = [q.get("since") for q in mx.syncs]
+    assert since[0] is None and None not in since[1:]  # only the very first sync started from nothing
+    mx.say(room, ALICE, "three")
+    await mx.wait_for(lambda: len(answers(mx, room.id)) == 3, WAIT_S, what="the third answer")
+
+
+async def test_a_strangers_invitation_is_declined_and_an_encrypted_room_refused(start: Start, mx: FakeMatrix) -> None:
+    await start()
+    theirs = mx.direct(MALLORY)
+    locked = mx.room(ALICE, encrypted=True)
+    mx.invite(locked, ALICE)
+    await mx.wait_for(
+        lambda: (
+            BOT not in theirs.invited and answers(mx, locked.id) == [ENCRYPTED_REFUSAL] and BOT not in locked.members
+        ),
+        WAIT_S,
+        what="the declined invitation and the refused room",
+    )
+    assert BOT not in theirs.members
+
+
+def test_the_settings_are_all_three_or_none() -> None:
+    def problem(**env: str) -> str | None:
+        return config_problem(load_settings(LLM_API_KEY="sk-x", **env))
+
+    ok = {"MATRIX_HOMESERVER": "https://matrix.example.org", "MATRIX_USER_ID": "@bot:example.org"}
+    assert problem() is None and problem(**ok, MATRIX_ACCESS_TOKEN="syt_x") is None
+    assert "MATRIX_ACCESS_TOKEN not set" in str(problem(**ok))
+    assert "MATRIX_USER_ID" in str(problem(**{**ok, "MATRIX_USER_ID": "bot"}, MATRIX_ACCESS_TOKEN="syt_x"))

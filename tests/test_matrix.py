@@ -4,6 +4,7 @@ declined and an encrypted room refused with one line."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
@@ -17,7 +18,9 @@ from core.settings import load_settings
 from core.storage.db import Pool
 from tests.conftest import MakeCore
 from tests.fake_matrix import BOT, SERVER, TOKEN, FakeMatrix
-from tests.helpers import WAIT_S
+from tests.fake_openai import FakeOpenAI
+from tests.helpers import WAIT_S, die
+from tests.test_inbox import Hold
 
 ALICE, MALLORY = f"@alice:{SERVER}", f"@mallory:{SERVER}"
 Start = Callable[..., Awaitable[MatrixAdapter]]
@@ -37,13 +40,13 @@ async def start(mx: FakeMatrix, make_core: MakeCore) -> AsyncIterator[Start]:
     """Start adapters (each on its own core, one database) against the fake; stopped at the end."""
     async with AsyncExitStack() as stack:
 
-        async def started(**settings: Any) -> MatrixAdapter:
+        async def started(lease_s: float = 30.0, **settings: Any) -> MatrixAdapter:
             core = make_core(
                 MATRIX_HOMESERVER=mx.origin,
                 MATRIX_USER_ID=BOT,
                 MATRIX_ACCESS_TOKEN=TOKEN,
                 ALLOWED_USERS=f"matrix:{ALICE}",
-                inbox_pace=Pace(lease_s=30.0, poll_s=0.05),
+                inbox_pace=Pace(lease_s=lease_s, poll_s=0.05),
                 **settings,
             )
             adapter = MatrixAdapter(core, core.settings)
@@ -86,6 +89,38 @@ async def test_a_restart_syncs_on_from_the_kept_token(start: Start, mx: FakeMatr
     assert since[0] is None and None not in since[1:]  # only the very first sync started from nothing
     mx.say(room, ALICE, "three")
     await mx.wait_for(lambda: len(answers(mx, room.id)) == 3, WAIT_S, what="the third answer")
+
+
+async def test_kill_9_mid_turn_and_a_stale_token_answer_once(
+    start: Start, mx: FakeMatrix, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    fake_llm.default = hold = Hold()
+    first = await start(lease_s=0.5)
+    room = mx.direct(ALICE)
+    await mx.wait_for(lambda: BOT in room.members, WAIT_S, what="the bot joining")
+    mx.say(room, ALICE, "are you there?")
+    await asyncio.wait_for(hold.asked.wait(), WAIT_S)
+    await die(first.core)  # kill -9 mid-turn: the event stays in the inbox, its lease runs out
+    assert first._sync is not None
+    first._sync.cancel()  # the process's sync loop dies with it
+    # and as if it had died before keeping the token after the event: the next process syncs it again
+    await pool.execute("UPDATE platform_state SET value = 's1' WHERE key LIKE '%:next_batch'")
+    await start(lease_s=0.5)
+    await mx.wait_for(lambda: len(answers(mx, room.id)) == 1, WAIT_S, what="the second process's answer")
+    hold.release.set()  # the first process's model call ends: nobody is there to send its answer
+    mx.say(room, ALICE, "still there?")
+    await mx.wait_for(lambda: len(answers(mx, room.id)) == 2, WAIT_S, what="the next answer")
+    assert await pool.fetchval("SELECT count(*) FROM inbox") == 2
+
+
+async def test_a_dropped_sync_loses_nothing(start: Start, mx: FakeMatrix) -> None:
+    await start()
+    room = mx.direct(ALICE)
+    await mx.wait_for(lambda: BOT in room.members, WAIT_S, what="the bot joining")
+    mx.drop_syncs = 2  # the answers carrying the message are lost on the way (aiohttp may try a GET twice)
+    mx.say(room, ALICE, "hello")
+    await mx.wait_for(lambda: len(answers(mx, room.id)) == 1, WAIT_S, what="the answer after the dropped syncs")
+    assert mx.drop_syncs == 0
 
 
 async def test_a_strangers_invitation_is_declined_and_an_encrypted_room_refused(start: Start, mx: FakeMatrix) -> None:

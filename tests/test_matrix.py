@@ -5,6 +5,7 @@ declined and an encrypted room refused with one line."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
@@ -17,7 +18,7 @@ from core.inbox import Pace
 from core.settings import load_settings
 from core.storage.db import Pool
 from tests.conftest import MakeCore
-from tests.fake_matrix import BOT, SERVER, TOKEN, FakeMatrix
+from tests.fake_matrix import BOT, BOT_NAME, SERVER, TOKEN, FakeMatrix
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import WAIT_S, die
 from tests.test_inbox import Hold
@@ -89,6 +90,25 @@ async def test_a_restart_syncs_on_from_the_kept_token(start: Start, mx: FakeMatr
     assert since[0] is None and None not in since[1:]  # only the very first sync started from nothing
     mx.say(room, ALICE, "three")
     await mx.wait_for(lambda: len(answers(mx, room.id)) == 3, WAIT_S, what="the third answer")
+
+
+async def test_in_a_group_room_only_a_mention_is_answered_and_a_stranger_refused(
+    start: Start, mx: FakeMatrix, fake_llm: FakeOpenAI
+) -> None:
+    await start()
+    room = mx.room(ALICE)
+    mx.join(room, MALLORY)
+    mx.invite(room, ALICE)
+    await mx.wait_for(lambda: BOT in room.members, WAIT_S, what="the bot joining the group room")
+    mx.say(room, ALICE, "just chatting")
+    mx.say(room, ALICE, "what time is it?", mentions=[BOT])
+    await mx.wait_for(lambda: len(answers(mx, room.id)) == 1, WAIT_S, what="the mention's answer")
+    mx.say(room, ALICE, f"{BOT_NAME}, and now?")  # the display name, as people write it
+    await mx.wait_for(lambda: len(answers(mx, room.id)) == 2, WAIT_S, what="the display name's answer")
+    mx.say(room, MALLORY, "me too", mentions=[BOT])
+    await mx.wait_for(lambda: len(answers(mx, room.id)) == 3, WAIT_S, what="the stranger's refusal")
+    assert MALLORY in answers(mx, room.id)[2]  # refused with their id
+    assert "me too" not in json.dumps(fake_llm.requests)  # the stranger never reached the model
 
 
 async def test_kill_9_mid_turn_and_a_stale_token_answer_once(

@@ -86,6 +86,7 @@ class FakeMatrix(LoopbackServer):
             web.get(f"{client}/v3/sync", self._sync),
             web.put(f"{client}/v3/rooms/{{room}}/send/{{type}}/{{txn}}", self._send),
             web.put(f"{client}/v3/rooms/{{room}}/redact/{{event}}/{{txn}}", self._redact),
+            web.get(f"{client}/v3/rooms/{{room}}/event/{{event}}", self._get_event),
             web.post(f"{client}/v3/rooms/{{room}}/join", self._join),
             web.post(f"{client}/v3/join/{{room}}", self._join),
             web.post(f"{client}/v3/rooms/{{room}}/leave", self._leave),
@@ -320,6 +321,16 @@ class FakeMatrix(LoopbackServer):
         self.txns[key] = event["event_id"]
         self.sent.append(event)
         return web.json_response({"event_id": event["event_id"]})
+
+    async def _get_event(self, request: web.Request) -> web.Response:
+        user = self._user(request)
+        if user is None:
+            return _error(401, "M_UNKNOWN_TOKEN", "Invalid access token passed.")
+        room = self.rooms.get(request.match_info["room"])
+        found = [e.event for e in self.log if e.event["event_id"] == request.match_info["event"]]
+        if room is None or user not in room.members or not found or found[0]["room_id"] != room.id:
+            return _error(404, "M_NOT_FOUND", "Event not found.")
+        return web.json_response(found[0])
 
     async def _redact(self, request: web.Request) -> web.Response:
         user = self._user(request)

@@ -92,7 +92,7 @@ async def test_a_restart_syncs_on_from_the_kept_token(start: Start, mx: FakeMatr
     await mx.wait_for(lambda: len(answers(mx, room.id)) == 3, WAIT_S, what="the third answer")
 
 
-async def test_in_a_group_room_only_a_mention_is_answered_and_a_stranger_refused(
+async def test_in_a_group_room_a_mention_or_a_reply_to_the_bot_is_answered_and_a_stranger_refused(
     start: Start, mx: FakeMatrix, fake_llm: FakeOpenAI
 ) -> None:
     await start()
@@ -105,9 +105,12 @@ async def test_in_a_group_room_only_a_mention_is_answered_and_a_stranger_refused
     await mx.wait_for(lambda: len(answers(mx, room.id)) == 1, WAIT_S, what="the mention's answer")
     mx.say(room, ALICE, f"{BOT_NAME}, and now?")  # the display name, as people write it
     await mx.wait_for(lambda: len(answers(mx, room.id)) == 2, WAIT_S, what="the display name's answer")
+    bots = [e["event_id"] for e in mx.sent]
+    mx.say(room, ALICE, "why?", reply_to=bots[-1])  # a reply to the bot is for it
+    await mx.wait_for(lambda: len(answers(mx, room.id)) == 3, WAIT_S, what="the reply's answer")
     mx.say(room, MALLORY, "me too", mentions=[BOT])
-    await mx.wait_for(lambda: len(answers(mx, room.id)) == 3, WAIT_S, what="the stranger's refusal")
-    assert MALLORY in answers(mx, room.id)[2]  # refused with their id
+    await mx.wait_for(lambda: len(answers(mx, room.id)) == 4, WAIT_S, what="the stranger's refusal")
+    assert MALLORY in answers(mx, room.id)[3]  # refused with their id
     assert "me too" not in json.dumps(fake_llm.requests)  # the stranger never reached the model
 
 

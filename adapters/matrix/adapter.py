@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 from mautrix.client import ClientAPI
 from mautrix.errors import MatrixError, MatrixRequestError
-from mautrix.types import EventType, RoomID, SyncToken, UserID
+from mautrix.types import EventID, EventType, RoomID, SyncToken, UserID
 
 from adapters.base import Limits, RunningAnswers
 from adapters.matrix.incoming import StoredMessage, from_a_person, inviter_incoming, mentions, received
@@ -210,7 +210,11 @@ class MatrixAdapter:
         if not from_a_person(event, self.user_id):
             return
         direct = await self._is_direct(room_id)
-        if not direct and not mentions(event, self.user_id, self.name):
+        if (
+            not direct
+            and not mentions(event, self.user_id, self.name)
+            and not await self._replies_to_bot(room_id, event)
+        ):
             return
         sender = str(event["sender"])
         text = str(event["content"]["body"]).strip()
@@ -222,6 +226,19 @@ class MatrixAdapter:
                 await self._post(room_id, refusal.message, f"refusal.{stored.event_id}")
         elif inc.text:
             await self.core.receive(self.source, stored.update_id, inc.chat_key, stored.payload(), stored)
+
+    async def _replies_to_bot(self, room_id: str, event: dict[str, Any]) -> bool:
+        """Whether the message replies to one of the bot's (the replied-to event asked of the homeserver)."""
+        assert self.client is not None
+        relates = (event.get("content") or {}).get("m.relates_to") or {}
+        replied = (relates.get("m.in_reply_to") or {}).get("event_id")
+        if not replied:
+            return False
+        try:
+            original = await self.client.get_event(RoomID(room_id), EventID(str(replied)))
+        except MatrixRequestError:  # gone, or not visible to the bot
+            return False
+        return str(original.sender) == self.user_id
 
     # ---- answers out -------------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 answers is kept in the inbox (enough for any process to answer it in its place).
 
 Identities are `matrix:@user:server` (user_id `@user:server`), chats the room id. A direct room is a private chat;
-in a group room the bot answers when mentioned (m.mentions or its display name)."""
+in a group room the bot answers when mentioned (m.mentions or its display name) or replied to."""
 
 from __future__ import annotations
 

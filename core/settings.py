@@ -180,6 +180,7 @@ class Settings(BaseSettings):
     MATRIX_HOMESERVER: str | None = None  # the homeserver's client-server API URL, e.g. https://matrix.example.org
     MATRIX_USER_ID: str | None = None  # the bot's account, @assistant:example.org
     MATRIX_ACCESS_TOKEN: SecretStr | None = None  # the bot account's access token
+    MATRIX_PASSWORD: SecretStr | None = None  # instead of the token: logged in once, the token kept in the database
     ADMINS: str = ""
     ALLOWED_USERS: str = ""
     DEFAULT_TIMEZONE: str = "UTC"
@@ -456,7 +457,7 @@ class Settings(BaseSettings):
         given = (
             *(self.DATABASE_URL, self.LLM_API_KEY, self.TELEGRAM_BOT_TOKEN),
             *(self.DISCORD_BOT_TOKEN, self.SLACK_BOT_TOKEN, self.SLACK_APP_TOKEN, self.SLACK_SIGNING_SECRET),
-            *(self.MATRIX_ACCESS_TOKEN, self.METRICS_TOKEN, self.TRANSCRIPTION_API_KEY),
+            *(self.MATRIX_ACCESS_TOKEN, self.MATRIX_PASSWORD, self.METRICS_TOKEN, self.TRANSCRIPTION_API_KEY),
             *(self.BRAVE_API_KEY, self.TAVILY_API_KEY),
             *(self.provider_key(p) for p in PROVIDER_NAMES),
         )

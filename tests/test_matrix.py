@@ -14,11 +14,12 @@ import pytest
 
 from adapters.matrix import config_problem
 from adapters.matrix.adapter import ENCRYPTED_REFUSAL, MatrixAdapter
+from core import StartupError
 from core.inbox import Pace
 from core.settings import load_settings
 from core.storage.db import Pool
 from tests.conftest import MakeCore
-from tests.fake_matrix import BOT, BOT_NAME, SERVER, TOKEN, FakeMatrix
+from tests.fake_matrix import BOT, BOT_NAME, PASSWORD, SERVER, TOKEN, FakeMatrix
 from tests.fake_openai import FakeOpenAI
 from tests.helpers import WAIT_S, die
 from tests.test_inbox import Hold
@@ -42,14 +43,9 @@ async def start(mx: FakeMatrix, make_core: MakeCore) -> AsyncIterator[Start]:
     async with AsyncExitStack() as stack:
 
         async def started(lease_s: float = 30.0, **settings: Any) -> MatrixAdapter:
-            core = make_core(
-                MATRIX_HOMESERVER=mx.origin,
-                MATRIX_USER_ID=BOT,
-                MATRIX_ACCESS_TOKEN=TOKEN,
-                ALLOWED_USERS=f"matrix:{ALICE}",
-                inbox_pace=Pace(lease_s=lease_s, poll_s=0.05),
-                **settings,
-            )
+            given = {"MATRIX_HOMESERVER": mx.origin, "MATRIX_USER_ID": BOT, "MATRIX_ACCESS_TOKEN": TOKEN}
+            given |= {"ALLOWED_USERS": f"matrix:{ALICE}", **settings}
+            core = make_core(inbox_pace=Pace(lease_s=lease_s, poll_s=0.05), **given)
             adapter = MatrixAdapter(core, core.settings)
             await adapter.start()
             stack.push_async_callback(adapter.stop)
@@ -161,11 +157,26 @@ async def test_a_strangers_invitation_is_declined_and_an_encrypted_room_refused(
     assert BOT not in theirs.members
 
 
+async def test_a_password_logs_in_once_and_the_token_is_kept(start: Start, mx: FakeMatrix, pool: Pool) -> None:
+    await start(MATRIX_ACCESS_TOKEN=None, MATRIX_PASSWORD=PASSWORD)
+    await start(MATRIX_ACCESS_TOKEN=None, MATRIX_PASSWORD=PASSWORD)  # a restart: the kept token, no new login
+    assert len(mx.logins) == 1
+    kept = await pool.fetchval("SELECT value FROM platform_state WHERE key LIKE '%:access_token'")
+    assert mx.tokens[kept] == BOT
+    del mx.tokens[kept]  # the token was revoked (the session signed out): one new login
+    await start(MATRIX_ACCESS_TOKEN=None, MATRIX_PASSWORD=PASSWORD)
+    assert len(mx.logins) == 2
+    with pytest.raises(StartupError, match="MATRIX_PASSWORD was refused"):
+        await pool.execute("DELETE FROM platform_state")
+        await start(MATRIX_ACCESS_TOKEN=None, MATRIX_PASSWORD="wrong")
+
+
 def test_the_settings_are_all_three_or_none() -> None:
     def problem(**env: str) -> str | None:
         return config_problem(load_settings(LLM_API_KEY="sk-x", **env))
 
     ok = {"MATRIX_HOMESERVER": "https://matrix.example.org", "MATRIX_USER_ID": "@bot:example.org"}
     assert problem() is None and problem(**ok, MATRIX_ACCESS_TOKEN="syt_x") is None
-    assert "MATRIX_ACCESS_TOKEN not set" in str(problem(**ok))
+    assert "MATRIX_ACCESS_TOKEN (or MATRIX_PASSWORD) not set" in str(problem(**ok))
+    assert problem(**ok, MATRIX_PASSWORD="secret") is None
     assert "MATRIX_USER_ID" in str(problem(**{**ok, "MATRIX_USER_ID": "bot"}, MATRIX_ACCESS_TOKEN="syt_x"))

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from adapters.matrix.config import config_problem
+from adapters.matrix.config import config_problem, enabled
 
 if TYPE_CHECKING:
     from adapters.matrix.adapter import MatrixAdapter
 
-__all__ = ["MatrixAdapter", "config_problem"]
+__all__ = ["MatrixAdapter", "config_problem", "enabled"]
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 from mautrix.client import ClientAPI
-from mautrix.errors import MatrixError, MatrixRequestError
+from mautrix.errors import MatrixError, MatrixRequestError, MUnknownToken
 from mautrix.types import EventID, EventType, RoomID, SyncToken, UserID
 
 from adapters.base import Limits, RunningAnswers
@@ -45,6 +45,7 @@ MATRIX_LIMITS = Limits(
 # docs/platforms.md#matrix says why
 ENCRYPTED_REFUSAL = "I don't take part in end-to-end encrypted rooms: please talk to me in a room without encryption."
 DIRECT = "direct"  # the value kept for a room that is a direct chat
+DEVICE_NAME = "assistant bot"  # the device a password login makes (as the account's sessions list shows it)
 
 
 class MatrixAdapter:
@@ -60,11 +61,12 @@ class MatrixAdapter:
 
     def __init__(self, core: Core, settings: Settings) -> None:
         """Prepare the client (nothing connected yet)."""
-        assert settings.MATRIX_HOMESERVER and settings.MATRIX_USER_ID and settings.MATRIX_ACCESS_TOKEN is not None
+        assert settings.MATRIX_HOMESERVER and settings.MATRIX_USER_ID
         self.core, self.settings = core, settings
         self.homeserver = settings.MATRIX_HOMESERVER.strip().rstrip("/")
         self.user_id = settings.MATRIX_USER_ID.strip()
-        self.token = settings.MATRIX_ACCESS_TOKEN.get_secret_value().strip()
+        given = settings.MATRIX_ACCESS_TOKEN
+        self.token = given.get_secret_value().strip() if given is not None else ""  # "": log in with the password
         self.client: ClientAPI | None = None
         self.name = ""  # the bot's display name (what people call it in a group room)
         self.running = RunningAnswers("Matrix", settings.SHUTDOWN_GRACE_SECONDS, MATRIX_CUT_NOTE_S)
@@ -88,6 +90,8 @@ class MatrixAdapter:
         self.running.restart()
         client = ClientAPI(UserID(self.user_id), base_url=self.homeserver, token=self.token)
         try:
+            if not self.token:
+                await self._log_in(client)
             whoami = await client.whoami()
             if whoami.user_id != self.user_id:
                 raise StartupError(
@@ -98,7 +102,8 @@ class MatrixAdapter:
         except BaseException as e:
             await client.api.session.close()
             if isinstance(e, MatrixRequestError):
-                raise StartupError(f"MATRIX_ACCESS_TOKEN was refused by {self.homeserver} ({e.errcode})") from None
+                what = "MATRIX_ACCESS_TOKEN" if self.token else "MATRIX_PASSWORD"
+                raise StartupError(f"{what} was refused by {self.homeserver} ({e.errcode})") from None
             if isinstance(e, aiohttp.ClientError | OSError):
                 why = f"cannot reach the Matrix homeserver at {self.homeserver} ({e})"
                 raise StartupError(why, exit_code=EXIT_UNREACHABLE) from None
@@ -107,6 +112,23 @@ class MatrixAdapter:
         self.core.serve(self.source, StoredMessage.from_payload, self._on_stored)
         self._sync = asyncio.create_task(self._sync_loop(), name="matrix sync")
         self.core.report_state(self.platform, f"{self.user_id} on {self.homeserver}")
+
+    async def _log_in(self, client: ClientAPI) -> None:
+        """MATRIX_PASSWORD instead of a token: the token a password login handed out before (kept in the database)
+        while the homeserver still takes it, else a new login whose token is kept for every later start."""
+        key = f"{self.source}:access_token"
+        kept = await self.core.kept.get(key)
+        if kept:
+            client.api.token = kept
+            try:
+                await client.whoami()
+                return
+            except MUnknownToken:
+                log.info("the kept Matrix access token was refused; logging in with MATRIX_PASSWORD again")
+        assert self.settings.MATRIX_PASSWORD is not None
+        password = self.settings.MATRIX_PASSWORD.get_secret_value()
+        login = await client.login(password=password, device_name=DEVICE_NAME)
+        await self.core.kept.put(key, login.access_token)
 
     async def stop(self) -> None:
         """Stop syncing, let running answers finish (at most SHUTDOWN_GRACE_SECONDS), then disconnect."""

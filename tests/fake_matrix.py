@@ -75,6 +75,7 @@ class FakeMatrix(LoopbackServer):
         self.syncs: list[dict[str, str]] = []  # the query of every /sync, in order
         self.drop_syncs = 0  # the next this many /sync answers are lost (the connection closes instead)
         self.logins: list[dict[str, Any]] = []
+        self.typing: list[tuple[str, bool]] = []  # (room id, typing) of every typing notice the bot sent
         self._ids = itertools.count(1)
         self._clock = itertools.count(1)
         client, media = "/_matrix/client", "/_matrix/media"
@@ -87,6 +88,7 @@ class FakeMatrix(LoopbackServer):
             web.put(f"{client}/v3/rooms/{{room}}/send/{{type}}/{{txn}}", self._send),
             web.put(f"{client}/v3/rooms/{{room}}/redact/{{event}}/{{txn}}", self._redact),
             web.get(f"{client}/v3/rooms/{{room}}/event/{{event}}", self._get_event),
+            web.put(f"{client}/v3/rooms/{{room}}/typing/{{user}}", self._typing),
             web.post(f"{client}/v3/rooms/{{room}}/join", self._join),
             web.post(f"{client}/v3/join/{{room}}", self._join),
             web.post(f"{client}/v3/rooms/{{room}}/leave", self._leave),
@@ -331,6 +333,15 @@ class FakeMatrix(LoopbackServer):
         if room is None or user not in room.members or not found or found[0]["room_id"] != room.id:
             return _error(404, "M_NOT_FOUND", "Event not found.")
         return web.json_response(found[0])
+
+    async def _typing(self, request: web.Request) -> web.Response:
+        user = self._user(request)
+        if user is None or user != request.match_info["user"]:
+            return _error(403, "M_FORBIDDEN", "Cannot set another user's typing state")
+        body = await request.json()
+        self.typing.append((request.match_info["room"], bool(body.get("typing"))))
+        self._notify()
+        return web.json_response({})
 
     async def _redact(self, request: web.Request) -> web.Response:
         user = self._user(request)

@@ -69,6 +69,8 @@ async def test_a_direct_chat_is_joined_and_answered_once_pinging_nobody(
     await mx.wait_for(lambda: BOT in room.members, WAIT_S, what="the bot joining the direct chat")
     mx.say(room, ALICE, "hello")
     await mx.wait_for(lambda: len(answers(mx, room.id)) == 1, WAIT_S, what="the answer")
+    await mx.wait_for(lambda: mx.typing[-1:] == [(room.id, False)], WAIT_S, what="typing… ended")
+    assert (room.id, True) in mx.typing  # "typing…" while the turn ran
     [answer] = [e for e in mx.sent if e["type"] == "m.room.message"]
     assert answer["sender"] == BOT and answer["content"]["m.mentions"] == {} and answer["content"]["body"]
     assert await pool.fetchval("SELECT count(*) FROM inbox") == 1

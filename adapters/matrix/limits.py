@@ -11,4 +11,5 @@ MATRIX_BUTTON_LABEL = 75  # no buttons in Matrix: a reaction's or a line's label
 # the adapter's own numbers
 MATRIX_SYNC_TIMEOUT_MS = 30_000  # one /sync long poll
 MATRIX_SYNC_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits after failed syncs, the last one repeated
+MATRIX_TYPING_MS = 30_000  # one typing notice lasts this long; renewed at half of it while the turn runs
 MATRIX_CUT_NOTE_S = 2.0  # sending the "cut short" note at a stop

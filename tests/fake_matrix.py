@@ -146,16 +146,16 @@ class FakeMatrix(LoopbackServer):
         self.rooms[room.id] = room
         self._member(room, creator, "join")
         if encrypted:
-            self._append(
-                room.id,
-                {
-                    "type": "m.room.encryption",
-                    "sender": creator,
-                    "state_key": "",
-                    "content": {"algorithm": "m.megolm.v1.aes-sha2"},
-                },
-            )
+            self.encrypt(room, creator)
         return room
+
+    def encrypt(self, room: Room, sender: str) -> dict[str, Any]:
+        """`sender` turns on end-to-end encryption in the room (m.room.encryption)."""
+        room.encrypted = True
+        content = {"algorithm": "m.megolm.v1.aes-sha2"}
+        return self._append(
+            room.id, {"type": "m.room.encryption", "sender": sender, "state_key": "", "content": content}
+        )
 
     def invite(self, room: Room, sender: str, user_id: str = BOT) -> dict[str, Any]:
         """`sender` invites `user_id` (the bot by default) into the room."""

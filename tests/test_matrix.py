@@ -159,6 +159,12 @@ async def test_a_strangers_invitation_is_declined_and_an_encrypted_room_refused(
         what="the declined invitation and the refused room",
     )
     assert BOT not in theirs.members
+    chat = mx.direct(ALICE)
+    await mx.wait_for(lambda: BOT in chat.members, WAIT_S, what="the bot joining")
+    mx.encrypt(chat, ALICE)  # encryption turned on later
+    await mx.wait_for(
+        lambda: answers(mx, chat.id) == [ENCRYPTED_REFUSAL] and BOT not in chat.members, WAIT_S, what="the refusal"
+    )
 
 
 async def test_a_password_logs_in_once_and_the_token_is_kept(start: Start, mx: FakeMatrix, pool: Pool) -> None:

@@ -189,6 +189,9 @@ class MatrixAdapter:
             await self._on_invite(str(room_id), (invited.get("invite_state") or {}).get("events") or [])
         for room_id, joined in (rooms.get("join") or {}).items():
             for event in (joined.get("timeline") or {}).get("events") or []:
+                if event.get("type") == "m.room.encryption" and not history:  # turned on while the bot is in
+                    await self._refuse_encrypted(str(room_id))
+                    break
                 if event.get("type") == "m.room.member" and event.get("state_key") == self.user_id:
                     if (event.get("content") or {}).get("is_direct"):
                         await self._mark_direct(str(room_id))
@@ -211,12 +214,18 @@ class MatrixAdapter:
             return
         await self.client.join_room_by_id(room)
         if any(e.get("type") == "m.room.encryption" for e in state):
-            txn = f"encrypted.{room_id}"
-            await self.client.send_message_event(room, EventType.ROOM_MESSAGE, content(ENCRYPTED_REFUSAL), txn_id=txn)
-            await self.client.leave_room(room)
+            await self._refuse_encrypted(room_id)
             return
         if (invite.get("content") or {}).get("is_direct"):
             await self._mark_direct(room_id)
+
+    async def _refuse_encrypted(self, room_id: str) -> None:
+        """Say in one line that the bot takes no part in encrypted rooms, and leave."""
+        assert self.client is not None
+        room = RoomID(room_id)
+        txn = f"encrypted.{room_id}"
+        await self.client.send_message_event(room, EventType.ROOM_MESSAGE, content(ENCRYPTED_REFUSAL), txn_id=txn)
+        await self.client.leave_room(room)
 
     async def _mark_direct(self, room_id: str) -> None:
         self._direct[room_id] = True

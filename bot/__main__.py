@@ -18,6 +18,7 @@ import traceback
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 
+from adapters.matrix import config_problem as matrix_problem
 from adapters.slack import config_problem as slack_problem
 from adapters.telegram import config_problem as telegram_problem
 from bot import remote
@@ -46,6 +47,7 @@ LIBRARY_LOGGERS = (
     "httpcore",
     "discord",
     "slack_sdk",
+    "mautrix",
     "apscheduler",
     "aiohttp",
     "openai",
@@ -213,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings.model_copy(update={"LLM_PROVIDER": "none"})
     if (terminal_chat(args, settings) or text is not None) and "DEFAULT_TIMEZONE" not in settings.model_fields_set:
         settings = settings.model_copy(update={"DEFAULT_TIMEZONE": machine_zone()})  # the person is at this machine
-    problem = config_problem(settings) or telegram_problem(settings) or slack_problem(settings)
+    problem = (
+        config_problem(settings) or telegram_problem(settings) or slack_problem(settings) or matrix_problem(settings)
+    )
     problem = problem or mcp_config_problem(settings, mcp_environment())
     if problem:
         print(problem, file=sys.stderr)

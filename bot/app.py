@@ -151,6 +151,10 @@ async def run_platforms(settings: Settings, core: Core) -> int:
         adapters.append(slack)
         if slack.webhook_path is not None:
             hooks.append((slack.webhook_path, slack.on_webhook))
+    if settings.MATRIX_ACCESS_TOKEN is not None or settings.MATRIX_PASSWORD is not None:
+        from adapters.matrix import MatrixAdapter
+
+        adapters.append(MatrixAdapter(core, settings))
     if not adapters:
         return 2
     started: list[Adapter] = []

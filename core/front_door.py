@@ -33,6 +33,7 @@ from core.reminders.watching import PageReader
 from core.settings import Settings
 from core.storage import conversations, fleet
 from core.storage.db import Pool
+from core.storage.platform_state import PlatformState
 from core.textsafe import clean_json, strip_nul
 from core.timeutil import Clock, system_clock
 from core.tools.framework import Caps, ToolRegistry
@@ -74,6 +75,7 @@ class Core:
         """Wire the rooms with explicit dependencies (capabilities go to `capabilities_dir`, archival memory is embedded
         with `embedder` when given, watched pages are read with `page_reader` (default: the safe fetch))."""
         self.settings, self.pool, self.llm, self.clock = settings, pool, llm, clock
+        self.kept = PlatformState(pool)  # small values adapters keep across restarts (a sync token)
         self.models = model_choices(settings)  # what /model offers, the default first (config_problem checked it)
         self.registry = registry or default_registry()
         self.spending = Spending(pool, settings, clock)  # token usage and budgets (core/accounts/usage.py)

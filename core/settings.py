@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 Provider = Literal["openai", "anthropic", "gemini", "groq", "openrouter", "ollama", "lmstudio", "none"]
 PROVIDER_NAMES: tuple[Provider, ...] = get_args(Provider)
 SearchProvider = Literal["searxng", "brave", "tavily", "duckduckgo", "none"]
-PLATFORMS = ("telegram", "discord", "slack", "console")
+PLATFORMS = ("telegram", "discord", "slack", "matrix", "console")
 SECRET_TYPES = (SecretStr, SecretStr | None)  # fields whose value an error line never repeats
 
 
@@ -177,6 +177,10 @@ class Settings(BaseSettings):
     SLACK_APP_TOKEN: SecretStr | None = None  # xapp-…: Socket Mode (no public URL); unset: the HTTP Events API
     SLACK_SIGNING_SECRET: SecretStr | None = None  # the HTTP Events API's signing secret (requests on PORT)
     SLACK_API_BASE_URL: str | None = None  # the Web API's base URL (tests point it at a fake)
+    MATRIX_HOMESERVER: str | None = None  # the homeserver's client-server API URL, e.g. https://matrix.example.org
+    MATRIX_USER_ID: str | None = None  # the bot's account, @assistant:example.org
+    MATRIX_ACCESS_TOKEN: SecretStr | None = None  # the bot account's access token
+    MATRIX_PASSWORD: SecretStr | None = None  # instead of the token: logged in once, the token kept in the database
     ADMINS: str = ""
     ALLOWED_USERS: str = ""
     DEFAULT_TIMEZONE: str = "UTC"
@@ -451,14 +455,10 @@ class Settings(BaseSettings):
     def secret_values(self) -> list[str]:
         """Every secret value (tokens, keys, the database URL and its password), longest first."""
         given = (
-            self.DATABASE_URL,
-            self.LLM_API_KEY,
-            self.TELEGRAM_BOT_TOKEN,
+            *(self.DATABASE_URL, self.LLM_API_KEY, self.TELEGRAM_BOT_TOKEN),
             *(self.DISCORD_BOT_TOKEN, self.SLACK_BOT_TOKEN, self.SLACK_APP_TOKEN, self.SLACK_SIGNING_SECRET),
-            self.METRICS_TOKEN,
-            self.TRANSCRIPTION_API_KEY,
-            self.BRAVE_API_KEY,
-            self.TAVILY_API_KEY,
+            *(self.MATRIX_ACCESS_TOKEN, self.MATRIX_PASSWORD, self.METRICS_TOKEN, self.TRANSCRIPTION_API_KEY),
+            *(self.BRAVE_API_KEY, self.TAVILY_API_KEY),
             *(self.provider_key(p) for p in PROVIDER_NAMES),
         )
         values = [s.get_secret_value() for s in given if s is not None]

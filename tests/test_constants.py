@@ -15,6 +15,7 @@ HOMES = {
     "adapters/telegram/limits.py",
     "adapters/discord/limits.py",
     "adapters/slack/limits.py",
+    "adapters/matrix/limits.py",
     "adapters/http/limits.py",
     "adapters/console.py",
 }

@@ -27,7 +27,7 @@ START_TIMEOUT_S = 60.0
 # loaded only by the first file, image, MCP server, page read, web search or capability that needs them
 OPTIONAL = {"pypdf", "docx", "PIL", "charset_normalizer", "mcp", "trafilatura", "lxml", "ddgs", "jsonschema"}
 WEB_SERVER = {"fastapi", "uvicorn", "starlette"}
-PLATFORMS = {"telegram", "discord", "slack_sdk"}
+PLATFORMS = {"telegram", "discord", "slack_sdk", "mautrix"}
 # the child: `python -m bot` as usual, plus a thread that prints the packages loaded when a line arrives on stdin
 PROBE = """
 import json, os, sys, threading

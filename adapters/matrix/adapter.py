@@ -1,0 +1,317 @@
+"""The Matrix adapter (mautrix's ClientAPI, async; in progress, issue 37): start and stop, a /sync long-poll loop
+whose events go through the inbox, invitations accepted or declined, answers and reminders out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import aiohttp
+from mautrix.client import ClientAPI
+from mautrix.errors import MatrixError, MatrixRequestError, MUnknownToken
+from mautrix.types import EventID, EventType, RoomID, SyncToken, UserID
+
+from adapters.base import Limits, RunningAnswers
+from adapters.matrix.incoming import StoredMessage, from_a_person, inviter_incoming, mentions, received
+from adapters.matrix.limits import (
+    MATRIX_BUTTON_LABEL,
+    MATRIX_CUT_NOTE_S,
+    MATRIX_SYNC_RETRY_S,
+    MATRIX_SYNC_TIMEOUT_MS,
+    MATRIX_TEXT_LIMIT,
+    MATRIX_UPLOAD_BYTES,
+)
+from adapters.matrix.render import content, parts
+from adapters.matrix.reply import RoomReply
+from core import (
+    CUT_SHORT,
+    EXIT_UNREACHABLE,
+    FAILED,
+    Core,
+    Delivery,
+    DeliveryRefused,
+    ReminderMessage,
+    Settings,
+    StartupError,
+)
+
+log = logging.getLogger(__name__)
+
+MATRIX_LIMITS = Limits(
+    message_chars=MATRIX_TEXT_LIMIT, upload_bytes=MATRIX_UPLOAD_BYTES, button_label=MATRIX_BUTTON_LABEL
+)
+# docs/platforms.md#matrix says why
+ENCRYPTED_REFUSAL = "I don't take part in end-to-end encrypted rooms: please talk to me in a room without encryption."
+DIRECT = "direct"  # the value kept for a room that is a direct chat
+DEVICE_NAME = "assistant bot"  # the device a password login makes (as the account's sessions list shows it)
+
+
+class MatrixAdapter:
+    """Runs the bot on Matrix inside the caller's event loop.
+
+    One /sync long-poll at a time; the events of a sync answer are stored in the core's inbox by event id before
+    the sync token after them (next_batch) is kept in the database: a process killed in between syncs from the old
+    token again, and the inbox answers each event once; a restart neither replays nor skips. Every process of the
+    bot may sync: the inbox shares the work and stores a redelivered event once."""
+
+    platform = "matrix"
+    limits = MATRIX_LIMITS
+
+    def __init__(self, core: Core, settings: Settings) -> None:
+        """Prepare the client (nothing connected yet)."""
+        assert settings.MATRIX_HOMESERVER and settings.MATRIX_USER_ID
+        self.core, self.settings = core, settings
+        self.homeserver = settings.MATRIX_HOMESERVER.strip().rstrip("/")
+        self.user_id = settings.MATRIX_USER_ID.strip()
+        given = settings.MATRIX_ACCESS_TOKEN
+        self.token = given.get_secret_value().strip() if given is not None else ""  # "": log in with the password
+        self.client: ClientAPI | None = None
+        self.name = ""  # the bot's display name (what people call it in a group room)
+        self.running = RunningAnswers("Matrix", settings.SHUTDOWN_GRACE_SECONDS, MATRIX_CUT_NOTE_S)
+        self._sync: asyncio.Task[None] | None = None
+        self._direct: dict[str, bool] = {}  # room id → a direct chat (kept in the database too)
+
+    @property
+    def source(self) -> str:
+        """The inbox key of this account's events."""
+        return f"matrix:{self.user_id}"
+
+    @property
+    def _token_key(self) -> str:
+        return f"{self.source}:next_batch"
+
+    # ---- start and stop ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Check the token (whoami), serve the stored messages, then start syncing; a failure is one StartupError
+        line."""
+        self.running.restart()
+        client = ClientAPI(UserID(self.user_id), base_url=self.homeserver, token=self.token)
+        try:
+            if not self.token:
+                await self._log_in(client)
+            whoami = await client.whoami()
+            if whoami.user_id != self.user_id:
+                raise StartupError(
+                    f"MATRIX_ACCESS_TOKEN belongs to {whoami.user_id}, not MATRIX_USER_ID {self.user_id}"
+                )
+            with contextlib.suppress(MatrixError):
+                self.name = await client.get_displayname(UserID(self.user_id)) or ""
+        except BaseException as e:
+            await client.api.session.close()
+            if isinstance(e, MatrixRequestError):
+                what = "MATRIX_ACCESS_TOKEN" if self.token else "MATRIX_PASSWORD"
+                raise StartupError(f"{what} was refused by {self.homeserver} ({e.errcode})") from None
+            if isinstance(e, aiohttp.ClientError | OSError):
+                why = f"cannot reach the Matrix homeserver at {self.homeserver} ({e})"
+                raise StartupError(why, exit_code=EXIT_UNREACHABLE) from None
+            raise
+        self.client = client
+        self.core.serve(self.source, StoredMessage.from_payload, self._on_stored)
+        self._sync = asyncio.create_task(self._sync_loop(), name="matrix sync")
+        self.core.report_state(self.platform, f"{self.user_id} on {self.homeserver}")
+
+    async def _log_in(self, client: ClientAPI) -> None:
+        """MATRIX_PASSWORD instead of a token: the token a password login handed out before (kept in the database)
+        while the homeserver still takes it, else a new login whose token is kept for every later start."""
+        key = f"{self.source}:access_token"
+        kept = await self.core.kept.get(key)
+        if kept:
+            client.api.token = kept
+            try:
+                await client.whoami()
+                return
+            except MUnknownToken:
+                log.info("the kept Matrix access token was refused; logging in with MATRIX_PASSWORD again")
+        assert self.settings.MATRIX_PASSWORD is not None
+        password = self.settings.MATRIX_PASSWORD.get_secret_value()
+        login = await client.login(password=password, device_name=DEVICE_NAME)
+        await self.core.kept.put(key, login.access_token)
+
+    async def stop(self) -> None:
+        """Stop syncing, let running answers finish (at most SHUTDOWN_GRACE_SECONDS), then disconnect."""
+        self.running.stopping = True
+        self.core.unserve(self.source)
+        if self._sync is not None:
+            self._sync.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sync
+            self._sync = None
+        await self.running.drain()
+        if self.client is not None:
+            await self.client.api.session.close()
+            self.client = None
+        self.core.report_state(self.platform, None)
+
+    # ---- in: /sync ---------------------------------------------------------------------------------
+
+    async def _sync_loop(self) -> None:
+        """Long-poll /sync from the kept token; a failed sync or a failed store is tried again from the same token
+        after a growing wait. The very first sync (no token kept) takes invitations but answers no history."""
+        assert self.client is not None
+        failures = 0
+        kept = await self._kept_token()
+        since = SyncToken(kept) if kept else None
+        while True:
+            try:
+                answer = await self.client.sync(since=since, timeout=MATRIX_SYNC_TIMEOUT_MS if since else 0)
+                await self.on_sync(answer, history=since is None)
+                since = SyncToken(str(answer["next_batch"]))
+                await self.core.kept.put(self._token_key, since)  # only now: the events before it are stored
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                wait = MATRIX_SYNC_RETRY_S[min(failures, len(MATRIX_SYNC_RETRY_S) - 1)]
+                failures += 1
+                log.warning("Matrix sync failed (%s); again in %g s from the same point", e, wait)
+                await asyncio.sleep(wait)
+
+    async def _kept_token(self) -> str | None:
+        """The kept sync token, waiting out a database that is away."""
+        for wait in (*MATRIX_SYNC_RETRY_S, None):
+            try:
+                return await self.core.kept.get(self._token_key)
+            except Exception:
+                if wait is None:
+                    raise
+                await asyncio.sleep(wait)
+        return None
+
+    async def on_sync(self, answer: dict[str, Any], *, history: bool = False) -> None:
+        """One sync answer: invitations handled, each joined room's timeline events for the bot stored (raises when
+        one cannot be: the token is then not kept and the same events come again). `history`: the first sync ever,
+        whose timeline is what was said before the bot was here."""
+        rooms = answer.get("rooms") or {}
+        for room_id, invited in (rooms.get("invite") or {}).items():
+            await self._on_invite(str(room_id), (invited.get("invite_state") or {}).get("events") or [])
+        for room_id, joined in (rooms.get("join") or {}).items():
+            for event in (joined.get("timeline") or {}).get("events") or []:
+                if event.get("type") == "m.room.encryption" and not history:  # turned on while the bot is in
+                    await self._refuse_encrypted(str(room_id))
+                    break
+                if event.get("type") == "m.room.member" and event.get("state_key") == self.user_id:
+                    if (event.get("content") or {}).get("is_direct"):
+                        await self._mark_direct(str(room_id))
+                if not history:
+                    await self.on_event(str(room_id), event)
+
+    async def _on_invite(self, room_id: str, state: list[dict[str, Any]]) -> None:
+        """Join a room an allowed person invited the bot to (a direct chat when the invitation says so); decline
+        others'; an encrypted room is refused with one line (docs/platforms.md#matrix)."""
+        assert self.client is not None
+        mine = [e for e in state if e.get("type") == "m.room.member" and e.get("state_key") == self.user_id]
+        if not mine:
+            return
+        invite = mine[-1]
+        sender = str(invite.get("sender", ""))
+        room = RoomID(room_id)
+        if not self.core.is_allowed(inviter_incoming(sender, room_id)):
+            log.info("declined %s's invitation to %s: not allowed to use the bot", sender, room_id)
+            await self.client.leave_room(room)
+            return
+        await self.client.join_room_by_id(room)
+        if any(e.get("type") == "m.room.encryption" for e in state):
+            await self._refuse_encrypted(room_id)
+            return
+        if (invite.get("content") or {}).get("is_direct"):
+            await self._mark_direct(room_id)
+
+    async def _refuse_encrypted(self, room_id: str) -> None:
+        """Say in one line that the bot takes no part in encrypted rooms, and leave."""
+        assert self.client is not None
+        room = RoomID(room_id)
+        txn = f"encrypted.{room_id}"
+        await self.client.send_message_event(room, EventType.ROOM_MESSAGE, content(ENCRYPTED_REFUSAL), txn_id=txn)
+        await self.client.leave_room(room)
+
+    async def _mark_direct(self, room_id: str) -> None:
+        self._direct[room_id] = True
+        await self.core.kept.put(f"{self.source}:room:{room_id}", DIRECT)
+
+    async def _is_direct(self, room_id: str) -> bool:
+        if room_id not in self._direct:
+            self._direct[room_id] = await self.core.kept.get(f"{self.source}:room:{room_id}") == DIRECT
+        return self._direct[room_id]
+
+    async def on_event(self, room_id: str, event: dict[str, Any]) -> None:
+        """A timeline event: a person's message for the bot stored in the inbox (a refusal answered here)."""
+        if not from_a_person(event, self.user_id):
+            return
+        direct = await self._is_direct(room_id)
+        if (
+            not direct
+            and not mentions(event, self.user_id, self.name)
+            and not await self._replies_to_bot(room_id, event)
+        ):
+            return
+        sender = str(event["sender"])
+        text = str(event["content"]["body"]).strip()
+        stored = received(event, room_id, direct, sender, text)
+        inc = stored.incoming
+        if not self.core.is_allowed(inc):
+            refusal = await self.core.refusal(inc)
+            if refusal is not None:
+                await self._post(room_id, refusal.message, f"refusal.{stored.event_id}")
+        elif inc.text:
+            await self.core.receive(self.source, stored.update_id, inc.chat_key, stored.payload(), stored)
+
+    async def _replies_to_bot(self, room_id: str, event: dict[str, Any]) -> bool:
+        """Whether the message replies to one of the bot's (the replied-to event asked of the homeserver)."""
+        assert self.client is not None
+        relates = (event.get("content") or {}).get("m.relates_to") or {}
+        replied = (relates.get("m.in_reply_to") or {}).get("event_id")
+        if not replied:
+            return False
+        try:
+            original = await self.client.get_event(RoomID(room_id), EventID(str(replied)))
+        except MatrixRequestError:  # gone, or not visible to the bot
+            return False
+        return str(original.sender) == self.user_id
+
+    # ---- answers out -------------------------------------------------------------------------------
+
+    async def _on_stored(self, delivery: Delivery) -> None:
+        """A stored message's turn, in the process that received it or another one."""
+        stored: StoredMessage = delivery.update
+        if self.running.stopping or self.client is None:  # declined: the inbox hands it back for another process
+            raise asyncio.CancelledError
+        reply = RoomReply(self.client, stored.room_id, stored.event_id)
+        with self.running.tracked():
+            try:
+                await self.core.answer(stored.incoming, reply, delivery=delivery)
+            except asyncio.CancelledError:
+                if self.running.cutting:
+                    with contextlib.suppress(Exception):
+                        async with asyncio.timeout(MATRIX_CUT_NOTE_S):
+                            await self._post(stored.room_id, CUT_SHORT, f"cut.{stored.event_id}")
+                raise
+            except Exception:
+                log.exception("a Matrix answer failed")
+                with contextlib.suppress(Exception):
+                    await self._post(stored.room_id, FAILED, f"failed.{stored.event_id}")
+
+    async def _post(self, room_id: str, text: str, txn: str) -> None:
+        """Plain text into a room, its parts sent with transaction ids made of `txn`."""
+        assert self.client is not None
+        for i, part in enumerate(parts(text)):
+            await self.client.send_message_event(
+                RoomID(room_id), EventType.ROOM_MESSAGE, content(part), txn_id=f"{txn}.{i}"
+            )
+
+    async def send_reminder(self, msg: ReminderMessage) -> str | None:
+        """Push a reminder into its room (in progress: the text only; Done / Snooze as reactions come next): the
+        parts the room does not have yet, each with a transaction id of its occurrence and index, so a retried
+        send is the same event. The last part's event id."""
+        if self.client is None:
+            raise DeliveryRefused("Matrix is not connected")
+        texts = parts(msg.text)
+        event_id: str | None = None
+        for i in range(msg.sent_parts, len(texts)):
+            txn = f"reminder.{msg.task_id}.{msg.scheduled_at.isoformat()}.{i}"
+            room = RoomID(msg.chat_id)
+            event_id = await self.client.send_message_event(room, EventType.ROOM_MESSAGE, content(texts[i]), txn_id=txn)
+            await msg.mark_sent(i + 1)
+        return event_id

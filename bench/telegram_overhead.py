@@ -37,7 +37,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,12 +74,15 @@ from bench.common import (
 )
 from bot.app import freeze_startup_objects
 from core.front_door import Core
+from core.openai_client import openai_client
+from core.storage.db import create_pool
 from tests.fake_telegram import FakeTelegram
 
 GOAL_P50_MS, GOAL_P99_MS, GOAL_IDLE_MS, GOAL_CPU_MS = 10.0, 20.0, 12.0, 8.0
 GOAL_CROWD_S = 2.0
 GOAL_RATIO = 2.0  # issue 35: the bot's p50 back to back over the bare echo bot's
 POLL_TIMEOUT_S = 1
+Handler = Callable[[Update, Any], Coroutine[Any, Any, None]]  # a PTB message handler of the echo bots
 USERS = (7001, 7002, 7003, 7004, 7005)  # private chats: chat id == user id, as on Telegram
 NAMES = ("Ann", "Ben", "Cleo", "Dan", "Eva")
 ID_BASE = 1_000_000
@@ -353,7 +356,7 @@ async def _echo(update: Update, _context: object) -> None:
 
 
 @asynccontextmanager
-async def make_echo(tag: int, request: str) -> AsyncIterator[Echo]:
+async def make_echo(tag: int, request: str, handler: Handler = _echo) -> AsyncIterator[Echo]:
     """The echo bot against a fake Bot API of its own, driven by hand (initialize, polling, start; stop in reverse);
     `request`: PTB's default transport (`httpx`) or the bot's (`aiohttp`, adapters/telegram/request.py)."""
     async with TimedFakeTelegram() as fake:
@@ -363,7 +366,7 @@ async def make_echo(tag: int, request: str) -> AsyncIterator[Echo]:
                 AiohttpRequest(read_timeout=POLL_TIMEOUT_S + TELEGRAM_POLL_READ_MARGIN_S)
             )
         app = builder.build()
-        app.add_handler(MessageHandler(filters.TEXT, _echo))
+        app.add_handler(MessageHandler(filters.TEXT, handler))
         await app.initialize()
         assert app.updater is not None
         await app.updater.start_polling(poll_interval=0.0, timeout=POLL_TIMEOUT_S)
@@ -397,20 +400,107 @@ async def part_floor(args: argparse.Namespace, pacing: Pacing) -> RunResult:
     return floor
 
 
-def print_ratio(bot: RunResult, floor: RunResult) -> bool:
-    """The bot's figures over the echo bot's (part 1 over part 1a, same run); True when the p50 back to back meets
-    GOAL_RATIO."""
+def print_ratio(
+    bot: RunResult, floor: RunResult, what: str = "bot/echo", goal_ratio: float | None = GOAL_RATIO
+) -> bool:
+    """A run's figures over a floor's (part 1 over part 1a, same run); True when the p50 back to back meets
+    `goal_ratio` (None: no goal)."""
     met = True
     for label, idle in (("back to back", False), ("after a pause", True)):
         ours, base = bot.ms(after_idle=idle), floor.ms(after_idle=idle)
         if ours and base:
             p50, p99 = percentile(ours, 50) / percentile(base, 50), percentile(ours, 99) / percentile(base, 99)
-            goal = "" if idle else f"   goal <= {GOAL_RATIO:g}x   {verdict(p50, GOAL_RATIO)}"
-            met = met and (idle or p50 <= GOAL_RATIO)
-            print(f"    [RATIO] bot/echo {label:<14} p50 {p50:5.2f}x{goal}   (p99 {p99:5.2f}x)")
+            goal = "" if idle or goal_ratio is None else f"   goal <= {goal_ratio:g}x   {verdict(p50, goal_ratio)}"
+            met = met and (idle or goal_ratio is None or p50 <= goal_ratio)
+            print(f"    [RATIO] {what} {label:<14} p50 {p50:5.2f}x{goal}   (p99 {p99:5.2f}x)")
     cpu = (bot.cpu.bot_s / len(bot.turns)) / (floor.cpu.bot_s / len(floor.turns))
-    print(f"    [RATIO] bot/echo CPU per turn {cpu:5.2f}x")
+    print(f"    [RATIO] {what} CPU per turn {cpu:5.2f}x")
     return met
+
+
+# ---------------------------------------------------------------- part 1b: the work floor, the echo bot's turn's work
+
+_WORK_TABLES = """
+CREATE TABLE IF NOT EXISTS bench_floor_updates (update_id bigint PRIMARY KEY, body jsonb NOT NULL);
+CREATE TABLE IF NOT EXISTS bench_floor_messages (
+    id bigserial PRIMARY KEY, chat_id bigint NOT NULL, role text NOT NULL, content text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS bench_floor_messages_chat ON bench_floor_messages (chat_id, id);
+"""
+_WORK_STORE = "INSERT INTO bench_floor_updates (update_id, body) VALUES ($1, $2) ON CONFLICT DO NOTHING"
+_WORK_BEGIN = """
+WITH m AS (INSERT INTO bench_floor_messages (chat_id, role, content) VALUES ($1, 'user', $2))
+SELECT role, content FROM bench_floor_messages WHERE chat_id = $1 ORDER BY id DESC LIMIT 20
+"""  # the statement's snapshot: the new message is not among them
+_WORK_FINISH = "INSERT INTO bench_floor_messages (chat_id, role, content) VALUES ($1, 'assistant', $2)"
+
+
+def delta(chunk: object) -> str:
+    """The text of a streamed chunk (plain JSON)."""
+    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+    return str((choices[0].get("delta") or {}).get("content") or "") if choices else ""
+
+
+@asynccontextmanager
+async def make_work_floor(db: BenchDatabase, llm: FakeLLMProcess, tag: int, request: str) -> AsyncIterator[Echo]:
+    """The echo bot doing what the issue says a turn needs and nothing else: the update stored, the chat's recent
+    messages read with the new one stored (one statement), the model asked through the openai SDK the way the bot asks
+    (its client, streamed, chunks as plain JSON), the answer stored, then sent. Three round trips before the send, as
+    the bot's turn has; no checks, prompt, rendering, steps, budgets or exactly-once bookkeeping."""
+    from openai import AsyncStream
+
+    pool = await create_pool(db.dsn)
+    client = openai_client(llm.base_url, "bench", 0, 30.0)  # the bot's own client (aiohttp underneath)
+    await pool.execute(_WORK_TABLES)
+
+    async def turn(update: Update, _context: object) -> None:
+        """Store, read, ask, store, answer."""
+        message = update.effective_message
+        if message is None or not message.text:
+            return
+        await pool.execute(_WORK_STORE, update.update_id, update.to_dict())
+        rows = await pool.fetch(_WORK_BEGIN, message.chat_id, message.text)
+        history = [*(dict(r) for r in reversed(rows)), {"role": "user", "content": message.text}]  # as the core does
+        body = {"model": "fake", "messages": history, "stream": True}
+        # chunks as plain JSON, as the bot takes them (core/agent/llm.py: the SDK's typed chunks cost more)
+        chunks = await client.post(
+            "/chat/completions", body=body, cast_to=object, stream=True, stream_cls=AsyncStream[object]
+        )
+        text = "".join([delta(c) async for c in chunks])
+        await pool.execute(_WORK_FINISH, message.chat_id, text)
+        await message.reply_text(text)
+
+    try:
+        async with make_echo(tag, request, turn) as floor:
+            yield floor
+    finally:
+        await client.close()
+        await pool.close()
+
+
+async def part_work_floor(
+    args: argparse.Namespace, pacing: Pacing, db: BenchDatabase, llm: FakeLLMProcess, echo: RunResult | None
+) -> RunResult:
+    """The same turns through the echo bot doing a turn's bare work (part 1b), with its ratio to the echo bot."""
+    print(
+        f"== 1b. The work floor: the echo bot ({args.floor_request}) storing the update, reading and storing the "
+        f"chat's messages, asking the fake model through the openai SDK, storing the answer: {args.turns} turns =="
+    )
+    async with make_work_floor(db, llm, 4, args.floor_request) as floor:
+        await run_turns(floor, args.warmup, pacing)
+        await asyncio.sleep(pacing.pause_s)
+        work = await measured_run(floor, CpuMeter(db.postmaster), args.turns, pacing, llm)
+    n = len(work.turns)
+    print(f"  [WORK FLOOR] {n} turns, {sum(not t.ok for t in work.turns)} without the expected reply")
+    for label, idle in (("back to back", False), ("after a pause", True)):
+        ms = work.ms(after_idle=idle)
+        if ms:
+            print(f"    {label:<14} p50 {percentile(ms, 50):6.2f} ms   p99 {percentile(ms, 99):6.2f} ms")
+    print(f"    {work.cpu.line(n)}")
+    if echo is not None:
+        print_ratio(work, echo, "work floor/echo", None)
+    print()
+    return work
 
 
 # ---------------------------------------------------------------- part 0: many users at once
@@ -535,25 +625,41 @@ async def bench(args: argparse.Namespace) -> int:
             crowd = args.crowd_users, args.crowd_rounds, args.crowd_delay, args.strict_flood
             status = int(not await part_crowd(db, *crowd))
         floor = await part_floor(args, pacing) if args.floor else None
-        async with FakeLLMProcess(0.0) as llm, make_rig(db, llm, 1, args.strict_flood) as rig:
-            await run_turns(rig, args.warmup, pacing)
-            await asyncio.sleep(pacing.pause_s)
-            print(
-                f"== 1. Push → the fake receives sendMessage: {args.turns} turns after {args.warmup} warm-up, "
-                f"{pacing.describe()} =="
-            )
-            head = await measured_run(rig, CpuMeter(db.postmaster), args.turns, pacing, llm)
-            print_run(head, pacing.pause_s)
-            status |= int(head.missed())
-            if floor is not None:
-                status |= int(not print_ratio(head, floor))
-            print()
-            if args.breakdown_turns:
-                await part_breakdown(rig, args.breakdown_turns, pacing)
-            if args.round_trips:
-                await part_round_trips(rig, args.round_trips)
-            if args.profile:
-                await part_profile(rig, args.profile_turns, pacing)
+        async with FakeLLMProcess(0.0) as llm:
+            work = await part_work_floor(args, pacing, db, llm, floor) if args.floor else None
+            status |= await part_bot(args, pacing, db, llm, floor, work)
+    return status
+
+
+async def part_bot(
+    args: argparse.Namespace,
+    pacing: Pacing,
+    db: BenchDatabase,
+    llm: FakeLLMProcess,
+    floor: RunResult | None,
+    work: RunResult | None,
+) -> int:
+    """Part 1 (with its ratios to the floors) and the parts that look inside a turn; 1 when a goal is missed."""
+    status = 0
+    async with make_rig(db, llm, 1, args.strict_flood) as rig:
+        await run_turns(rig, args.warmup, pacing)
+        await asyncio.sleep(pacing.pause_s)
+        print(
+            f"== 1. Push → the fake receives sendMessage: {args.turns} turns after {args.warmup} warm-up, "
+            f"{pacing.describe()} =="
+        )
+        head = await measured_run(rig, CpuMeter(db.postmaster), args.turns, pacing, llm)
+        print_run(head, pacing.pause_s)
+        status |= int(head.missed())
+        if floor is not None:
+            status |= int(not print_ratio(head, floor))
+        print()
+        if args.breakdown_turns:
+            await part_breakdown(rig, args.breakdown_turns, pacing)
+        if args.round_trips:
+            await part_round_trips(rig, args.round_trips)
+        if args.profile:
+            await part_profile(rig, args.profile_turns, pacing)
     return status
 
 

@@ -10,7 +10,11 @@ it; `--strict-flood`: 30 in any 1 s). Part 0 first has 50 users write at once to
 35: all answered within 2 s, no 429). Part 1a is the floor: a bare python-telegram-bot echo bot (an Application with
 one MessageHandler, long polling, PTB's default httpx transport or with `--floor-request aiohttp` the bot's; no
 database, no model) through the same fake Bot API and pacing, run just before part 1; part 1 then prints the bot's
-figures over the echo bot's (goal, issue 35: p50 back to back <= 2.0x). Part 2 splits a turn at the core's front
+figures over the echo bot's (goal, issue 35: p50 back to back <= 2.0x). Part 1b is the work floor: the echo bot
+doing only what a turn needs (the update stored, the chat's messages read and the new one stored, the model asked
+through the bot's own openai client, the answer stored; three round trips before the send, as the bot's turn), each
+step timed; it prints the work floor over the echo bot, echo plus the steps' medians over echo (what the required work
+alone adds), and part 1 then prints the bot over the work floor as well. Part 2 splits a turn at the core's front
 door; `--round-trips N` (part 2b) lists every PostgreSQL statement of N turns with the task that sent it and its
 median wall time; `--profile` adds a cProfile. `--compare REV` runs part 1 for the working tree and for REV (checked
 out with `git worktree add` under /tmp, run with this venv's Python), old and new runs interleaved, each pair after a
@@ -346,6 +350,7 @@ class Echo(Target):
     here, no database, no model."""
 
     app: Application[Any, Any, Any, Any, Any, Any]
+    pieces: dict[str, list[float]] = field(default_factory=dict, kw_only=True)  # the work floor's steps' times (s)
 
 
 async def _echo(update: Update, _context: object) -> None:
@@ -420,6 +425,7 @@ def print_ratio(
 
 # ---------------------------------------------------------------- part 1b: the work floor, the echo bot's turn's work
 
+WORK_PIECES = ("update stored", "messages read and stored", "model asked", "answer stored")
 _WORK_TABLES = """
 CREATE TABLE IF NOT EXISTS bench_floor_updates (update_id bigint PRIMARY KEY, body jsonb NOT NULL);
 CREATE TABLE IF NOT EXISTS bench_floor_messages (
@@ -453,13 +459,18 @@ async def make_work_floor(db: BenchDatabase, llm: FakeLLMProcess, tag: int, requ
     client = openai_client(llm.base_url, "bench", 0, 30.0)  # the bot's own client (aiohttp underneath)
     await pool.execute(_WORK_TABLES)
 
+    pieces: dict[str, list[float]] = {name: [] for name in WORK_PIECES}
+
     async def turn(update: Update, _context: object) -> None:
-        """Store, read, ask, store, answer."""
+        """Store, read, ask, store, answer (each step timed)."""
         message = update.effective_message
         if message is None or not message.text:
             return
+        t0 = time.perf_counter()
         await pool.execute(_WORK_STORE, update.update_id, update.to_dict())
+        t1 = time.perf_counter()
         rows = await pool.fetch(_WORK_BEGIN, message.chat_id, message.text)
+        t2 = time.perf_counter()
         history = [*(dict(r) for r in reversed(rows)), {"role": "user", "content": message.text}]  # as the core does
         body = {"model": "fake", "messages": history, "stream": True}
         # chunks as plain JSON, as the bot takes them (core/agent/llm.py: the SDK's typed chunks cost more)
@@ -467,11 +478,16 @@ async def make_work_floor(db: BenchDatabase, llm: FakeLLMProcess, tag: int, requ
             "/chat/completions", body=body, cast_to=object, stream=True, stream_cls=AsyncStream[object]
         )
         text = "".join([delta(c) async for c in chunks])
+        t3 = time.perf_counter()
         await pool.execute(_WORK_FINISH, message.chat_id, text)
+        t4 = time.perf_counter()
+        for name, took in zip(WORK_PIECES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            pieces[name].append(took)
         await message.reply_text(text)
 
     try:
         async with make_echo(tag, request, turn) as floor:
+            floor.pieces = pieces
             yield floor
     finally:
         await client.close()
@@ -489,7 +505,10 @@ async def part_work_floor(
     async with make_work_floor(db, llm, 4, args.floor_request) as floor:
         await run_turns(floor, args.warmup, pacing)
         await asyncio.sleep(pacing.pause_s)
+        for times in floor.pieces.values():
+            times.clear()
         work = await measured_run(floor, CpuMeter(db.postmaster), args.turns, pacing, llm)
+        pieces = {name: statistics.median(times) * 1000 for name, times in floor.pieces.items()}
     n = len(work.turns)
     print(f"  [WORK FLOOR] {n} turns, {sum(not t.ok for t in work.turns)} without the expected reply")
     for label, idle in (("back to back", False), ("after a pause", True)):
@@ -497,7 +516,11 @@ async def part_work_floor(
         if ms:
             print(f"    {label:<14} p50 {percentile(ms, 50):6.2f} ms   p99 {percentile(ms, 99):6.2f} ms")
     print(f"    {work.cpu.line(n)}")
+    steps = ", ".join(f"{name} {ms:.2f}" for name, ms in pieces.items())
+    print(f"    its steps, medians (ms): {steps}; together {sum(pieces.values()):.2f} ms")
     if echo is not None:
+        base = percentile(echo.ms(after_idle=False), 50)
+        print(f"    [RATIO] (echo p50 + the steps' medians)/echo p50  {(base + sum(pieces.values())) / base:5.2f}x")
         print_ratio(work, echo, "work floor/echo", None)
     print()
     return work

@@ -1,8 +1,9 @@
-"""What the Markdown renderers share (Telegram's HTML, Slack's mrkdwn): the length a platform counts (UTF-16 units),
-the rule a `---` becomes, and how rendered blocks are joined."""
+"""What the Markdown renderers share (Telegram's HTML, Slack's mrkdwn, Matrix's HTML): the length a platform counts
+(UTF-16 units), the rule a `---` becomes, how rendered blocks are joined and where a split may not cut."""
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Sequence
 
 from markdown_it.tree import SyntaxTreeNode
@@ -35,3 +36,15 @@ def join_blocks(
             out.append("\n" if follows_directly(node, lines) else sep)
         out.append(text)
     return "".join(out)
+
+
+def glued(before: str, after: str) -> bool:
+    """True when a cut between these two units would break one visible character (emoji, accents, flags)."""
+    if len(before) != 1 or len(after) != 1:
+        return False
+    if before == "\u200d" or after in "\u200d\ufe0e\ufe0f" or 0x1F3FB <= ord(after) <= 0x1F3FF:
+        return True
+    if 0x1F1E6 <= ord(before) <= 0x1F1FF and 0x1F1E6 <= ord(after) <= 0x1F1FF:
+        return True  # a flag is two regional indicators
+    # combining marks (accents, the keycap of 1️⃣) and the tag characters of subdivision flags
+    return unicodedata.category(after) in ("Mn", "Me", "Mc") or 0xE0020 <= ord(after) <= 0xE007F

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Callable, Sequence
 
@@ -48,3 +49,25 @@ def glued(before: str, after: str) -> bool:
         return True  # a flag is two regional indicators
     # combining marks (accents, the keycap of 1️⃣) and the tag characters of subdivision flags
     return unicodedata.category(after) in ("Mn", "Me", "Mc") or 0xE0020 <= ord(after) <= 0xE007F
+
+
+def units_of(text: str, unit: re.Pattern[str]) -> list[str]:
+    """The text as the pattern's matches (tags, entities: what a split may not cut) and single characters between."""
+    out: list[str] = []
+    pos = 0
+    for m in unit.finditer(text):
+        out.extend(text[pos : m.start()])
+        out.append(m.group(0))
+        pos = m.end()
+    out.extend(text[pos:])
+    return out
+
+
+def drop_empty_pairs(markup: str, pair: re.Pattern[str]) -> str:
+    """Remove the tag pairs `pair` finds (its group 2: the whitespace kept) until none is left (a removed pair may
+    leave its parent empty)."""
+    prev = None
+    while prev != markup:
+        prev = markup
+        markup = pair.sub(r"\2", markup)
+    return markup

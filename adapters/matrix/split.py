@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from adapters.markdown import glued
+from adapters.markdown import drop_empty_pairs, glued, units_of
 from adapters.matrix.limits import MATRIX_MIN_LIMIT, MATRIX_SPLIT_FLOOR
 
 _UNIT = re.compile(r"<[^<>]*>|&(?:#\d+|#x[0-9a-fA-F]+|[a-zA-Z]+);")
@@ -53,18 +53,6 @@ class _Open:
 
 
 _Stack = tuple[_Open, ...]
-
-
-def _tokens(markup: str) -> list[str]:
-    """Tags, entities and single characters: the units a split falls between."""
-    out: list[str] = []
-    pos = 0
-    for m in _UNIT.finditer(markup):
-        out.extend(markup[pos : m.start()])
-        out.append(m.group(0))
-        pos = m.end()
-    out.extend(markup[pos:])
-    return out
 
 
 def _after(stack: _Stack, unit: str) -> _Stack:
@@ -157,7 +145,7 @@ def _split(markup: str, limit: int) -> list[str]:
     """The parts of `markup`, each at most `limit` in size()."""
     if size(markup) <= limit:
         return [markup]
-    units = _tokens(markup)
+    units = units_of(markup, _UNIT)
     widths = [size(u) for u in units]
     parts: list[str] = []
     start, stack = 0, _Stack()
@@ -178,11 +166,7 @@ def _split(markup: str, limit: int) -> list[str]:
 
 def drop_empty(markup: str) -> str:
     """Remove elements with nothing inside (left by a split), table cells excepted."""
-    prev = None
-    while prev != markup:
-        prev = markup
-        markup = _EMPTY_PAIR.sub(r"\2", markup)
-    return markup
+    return drop_empty_pairs(markup, _EMPTY_PAIR)
 
 
 def split_html(markup: str, limit: int) -> list[str]:

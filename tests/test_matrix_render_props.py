@@ -7,10 +7,9 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 from adapters.matrix.limits import MATRIX_MIN_LIMIT, MATRIX_TEXT_LIMIT
@@ -18,27 +17,10 @@ from adapters.matrix.render import ZWSP, answer_contents, render
 from core import Step
 from tests.test_matrix_render import ROOM_PING, check_contents, squeeze, visible
 from tests.test_slack_render import is_subsequence, source_text
+from tests.test_slack_render_props import PROPS, Md, _concat, join, one_line, word, words
 
-PROPS = settings(
-    max_examples=50,
-    deadline=None,  # the machine is shared; the bound that matters is the whole file's few seconds
-    derandomize=True,  # the same examples on every run, so CI is deterministic
-    database=None,  # and no examples carried over from earlier runs
-    suppress_health_check=[HealthCheck.too_slow],
-)
-
-
-@dataclass(frozen=True)
-class Md:
-    """Generated Markdown, the text a reader should see of its HTML, and its code."""
-
-    source: str
-    visible: str
-    code: tuple[str, ...] = ()  # what must appear verbatim in formatted_body (<code> spans and <pre> blocks)
-
-
-# words carry no Markdown syntax of their own; the literal pieces must show as written and ping nobody
-_WORDS = ["alpha", "Beta", "x1", "你好", "مرحبا", "שלום", "😀", "𝔸𝔹", "👍🏽", "👩\u200d👩\u200d👧", "🇩🇪", "naïve", "é"]
+# Md, the words and how blocks join are the Slack properties' (Md.visible: the text of the HTML, Md.code: what
+# formatted_body holds verbatim); the literal pieces must show as written and ping nobody
 _LITERALS = [
     ("<b>", "<b>"),
     ("<script>alert(1)</script>", "<script>alert(1)</script>"),
@@ -63,9 +45,6 @@ _URLS = [
     "https://a.b/@room",
 ]
 _CODE_CHARS = st.sampled_from([*list("ab xy_*[]()<>&;#|~=+-\\'\"@!"), "😀", "你", "\t", "𝔸", "\x00"])
-
-word = st.sampled_from(_WORDS)
-words = st.lists(word, min_size=1, max_size=4).map(" ".join)
 
 
 def _code_html(code: str) -> str:
@@ -95,23 +74,11 @@ def inline_piece(draw: st.DrawFn) -> Md:
     return Md(f"{marker}{text}{marker}", text)
 
 
-def _concat(first: str, pieces: list[Md], seps: list[str]) -> Md:
-    """A first word and pieces joined by the separators."""
-    src = first + "".join(s + p.source for s, p in zip(seps, pieces, strict=True))
-    shown = first + "".join(s + p.visible for s, p in zip(seps, pieces, strict=True))
-    return Md(src, shown, tuple(c for p in pieces for c in p.code))
-
-
 @st.composite
 def paragraph(draw: st.DrawFn) -> Md:
     """A paragraph (possibly over several lines) that starts with a plain word."""
     pieces = draw(st.lists(inline_piece(), max_size=8))
     return _concat(draw(word), pieces, [draw(st.sampled_from([" ", " ", " ", "\n"])) for _ in pieces])
-
-
-def one_line(p: Md) -> bool:
-    """Whether a paragraph's source is one line."""
-    return "\n" not in p.source
 
 
 @st.composite
@@ -157,23 +124,6 @@ def block(draw: st.DrawFn) -> Md:
         attr = f' class="language-{lang}"' if lang else ""
         return Md(f"````{lang}\n{code}\n````", kept, (f"<pre><code{attr}>{_code_html(kept)}</code></pre>",))
     return Md("---", "")
-
-
-def join(blocks: list[Md]) -> Md:
-    """Blocks as one answer; a paragraph between two lists keeps CommonMark from merging them."""
-    out: list[Md] = []
-    for b in blocks:
-        if out and _is_list(out[-1]) and _is_list(b):
-            out.append(Md("alpha", "alpha"))
-        out.append(b)
-    return Md(
-        "\n\n".join(b.source for b in out), "\n\n".join(b.visible for b in out), tuple(c for b in out for c in b.code)
-    )
-
-
-def _is_list(md: Md) -> bool:
-    """Whether a block is a list (it starts with a list marker)."""
-    return re.match(r"- |\d+\. ", md.source) is not None
 
 
 answers = st.lists(block(), min_size=1, max_size=8).map(join)

@@ -26,7 +26,7 @@ from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
 from mautrix.types import Obj
 
-from adapters.matrix.limits import MATRIX_LINK_CHARS, MATRIX_TEXT_LIMIT
+from adapters.matrix.limits import MATRIX_LINK_CHARS, MATRIX_MIN_LIMIT, MATRIX_TEXT_LIMIT
 from adapters.matrix.plain import to_plain
 from adapters.matrix.split import size, split_both
 from core import EMPTY_ANSWER, Step, activity_lines, summary_line
@@ -205,8 +205,9 @@ def html_parts(markup: str, limit: int = MATRIX_TEXT_LIMIT) -> list[str]:
 def answer_parts(
     text: str, steps: Sequence[Step] = (), elapsed_s: float = 0.0, limit: int = MATRIX_TEXT_LIMIT
 ) -> list[str]:
-    """The answer's HTML parts; with steps, their <details> ends the last part, or is a part of its own when it does
-    not fit there."""
+    """The answer's HTML parts (`limit` at least MATRIX_MIN_LIMIT); with steps, their <details> ends the last part,
+    or is a part of its own when it does not fit there."""
+    limit = max(limit, MATRIX_MIN_LIMIT)
     parts = html_parts(render(text), limit) or [esc(EMPTY_ANSWER)]
     if not steps:
         return parts

@@ -99,7 +99,7 @@ def _rank(units: list[str], end: int, stack: _Stack) -> int:
     if unit == "\n":
         return 2 if any(e.name == "pre" for e in stack) else 3
     if unit == " ":
-        return 1
+        return 0 if any(e.name == "a" for e in stack) else 1  # a link's label is not cut at a space by choice
     return -1 if end < len(units) and glued(unit, units[end]) else 0
 
 

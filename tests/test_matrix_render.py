@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 from html.parser import HTMLParser
 from typing import Any
@@ -266,3 +267,10 @@ def test_split_never_cuts_an_entity_or_a_character() -> None:
 def test_empty_answers_say_so(md: str) -> None:
     [c] = answer_contents(md)
     assert c["body"] == EMPTY_ANSWER
+
+
+@pytest.mark.parametrize("char", ["😀", "\x01", '"', "&", "<"])
+def test_a_full_part_of_the_widest_characters_fits_an_event(char: str) -> None:
+    for c in answer_contents(char * 40_000):
+        event = json.dumps(c.serialize(), ensure_ascii=False, separators=(",", ":")).encode()
+        assert len(event) <= 65_536 - 1_000  # the PDU limit, with room for the event's other fields

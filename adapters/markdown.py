@@ -1,8 +1,10 @@
-"""What the Markdown renderers share (Telegram's HTML, Slack's mrkdwn): the length a platform counts (UTF-16 units),
-the rule a `---` becomes, and how rendered blocks are joined."""
+"""What the Markdown renderers share (Telegram's HTML, Slack's mrkdwn, Matrix's HTML): the length a platform counts
+(UTF-16 units), the rule a `---` becomes, how rendered blocks are joined and where a split may not cut."""
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Callable, Sequence
 
 from markdown_it.tree import SyntaxTreeNode
@@ -35,3 +37,37 @@ def join_blocks(
             out.append("\n" if follows_directly(node, lines) else sep)
         out.append(text)
     return "".join(out)
+
+
+def glued(before: str, after: str) -> bool:
+    """True when a cut between these two units would break one visible character (emoji, accents, flags)."""
+    if len(before) != 1 or len(after) != 1:
+        return False
+    if before == "\u200d" or after in "\u200d\ufe0e\ufe0f" or 0x1F3FB <= ord(after) <= 0x1F3FF:
+        return True
+    if 0x1F1E6 <= ord(before) <= 0x1F1FF and 0x1F1E6 <= ord(after) <= 0x1F1FF:
+        return True  # a flag is two regional indicators
+    # combining marks (accents, the keycap of 1️⃣) and the tag characters of subdivision flags
+    return unicodedata.category(after) in ("Mn", "Me", "Mc") or 0xE0020 <= ord(after) <= 0xE007F
+
+
+def units_of(text: str, unit: re.Pattern[str]) -> list[str]:
+    """The text as the pattern's matches (tags, entities: what a split may not cut) and single characters between."""
+    out: list[str] = []
+    pos = 0
+    for m in unit.finditer(text):
+        out.extend(text[pos : m.start()])
+        out.append(m.group(0))
+        pos = m.end()
+    out.extend(text[pos:])
+    return out
+
+
+def drop_empty_pairs(markup: str, pair: re.Pattern[str]) -> str:
+    """Remove the tag pairs `pair` finds (its group 2: the whitespace kept) until none is left (a removed pair may
+    leave its parent empty)."""
+    prev = None
+    while prev != markup:
+        prev = markup
+        markup = pair.sub(r"\2", markup)
+    return markup

@@ -1,5 +1,6 @@
-"""The reply port of Matrix: a stored message's answer in its room (in progress: "typing…" while the turn runs, the
-answer's parts as plain m.text; the steps' <details>, edits for drafts and reactions for the buttons come next)."""
+"""The reply port of Matrix: a stored message's answer in its room: "typing…" while the turn runs, then the answer's
+parts as m.text with Matrix HTML (formatted_body) and a plain body, the tool steps folded in a <details> at the end
+(reactions for the buttons come next)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import logging
 from collections.abc import AsyncIterator
 
 from mautrix.client import ClientAPI
-from mautrix.types import EventType, RoomID
+from mautrix.types import EventType, Obj, RoomID
 
 from adapters.matrix.limits import MATRIX_TYPING_MS
-from adapters.matrix.render import content, parts
+from adapters.matrix.render import answer_contents
 from core import Assistant, Error, QuietReply
 
 log = logging.getLogger(__name__)
@@ -50,19 +51,20 @@ class RoomReply(QuietReply):
 
     async def answer(self, answer: Assistant) -> AsyncIterator[int]:
         """The parts the room does not have yet, yielding as each is accepted."""
-        texts = parts(answer.text)
-        if answer.sent_parts >= len(texts):
+        contents = answer_contents(answer.text, answer.steps, answer.elapsed_s)
+        if answer.sent_parts >= len(contents):
             log.info("answer of turn %s was sent before its process died; not sent again", answer.turn_id)
             return
-        for i in range(answer.sent_parts, len(texts)):
-            await self._send(texts[i], f"answer.{i}")
+        for i in range(answer.sent_parts, len(contents)):
+            await self._send(contents[i], f"answer.{i}")
             yield i + 1
 
     async def error(self, error: Error) -> None:
         """One line (split when long)."""
-        for i, text in enumerate(parts(error.message)):
-            await self._send(text, f"error.{i}")
+        for i, message in enumerate(answer_contents(error.message)):
+            await self._send(message, f"error.{i}")
 
-    async def _send(self, text: str, what: str) -> None:
+    async def _send(self, message: Obj, what: str) -> None:
+        """One message's content, with a transaction id made of the event's id and `what`."""
         txn = f"{self.event_id}.{what}"
-        await self.client.send_message_event(RoomID(self.room_id), EventType.ROOM_MESSAGE, content(text), txn_id=txn)
+        await self.client.send_message_event(RoomID(self.room_id), EventType.ROOM_MESSAGE, message, txn_id=txn)

@@ -19,7 +19,6 @@ marker unpaired (shown as written). Quotes do not nest in Slack (inner ones join
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -27,7 +26,7 @@ from urllib.parse import quote
 from markdown_it import MarkdownIt
 from markdown_it.tree import SyntaxTreeNode
 
-from adapters.markdown import RULE, join_blocks, utf16_len
+from adapters.markdown import RULE, glued, join_blocks, utf16_len
 from adapters.slack.limits import SLACK_MIN_LIMIT, SLACK_TEXT_LIMIT
 from core import EMPTY_ANSWER
 
@@ -317,17 +316,6 @@ def _units(mrkdwn: str, limit: int) -> list[str]:
     return out
 
 
-def _glued(before: str, after: str) -> bool:
-    """True when a cut between these two units would break one visible character (emoji, accents)."""
-    if len(before) != 1 or len(after) != 1:
-        return False
-    if before == "\u200d" or after in "\u200d\ufe0e\ufe0f" or 0x1F3FB <= ord(after) <= 0x1F3FF:
-        return True
-    if 0x1F1E6 <= ord(before) <= 0x1F1FF and 0x1F1E6 <= ord(after) <= 0x1F1FF:
-        return True  # a flag is two regional indicators
-    return unicodedata.category(after) in ("Mn", "Me", "Mc") or 0xE0020 <= ord(after) <= 0xE007F
-
-
 @dataclass
 class _Window:
     """The units a part may take from `start`: where each prefix ends, its size and whether it ends inside code."""
@@ -367,7 +355,7 @@ def _best_cut(units: list[str], win: _Window, budget: int) -> int:
                 return k
     for k in range(len(win.ends) - 1, -1, -1):
         end = win.ends[k]
-        if end >= len(units) or not _glued(units[end - 1], units[end]):
+        if end >= len(units) or not glued(units[end - 1], units[end]):
             return k
     return len(win.ends) - 1
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -16,7 +15,7 @@ from markdown_it import MarkdownIt
 from markdown_it.rules_inline import StateInline
 from markdown_it.tree import SyntaxTreeNode
 
-from adapters.markdown import RULE, join_blocks, utf16_len
+from adapters.markdown import RULE, drop_empty_pairs, glued, join_blocks, units_of, utf16_len
 from adapters.telegram.limits import TELEGRAM_ACTIVITY_CHARS, TELEGRAM_MESSAGE_LIMIT
 from core import EMPTY_ANSWER, Step, activity_lines, summary_line
 
@@ -213,14 +212,7 @@ def activity_html(steps: Sequence[Step], elapsed_s: float) -> str:
 
 def _tokens(markup: str) -> list[str]:
     """Split HTML into tags, entities and single characters (the units a split may fall between)."""
-    out: list[str] = []
-    pos = 0
-    for m in _UNIT.finditer(markup):
-        out.extend(markup[pos : m.start()])
-        out.append(m.group(0))
-        pos = m.end()
-    out.extend(markup[pos:])
-    return out
+    return units_of(markup, _UNIT)
 
 
 def _visible_len(token: str) -> int:
@@ -237,18 +229,6 @@ def _visible_len(token: str) -> int:
 def visible_len(markup: str) -> int:
     """UTF-16 length of HTML text after tags are removed and entities decoded."""
     return sum(_visible_len(t) for t in _tokens(markup))
-
-
-def _glued(before: str, after: str) -> bool:
-    """True when a cut between these two tokens would break one visible character (emoji, accents)."""
-    if len(before) != 1 or len(after) != 1:
-        return False
-    if before == "\u200d" or after in "\u200d\ufe0e\ufe0f" or 0x1F3FB <= ord(after) <= 0x1F3FF:
-        return True
-    if 0x1F1E6 <= ord(before) <= 0x1F1FF and 0x1F1E6 <= ord(after) <= 0x1F1FF:
-        return True  # a flag is two regional indicators (a run of them may pair the other way: rare)
-    # combining marks (accents, the keycap of 1️⃣) and the tag characters of subdivision flags
-    return unicodedata.category(after) in ("Mn", "Me", "Mc") or 0xE0020 <= ord(after) <= 0xE007F
 
 
 @dataclass
@@ -275,7 +255,7 @@ def _cut_at(part: _Part, limit: int, incoming: str) -> int:
         if best > 0:
             return best
     cut, after = len(tokens), incoming
-    while cut > 0 and (_is_start_tag(tokens[cut - 1]) or _glued(tokens[cut - 1], after)):
+    while cut > 0 and (_is_start_tag(tokens[cut - 1]) or glued(tokens[cut - 1], after)):
         after = tokens[cut - 1]
         cut -= 1
     return cut if any(part.widths[:cut]) else len(tokens)
@@ -348,11 +328,7 @@ def _flush(part: _Part, limit: int, parts: list[str], incoming: str, now_open: t
 
 def _drop_empty_tags(part: str) -> str:
     """Remove tag pairs with nothing visible inside (left by a split or by an empty block)."""
-    prev = None
-    while prev != part:
-        prev = part
-        part = _EMPTY_PAIR.sub(r"\2", part)
-    return part
+    return drop_empty_pairs(part, _EMPTY_PAIR)
 
 
 def render_reply(text: str, steps: Sequence[Step], elapsed_s: float, limit: int = TELEGRAM_MESSAGE_LIMIT) -> list[str]:
@@ -388,7 +364,7 @@ def split_plain(text: str, limit: int = TELEGRAM_MESSAGE_LIMIT) -> list[str]:
             if size > limit:
                 break
             cut = i + 1
-        while 1 < cut < len(rest) and _glued(rest[cut - 1], rest[cut]):
+        while 1 < cut < len(rest) and glued(rest[cut - 1], rest[cut]):
             cut -= 1  # not inside an emoji sequence or between a letter and its accent
         cut = max(cut, 1)
         window = rest[:cut]

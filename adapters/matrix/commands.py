@@ -11,8 +11,7 @@ messages only one person in a room sees."""
 
 from __future__ import annotations
 
-import re
-
+from adapters.base import renamed
 from adapters.matrix.incoming import StoredMessage
 from adapters.matrix.limits import MATRIX_UPLOAD_BYTES
 from adapters.matrix.send import Sender
@@ -21,7 +20,6 @@ from core import COMMANDS, SENT_PRIVATELY, Button, Command, Core, Error, FileAns
 PREFIXES = ("!", "/")
 PRIMARY = "!"
 BY_NAME = {name: c for c in COMMANDS for name in (c.name, *c.aliases)}
-NAMED = re.compile(r"(?<![\w/<!])/(" + "|".join(sorted(BY_NAME, key=len, reverse=True)) + r")\b")
 
 
 def command_of(text: str) -> tuple[Command, str] | None:
@@ -35,7 +33,7 @@ def command_of(text: str) -> tuple[Command, str] | None:
 
 def on_matrix(text: str) -> str:
     """A command answer's `/tasks`, `/remind …` as typed on Matrix: `!tasks`, `!remind …`."""
-    return NAMED.sub(lambda m: f"{PRIMARY}{m.group(1)}", text)
+    return renamed(text, lambda name: f"{PRIMARY}{name}")
 
 
 def flat(rows: tuple[tuple[Button, ...], ...]) -> list[Button]:

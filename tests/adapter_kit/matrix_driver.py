@@ -6,6 +6,7 @@ import html
 import json
 import re
 from collections.abc import Callable, Mapping
+from html.parser import HTMLParser
 from typing import Any
 
 from adapters.matrix.adapter import MatrixAdapter
@@ -232,10 +233,10 @@ class MatrixDriver(Driver):
         original = event["content"]
         edits = self.mx.edits(event["event_id"])
         content = edits[-1]["content"]["m.new_content"] if edits else original
-        body = str(content.get("body", ""))
+        body = shown(content)
         offered = content.get(BUTTONS_FIELD) or []
-        if offered:
-            body = "\n\n".join(p for p in body.split("\n\n") if not p.startswith(f"{LEGEND} "))
+        if offered:  # the line naming the reactions is the buttons, not the text
+            body = "\n".join(line for line in body.split("\n") if not line.startswith(f"{LEGEND} ")).rstrip()
         live = {r["content"]["m.relates_to"]["key"] for r in self.mx.reactions(event["event_id"])}
         buttons = [str(b["label"]) for b in offered if b["key"] in live]
         mentions = original.get("m.mentions") or {}
@@ -247,6 +248,73 @@ class MatrixDriver(Driver):
         reply = "m.in_reply_to" in (original.get("m.relates_to") or {})
         links = _links(content)
         return Said(body, buttons, room.direct, file, pings, reply, {**event, "content": content}, links)
+
+
+class Reader(HTMLParser):
+    """Matrix HTML as a reader sees its text: each block on lines of its own, a list's items numbered or bulleted,
+    a line break as one; whitespace between tags ignored outside <pre>."""
+
+    BLOCKS = frozenset({"p", "div", "pre", "blockquote", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "table", "tr"})
+    BLOCKS |= {"details", "summary", "hr"}
+
+    def __init__(self) -> None:
+        """Nothing read yet."""
+        super().__init__(convert_charrefs=True)
+        self.out: list[str] = []
+        self.lists: list[list[int]] = []  # per open list: [next number] (ol) or [] (ul)
+        self.pre = 0
+
+    def _line(self) -> None:
+        """End the current line (once)."""
+        if self.out and not self.out[-1].endswith("\n"):
+            self.out.append("\n")
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        """Blocks start on a line of their own; a list item with its number or bullet."""
+        if tag == "br":
+            self.out.append("\n")
+        elif tag in ("ol", "ul"):
+            self._line()
+            start = int(dict(attrs).get("start") or 1)
+            self.lists.append([start] if tag == "ol" else [])
+        elif tag == "li":
+            self._line()
+            numbers = self.lists[-1] if self.lists else []
+            self.out.append(f"{numbers[0]}. " if numbers else "• ")
+            if numbers:
+                numbers[0] += 1
+        elif tag in self.BLOCKS:
+            self._line()
+        if tag == "pre":
+            self.pre += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        """A block ends its line."""
+        if tag in ("ol", "ul") and self.lists:
+            self.lists.pop()
+        if tag == "pre":
+            self.pre -= 1
+        if tag in self.BLOCKS or tag == "li":
+            self._line()
+
+    def handle_data(self, data: str) -> None:
+        """Text as it is (whitespace between blocks dropped)."""
+        if self.pre or data.strip():
+            self.out.append(data)
+
+    def text(self) -> str:
+        """What was read."""
+        return "".join(self.out).strip()
+
+
+def shown(content: dict[str, Any]) -> str:
+    """A message's text as a client shows it: its HTML read as text, else its body."""
+    if content.get("format") != "org.matrix.custom.html" or not isinstance(content.get("formatted_body"), str):
+        return str(content.get("body", ""))
+    reader = Reader()
+    reader.feed(content["formatted_body"])
+    reader.close()
+    return reader.text()
 
 
 def _links(content: dict[str, Any]) -> list[tuple[str, str]]:

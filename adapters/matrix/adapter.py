@@ -345,7 +345,7 @@ class MatrixAdapter:
     # ---- answers out -------------------------------------------------------------------------------
 
     async def _on_stored(self, delivery: Delivery) -> None:
-        """A stored message's turn, in the process that received it or another one."""
+        """A stored message's turn (or a command, or a press), in the process that received it or another one."""
         stored: StoredMessage = delivery.update
         if self.running.stopping or self.client is None or self.sender is None:  # declined: handed back
             raise asyncio.CancelledError

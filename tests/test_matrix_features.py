@@ -122,3 +122,18 @@ async def test_link_joins_a_matrix_and_a_telegram_identity_into_one_account(
     assert "`telegram:100` (Ann) used your link code" in answers(mx, room.id)[1]
     accounts = await pool.fetch("SELECT DISTINCT account_id FROM users WHERE platform_user_id IN ($1, '100')", ALICE)
     assert len(accounts) == 1
+
+
+async def test_a_reply_that_names_a_button_presses_it(start: Start, mx: FakeMatrix, pool: Pool) -> None:
+    adapter = await start()
+    room = await joined(mx, mx.direct(ALICE))
+    await adapter.core.command(adapter_incoming(ALICE, room.id), "remind", "tomorrow 9:00 Buy milk")
+    when = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+    task_id = await pool.fetchval("SELECT id FROM tasks")
+    msg = ReminderMessage(task_id, when, "matrix", room.id, "", "private", ALICE, "Alice", "⏰ Buy milk")
+    reminder = await adapter.send_reminder(msg)
+    assert reminder is not None
+    mx.say(room, ALICE, "> ⏰ Buy milk\n\nSnooze", reply_to=reminder)  # a client that quotes what it replies to
+    await mx.wait_for(lambda: len(mx.edits(reminder)) == 1, WAIT_S, what="the reminder edited")
+    assert "😴 Snoozed: Buy milk" in mx.text(reminder)
+    assert await pool.fetchval("SELECT status FROM tasks") == "pending"

@@ -29,6 +29,7 @@ from adapters.matrix.incoming import (
     mentions,
     reaction,
     received,
+    reply_text,
     without_mention,
 )
 from adapters.matrix.limits import (
@@ -287,6 +288,8 @@ class MatrixAdapter:
             return
         sender = str(event["sender"])
         text = text if direct or found else without_mention(text, self.user_id, self.name)
+        if found is None and await self._pressed_by_reply(room_id, event, text):
+            return
         files = files_of(content, text) if found is None else ()
         stored = received(event, room_id, direct, await self._name(sender), text, files)
         if found is not None:
@@ -318,6 +321,18 @@ class MatrixAdapter:
         )
         stored = StoredMessage(inc, room_id, str(event["event_id"]), kind="press", target=target, key=key)
         await self.core.receive(self.source, stored.update_id, inc.chat_key, stored.payload(), stored)
+
+    async def _pressed_by_reply(self, room_id: str, event: dict[str, Any], text: str) -> bool:
+        """A reply to a message with buttons that names one of them ("done", "snooze 10 min", "2") presses it, for
+        clients that cannot react; whether it did."""
+        assert self.sender is not None
+        replied = ((event["content"].get("m.relates_to") or {}).get("m.in_reply_to") or {}).get("event_id")
+        kept = await self.sender.kept(str(replied)) if replied else None
+        key = kept.named(reply_text(text)) if kept is not None else None
+        if key is None:
+            return False
+        await self._on_reaction(room_id, event, str(replied), key)
+        return True
 
     async def _name(self, user: str) -> str:
         """A person's display name (their profile's, kept); their id when the homeserver will not say."""

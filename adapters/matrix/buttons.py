@@ -112,3 +112,15 @@ class Kept:
     def pressed(self, key: str) -> Press | None:
         """What the reaction `key` presses (None: not one of the message's)."""
         return next((o.press for o in self.offered if o.key == key), None)
+
+    def named(self, text: str) -> str | None:
+        """The key of the button a reply names ("done", "10 min", "✅", "2"; any case), or None."""
+        said = " ".join(text.split()).casefold()
+        for i, o in enumerate(self.offered, 1):
+            lead = leading_emoji(o.label)
+            names = {o.key, o.label, o.label[len(lead) :].strip(), str(i) if o.key in KEYCAPS else o.key}
+            if isinstance(o.press, OnTask):  # "done", "undo", "snooze" (the first snooze)
+                names |= {o.press.action, o.press.action.rstrip("0123456789")}
+            if said in {n.casefold() for n in names}:
+                return o.key
+        return None

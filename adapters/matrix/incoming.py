@@ -133,6 +133,14 @@ def files_of(content: dict[str, Any], text: str) -> tuple[StoredFile, ...]:
     return (StoredFile(url, kind, name, mime, size),)
 
 
+def reply_text(text: str) -> str:
+    """A reply's own words: without the quoted lines ("> …") older clients put before them."""
+    lines = text.split("\n")
+    while lines and (lines[0].startswith(">") or not lines[0].strip()):
+        lines.pop(0)
+    return "\n".join(lines).strip()
+
+
 def without_mention(text: str, bot: str, name: str) -> str:
     """The text without a leading mention of the bot (its display name or id, as a client's pill writes it)."""
     for who in (bot, name):

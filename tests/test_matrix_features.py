@@ -137,3 +137,12 @@ async def test_a_reply_that_names_a_button_presses_it(start: Start, mx: FakeMatr
     await mx.wait_for(lambda: len(mx.edits(reminder)) == 1, WAIT_S, what="the reminder edited")
     assert "😴 Snoozed: Buy milk" in mx.text(reminder)
     assert await pool.fetchval("SELECT status FROM tasks") == "pending"
+
+
+async def test_admins_and_allowed_users_name_matrix_identities_whole(start: Start) -> None:
+    adapter = await start(ADMINS=f"matrix:{ALICE},telegram:1", ALLOWED_USERS=f"matrix:{MALLORY}")
+    alice, mallory = adapter_incoming(ALICE, "!r:s"), adapter_incoming(MALLORY, "!r:s")
+    assert adapter.core.is_admin(alice) and adapter.core.is_allowed(alice)  # `:` inside the id is kept
+    assert adapter.core.is_allowed(mallory) and not adapter.core.is_admin(mallory)
+    other = adapter_incoming("@alice:elsewhere.test", "!r:s")  # the same name on another homeserver is not her
+    assert not adapter.core.is_allowed(other)

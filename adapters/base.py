@@ -8,13 +8,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from core import Outbox
+from core import COMMANDS, Outbox
 
 log = logging.getLogger(__name__)
+
+_NAMES = sorted({name for c in COMMANDS for name in (c.name, *c.aliases)}, key=len, reverse=True)
+_NAMED = re.compile(r"(?<![\w/<!])/(" + "|".join(_NAMES) + r")\b")  # a /command named in a text, not a path's part
+
+
+def renamed(text: str, typed: Callable[[str], str]) -> str:
+    """The catalogue's `/tasks`, `/remind …` named in an answer as the platform has them typed (`typed`: a command's
+    name → its form there, e.g. `/assistant tasks` on Slack, `!tasks` on Matrix)."""
+    return _NAMED.sub(lambda m: typed(m.group(1)), text)
 
 
 @dataclass(frozen=True)

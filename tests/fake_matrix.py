@@ -1,6 +1,7 @@
 """A fake Matrix homeserver on 127.0.0.1 for the real mautrix client: the client-server API the bot uses (versions,
 password login → access token, whoami, /sync long-poll with since/next_batch, room send idempotent per txnId,
-redact, join/leave, profile display names) and the media repository (upload, authenticated and legacy download).
+redact, createRoom, join/leave (with a reason), profile display names) and the media repository (upload,
+authenticated and legacy download). People also react (m.reaction), send files and have an event delivered again.
 
 One event log holds every room's events in order; a sync token is a position in it (`s<N>`), so a client that
 syncs again from an old `since` gets the same events again, as after a sync whose answer never arrived
@@ -92,6 +93,7 @@ class FakeMatrix(LoopbackServer):
             web.post(f"{client}/v3/rooms/{{room}}/join", self._join),
             web.post(f"{client}/v3/join/{{room}}", self._join),
             web.post(f"{client}/v3/rooms/{{room}}/leave", self._leave),
+            web.post(f"{client}/v3/createRoom", self._create_room),
             web.get(f"{client}/v3/profile/{{user}}/displayname", self._displayname),
             web.post(f"{media}/v3/upload", self._upload),
             web.get(f"{client}/v1/media/download/{{server}}/{{media}}", self._download),
@@ -195,8 +197,57 @@ class FakeMatrix(LoopbackServer):
         content.update(extra or {})
         return str(self._append(room.id, {"type": "m.room.message", "sender": sender, "content": content})["event_id"])
 
+    def react(self, room: Room, sender: str, event_id: str, key: str) -> str:
+        """A person reacts to an event with `key` (an m.annotation); the reaction's id."""
+        if sender not in room.members:
+            raise ValueError(f"{sender} is not in {room.id}")
+        relates = {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id, "key": key}}
+        return str(self._append(room.id, {"type": "m.reaction", "sender": sender, "content": relates})["event_id"])
+
+    def send_file(
+        self, room: Room, sender: str, name: str, data: bytes, mime: str, caption: str = "", msgtype: str = "m.file"
+    ) -> str:
+        """A person uploads a file and sends it (m.file, m.image or m.audio; a caption as the body, Matrix 1.10)."""
+        url = self.add_media(data, mime, name)
+        extra = {"msgtype": msgtype, "filename": name, "url": url, "info": {"mimetype": mime, "size": len(data)}}
+        return self.say(room, sender, caption or name, extra=extra)
+
+    def redeliver(self, event_id: str) -> None:
+        """The same event once more, later in the log (as a sync that started from an older token sees it)."""
+        logged = next(e for e in self.log if e.event["event_id"] == event_id)
+        self.log.append(Logged(len(self.log) + 1, logged.room_id, dict(logged.event)))
+        self._notify()
+
+    def edits(self, event_id: str) -> list[dict[str, Any]]:
+        """The m.replace edits of an event, oldest first."""
+        return [
+            e.event
+            for e in self.log
+            if (e.event.get("content") or {}).get("m.relates_to", {}).get("rel_type") == "m.replace"
+            and e.event["content"]["m.relates_to"].get("event_id") == event_id
+        ]
+
+    def reactions(self, event_id: str, sender: str = BOT) -> list[dict[str, Any]]:
+        """The reactions of `sender` to an event that were not redacted."""
+        redacted = {e.event.get("redacts") for e in self.log if e.event["type"] == "m.room.redaction"}
+        return [
+            e.event
+            for e in self.log
+            if e.event["type"] == "m.reaction"
+            and e.event["sender"] == sender
+            and e.event["content"]["m.relates_to"]["event_id"] == event_id
+            and e.event["event_id"] not in redacted
+        ]
+
     def _member(
-        self, room: Room, user_id: str, membership: str, *, sender: str = "", is_direct: bool = False
+        self,
+        room: Room,
+        user_id: str,
+        membership: str,
+        *,
+        sender: str = "",
+        is_direct: bool = False,
+        reason: str | None = None,
     ) -> dict[str, Any]:
         """A membership change, kept in the room and logged as its m.room.member state event."""
         if membership == "join":
@@ -206,6 +257,8 @@ class FakeMatrix(LoopbackServer):
         content: dict[str, Any] = {"membership": membership, "displayname": self.display_names.get(user_id, user_id)}
         if is_direct:
             content["is_direct"] = True
+        if reason:
+            content["reason"] = reason
         return self._append(
             room.id, {"type": "m.room.member", "sender": sender or user_id, "state_key": user_id, "content": content}
         )
@@ -371,9 +424,20 @@ class FakeMatrix(LoopbackServer):
         room = self.rooms.get(request.match_info["room"])
         if room is None:
             return _error(404, "M_NOT_FOUND", "Unknown room")
+        body = await request.json() if request.can_read_body else {}
         room.invited.discard(user)
-        self._member(room, user, "leave")
+        self._member(room, user, "leave", reason=body.get("reason"))
         return web.json_response({})
+
+    async def _create_room(self, request: web.Request) -> web.Response:
+        user = self._user(request)
+        if user is None:
+            return _error(401, "M_UNKNOWN_TOKEN", "Invalid access token passed.")
+        body = await request.json()
+        room = self.room(user, direct=bool(body.get("is_direct")))
+        for invitee in body.get("invite") or []:
+            self.invite(room, user, invitee)
+        return web.json_response({"room_id": room.id})
 
     async def _displayname(self, request: web.Request) -> web.Response:
         name = self.display_names.get(request.match_info["user"])

@@ -1,5 +1,6 @@
-"""Matrix adapter (in progress, issue 37): mautrix's ClientAPI in front of the core (adapter.py), split by job:
-incoming, reply, render. `config_problem` checks the settings without loading mautrix (bot/ runs it before starting
+"""Matrix adapter (issue 37): mautrix's ClientAPI in front of the core (adapter.py), split by job: incoming, reply,
+render, send (replies, mentions, edits, direct rooms, files), commands (`!tasks`), buttons and presses (reactions),
+files (the media repository). `config_problem` checks the settings without loading mautrix (bot/ runs it before starting
 anything); MatrixAdapter is imported on first use."""
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
-"""The Matrix adapter (mautrix's ClientAPI, async; in progress, issue 37): start and stop, a /sync long-poll loop
-whose events go through the inbox, invitations accepted or declined, answers and reminders out."""
+"""The Matrix adapter (mautrix's ClientAPI, async; issue 37): start and stop, a /sync long-poll loop whose events
+(messages, files, `!commands`, reactions that press buttons) go through the inbox, invitations accepted or declined,
+answers and reminders out."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -14,7 +17,21 @@ from mautrix.errors import MatrixError, MatrixRequestError, MUnknownToken
 from mautrix.types import EventID, EventType, RoomID, SyncToken, UserID
 
 from adapters.base import Limits, RunningAnswers
-from adapters.matrix.incoming import StoredMessage, from_a_person, inviter_incoming, mentions, received
+from adapters.matrix import commands, presses
+from adapters.matrix.commands import command_of, on_matrix
+from adapters.matrix.files import lazy
+from adapters.matrix.incoming import (
+    StoredMessage,
+    caption,
+    files_of,
+    from_a_person,
+    inviter_incoming,
+    mentions,
+    reaction,
+    received,
+    reply_text,
+    without_mention,
+)
 from adapters.matrix.limits import (
     MATRIX_BUTTON_LABEL,
     MATRIX_CUT_NOTE_S,
@@ -25,13 +42,18 @@ from adapters.matrix.limits import (
 )
 from adapters.matrix.render import content, parts
 from adapters.matrix.reply import RoomReply
+from adapters.matrix.send import DIRECT, Sender
 from core import (
     CUT_SHORT,
     EXIT_UNREACHABLE,
     FAILED,
+    REMINDER_BUTTON_LABELS,
+    Button,
     Core,
     Delivery,
     DeliveryRefused,
+    Incoming,
+    OnTask,
     ReminderMessage,
     Settings,
     StartupError,
@@ -44,7 +66,7 @@ MATRIX_LIMITS = Limits(
 )
 # docs/platforms.md#matrix says why
 ENCRYPTED_REFUSAL = "I don't take part in end-to-end encrypted rooms: please talk to me in a room without encryption."
-DIRECT = "direct"  # the value kept for a room that is a direct chat
+REFUSED = frozenset({"M_FORBIDDEN", "M_NOT_FOUND", "M_UNKNOWN_TOKEN"})  # a send that will not pass on a retry
 DEVICE_NAME = "assistant bot"  # the device a password login makes (as the account's sessions list shows it)
 
 
@@ -68,10 +90,12 @@ class MatrixAdapter:
         given = settings.MATRIX_ACCESS_TOKEN
         self.token = given.get_secret_value().strip() if given is not None else ""  # "": log in with the password
         self.client: ClientAPI | None = None
+        self.sender: Sender | None = None
         self.name = ""  # the bot's display name (what people call it in a group room)
         self.running = RunningAnswers("Matrix", settings.SHUTDOWN_GRACE_SECONDS, MATRIX_CUT_NOTE_S)
         self._sync: asyncio.Task[None] | None = None
         self._direct: dict[str, bool] = {}  # room id → a direct chat (kept in the database too)
+        self._names: dict[str, str] = {}  # people's display names by user id
 
     @property
     def source(self) -> str:
@@ -109,6 +133,7 @@ class MatrixAdapter:
                 raise StartupError(why, exit_code=EXIT_UNREACHABLE) from None
             raise
         self.client = client
+        self.sender = Sender(client, self.core, self.source, self.user_id)
         self.core.serve(self.source, StoredMessage.from_payload, self._on_stored)
         self._sync = asyncio.create_task(self._sync_loop(), name="matrix sync")
         self.core.report_state(self.platform, f"{self.user_id} on {self.homeserver}")
@@ -142,7 +167,7 @@ class MatrixAdapter:
         await self.running.drain()
         if self.client is not None:
             await self.client.api.session.close()
-            self.client = None
+            self.client = self.sender = None
         self.core.report_state(self.platform, None)
 
     # ---- in: /sync ---------------------------------------------------------------------------------
@@ -194,13 +219,14 @@ class MatrixAdapter:
                     break
                 if event.get("type") == "m.room.member" and event.get("state_key") == self.user_id:
                     if (event.get("content") or {}).get("is_direct"):
-                        await self._mark_direct(str(room_id))
+                        await self._mark_direct(str(room_id), str(event.get("sender", "")))
                 if not history:
                     await self.on_event(str(room_id), event)
 
     async def _on_invite(self, room_id: str, state: list[dict[str, Any]]) -> None:
         """Join a room an allowed person invited the bot to (a direct chat when the invitation says so); decline
-        others'; an encrypted room is refused with one line (docs/platforms.md#matrix)."""
+        others', with the refusal that names their id as the reason (their client shows it); an encrypted room is
+        refused with one line (docs/platforms.md#matrix)."""
         assert self.client is not None
         mine = [e for e in state if e.get("type") == "m.room.member" and e.get("state_key") == self.user_id]
         if not mine:
@@ -208,16 +234,17 @@ class MatrixAdapter:
         invite = mine[-1]
         sender = str(invite.get("sender", ""))
         room = RoomID(room_id)
-        if not self.core.is_allowed(inviter_incoming(sender, room_id)):
+        inviter = inviter_incoming(sender, room_id)
+        if not self.core.is_allowed(inviter):
             log.info("declined %s's invitation to %s: not allowed to use the bot", sender, room_id)
-            await self.client.leave_room(room)
+            await self.client.leave_room(room, reason=self.core.refusal_text(inviter))
             return
         await self.client.join_room_by_id(room)
         if any(e.get("type") == "m.room.encryption" for e in state):
             await self._refuse_encrypted(room_id)
             return
         if (invite.get("content") or {}).get("is_direct"):
-            await self._mark_direct(room_id)
+            await self._mark_direct(room_id, sender)
 
     async def _refuse_encrypted(self, room_id: str) -> None:
         """Say in one line that the bot takes no part in encrypted rooms, and leave."""
@@ -227,9 +254,12 @@ class MatrixAdapter:
         await self.client.send_message_event(room, EventType.ROOM_MESSAGE, content(ENCRYPTED_REFUSAL), txn_id=txn)
         await self.client.leave_room(room)
 
-    async def _mark_direct(self, room_id: str) -> None:
+    async def _mark_direct(self, room_id: str, person: str) -> None:
+        """A direct chat, and the direct room of the person who opened it."""
         self._direct[room_id] = True
         await self.core.kept.put(f"{self.source}:room:{room_id}", DIRECT)
+        if person and person != self.user_id and self.sender is not None:
+            await self.sender.keep_direct(person, room_id)
 
     async def _is_direct(self, room_id: str) -> bool:
         if room_id not in self._direct:
@@ -237,26 +267,82 @@ class MatrixAdapter:
         return self._direct[room_id]
 
     async def on_event(self, room_id: str, event: dict[str, Any]) -> None:
-        """A timeline event: a person's message for the bot stored in the inbox (a refusal answered here)."""
+        """A timeline event: a person's message or command for the bot, or their reaction to one of the bot's
+        messages with buttons, stored in the inbox (a refusal of a message answered here)."""
+        pressed = reaction(event, self.user_id)
+        if pressed is not None:
+            await self._on_reaction(room_id, event, *pressed)
+            return
         if not from_a_person(event, self.user_id):
             return
         direct = await self._is_direct(room_id)
+        content = event["content"]
+        text = caption(content).strip()
+        found = command_of(text)
         if (
             not direct
+            and found is None
             and not mentions(event, self.user_id, self.name)
             and not await self._replies_to_bot(room_id, event)
         ):
             return
         sender = str(event["sender"])
-        text = str(event["content"]["body"]).strip()
-        stored = received(event, room_id, direct, sender, text)
+        text = text if direct or found else without_mention(text, self.user_id, self.name)
+        if found is None and await self._pressed_by_reply(room_id, event, text):
+            return
+        files = files_of(content, text) if found is None else ()
+        stored = received(event, room_id, direct, await self._name(sender), text, files)
+        if found is not None:
+            stored = replace(stored, kind="command", command=found[0].name, args=found[1])
         inc = stored.incoming
         if not self.core.is_allowed(inc):
             refusal = await self.core.refusal(inc)
             if refusal is not None:
                 await self._post(room_id, refusal.message, f"refusal.{stored.event_id}")
-        elif inc.text:
+        elif inc.text or files:
             await self.core.receive(self.source, stored.update_id, inc.chat_key, stored.payload(), stored)
+
+    async def _on_reaction(self, room_id: str, event: dict[str, Any], target: str, key: str) -> None:
+        """A reaction to one of the bot's messages with buttons: a press, stored like a message (the core and
+        presses.py decide who may press what)."""
+        assert self.sender is not None
+        if await self.sender.kept(target) is None:
+            return
+        sender, direct = str(event["sender"]), await self._is_direct(room_id)
+        inc = Incoming(
+            platform="matrix",
+            user_id=sender,
+            chat_id=room_id,
+            chat_kind="private" if direct else "group",
+            chat_title="" if direct else room_id,
+            text="",
+            user_name=await self._name(sender),
+            message_id=str(event["event_id"]),
+        )
+        stored = StoredMessage(inc, room_id, str(event["event_id"]), kind="press", target=target, key=key)
+        await self.core.receive(self.source, stored.update_id, inc.chat_key, stored.payload(), stored)
+
+    async def _pressed_by_reply(self, room_id: str, event: dict[str, Any], text: str) -> bool:
+        """A reply to a message with buttons that names one of them ("done", "snooze 10 min", "2") presses it, for
+        clients that cannot react; whether it did."""
+        assert self.sender is not None
+        replied = ((event["content"].get("m.relates_to") or {}).get("m.in_reply_to") or {}).get("event_id")
+        kept = await self.sender.kept(str(replied)) if replied else None
+        key = kept.named(reply_text(text)) if kept is not None else None
+        if key is None:
+            return False
+        await self._on_reaction(room_id, event, str(replied), key)
+        return True
+
+    async def _name(self, user: str) -> str:
+        """A person's display name (their profile's, kept); their id when the homeserver will not say."""
+        if user not in self._names:
+            assert self.client is not None
+            try:
+                self._names[user] = await self.client.get_displayname(UserID(user)) or user
+            except MatrixError:
+                return user
+        return self._names[user]
 
     async def _replies_to_bot(self, room_id: str, event: dict[str, Any]) -> bool:
         """Whether the message replies to one of the bot's (the replied-to event asked of the homeserver)."""
@@ -274,14 +360,13 @@ class MatrixAdapter:
     # ---- answers out -------------------------------------------------------------------------------
 
     async def _on_stored(self, delivery: Delivery) -> None:
-        """A stored message's turn, in the process that received it or another one."""
+        """A stored message's turn (or a command, or a press), in the process that received it or another one."""
         stored: StoredMessage = delivery.update
-        if self.running.stopping or self.client is None:  # declined: the inbox hands it back for another process
+        if self.running.stopping or self.client is None or self.sender is None:  # declined: handed back
             raise asyncio.CancelledError
-        reply = RoomReply(self.client, stored.room_id, stored.event_id)
         with self.running.tracked():
             try:
-                await self.core.answer(stored.incoming, reply, delivery=delivery)
+                await self._handle(stored, delivery)
             except asyncio.CancelledError:
                 if self.running.cutting:
                     with contextlib.suppress(Exception):
@@ -293,6 +378,20 @@ class MatrixAdapter:
                 with contextlib.suppress(Exception):
                     await self._post(stored.room_id, FAILED, f"failed.{stored.event_id}")
 
+    def _handle(self, stored: StoredMessage, delivery: Delivery) -> Awaitable[None]:
+        """A stored command, press or message (a turn, with its files fetched when the core takes them in)."""
+        assert self.client is not None and self.sender is not None
+        if stored.kind == "command":
+            return commands.run(self.core, self.sender, stored)
+        if stored.kind == "press":
+            return presses.press(self.core, self.sender, stored)
+        inc = stored.incoming
+        if stored.files:
+            inc = replace(inc, uploads=tuple(lazy(self.client, f) for f in stored.files))
+        group = inc.chat_kind == "group"
+        reply = RoomReply(self.client, stored.room_id, stored.event_id, self.sender, reply=group)
+        return self.core.answer(inc, reply, delivery=delivery)
+
     async def _post(self, room_id: str, text: str, txn: str) -> None:
         """Plain text into a room, its parts sent with transaction ids made of `txn`."""
         assert self.client is not None
@@ -302,16 +401,26 @@ class MatrixAdapter:
             )
 
     async def send_reminder(self, msg: ReminderMessage) -> str | None:
-        """Push a reminder into its room (in progress: the text only; Done / Snooze as reactions come next): the
-        parts the room does not have yet, each with a transaction id of its occurrence and index, so a retried
-        send is the same event. The last part's event id."""
-        if self.client is None:
+        """Push a reminder into the room it was made in, with Done / Snooze as reactions (in a group room it
+        mentions its owner, the only one it notifies): the parts the room does not have yet, each with a
+        transaction id of its occurrence and index, so a retried send is the same event. The last part's event
+        id; a room closed to the bot raises DeliveryRefused."""
+        if self.sender is None:
             raise DeliveryRefused("Matrix is not connected")
-        texts = parts(msg.text)
-        event_id: str | None = None
-        for i in range(msg.sent_parts, len(texts)):
-            txn = f"reminder.{msg.task_id}.{msg.scheduled_at.isoformat()}.{i}"
-            room = RoomID(msg.chat_id)
-            event_id = await self.client.send_message_event(room, EventType.ROOM_MESSAGE, content(texts[i]), txn_id=txn)
-            await msg.mark_sent(i + 1)
-        return event_id
+        buttons = [Button(REMINDER_BUTTON_LABELS[n], OnTask(n, msg.task_id)) for n in msg.buttons]
+        mention = (msg.owner_id, msg.owner_name) if msg.chat_kind == "group" else None
+        txn = f"reminder.{msg.task_id}.{msg.scheduled_at.isoformat()}"
+        try:
+            return await self.sender.post(
+                msg.chat_id,
+                on_matrix(msg.text),  # a notice may name a command (/link's "/unlink separates one again")
+                txn,
+                buttons=buttons,
+                mention=mention,
+                first=msg.sent_parts,
+                sent=msg.mark_sent,
+            )
+        except MatrixRequestError as e:
+            if e.errcode in REFUSED:
+                raise DeliveryRefused(f"Matrix: {e.errcode}") from e
+            raise

@@ -2,18 +2,37 @@
 answers is kept in the inbox (enough for any process to answer it in its place).
 
 Identities are `matrix:@user:server` (user_id `@user:server`), chats the room id. A direct room is a private chat;
-in a group room the bot answers when mentioned (m.mentions or its display name) or replied to."""
+in a group room the bot answers when mentioned (m.mentions or its display name) or replied to, and always to a
+command of the catalogue (`!tasks`; commands.py). Three kinds are kept: a message (maybe with files), a command and a
+press (a person's reaction to one of the bot's messages with buttons; buttons.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import mimetypes
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from core import Incoming, Quoted
+from core import Incoming, Quoted, UploadKind
 
 TEXT_TYPES = frozenset({"m.text", "m.notice", "m.emote"})
+FILE_TYPES = frozenset({"m.file", "m.image", "m.audio"})
+PHOTO_MIMES = frozenset({"image/jpeg", "image/png", "image/webp"})
+VOICE = "org.matrix.msc3245.voice"  # what marks an m.audio as a voice note (Element's recorder sets it)
+Kind = Literal["message", "command", "press"]
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file sent with a message, by reference (downloaded from the media repository when its turn runs)."""
+
+    url: str  # mxc://server/media
+    kind: UploadKind
+    name: str
+    mime: str | None = None
+    size: int = 0
 
 
 @dataclass(frozen=True)
@@ -23,6 +42,12 @@ class StoredMessage:
     incoming: Incoming
     room_id: str
     event_id: str
+    kind: Kind = "message"
+    files: tuple[StoredFile, ...] = ()
+    command: str = ""  # a command's name, its text after it in incoming.text's place: `args`
+    args: str = ""
+    target: str = ""  # a press: the event of the bot's that was reacted to, and the reaction's key
+    key: str = ""
 
     @property
     def update_id(self) -> int:
@@ -31,7 +56,8 @@ class StoredMessage:
 
     def payload(self) -> dict[str, Any]:
         """The JSON kept in the inbox."""
-        return {"incoming": dataclasses.asdict(self.incoming), "room_id": self.room_id, "event_id": self.event_id}
+        kept = dataclasses.asdict(self)
+        return {**kept, "files": [dataclasses.asdict(f) for f in self.files]}
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> StoredMessage:
@@ -45,7 +71,9 @@ class StoredMessage:
                 "uploads": (),
             }
         )
-        return cls(incoming, payload["room_id"], payload["event_id"])
+        extra = {k: payload[k] for k in ("kind", "command", "args", "target", "key") if k in payload}
+        files = tuple(StoredFile(**f) for f in payload.get("files", []))
+        return cls(incoming, payload["room_id"], payload["event_id"], files=files, **extra)
 
 
 def update_id(event_id: str) -> int:
@@ -55,13 +83,70 @@ def update_id(event_id: str) -> int:
 
 
 def from_a_person(event: dict[str, Any], bot: str) -> bool:
-    """A person's new text message (not the bot's own, not an edit, not a notice from another bot)."""
+    """A person's new text message or file (not the bot's own, not an edit, not a notice from another bot)."""
     if event.get("type") != "m.room.message" or event.get("sender") in (None, bot):
         return False
     content = event.get("content") or {}
     if (content.get("m.relates_to") or {}).get("rel_type") == "m.replace":
         return False
-    return content.get("msgtype") in TEXT_TYPES - {"m.notice"} and isinstance(content.get("body"), str)
+    types = (TEXT_TYPES - {"m.notice"}) | FILE_TYPES
+    return content.get("msgtype") in types and isinstance(content.get("body"), str)
+
+
+def reaction(event: dict[str, Any], bot: str) -> tuple[str, str] | None:
+    """A person's reaction: (the event reacted to, its key); None for anything else."""
+    if event.get("type") != "m.reaction" or event.get("sender") in (None, bot):
+        return None
+    relates = (event.get("content") or {}).get("m.relates_to") or {}
+    if relates.get("rel_type") != "m.annotation" or not relates.get("event_id") or not relates.get("key"):
+        return None
+    return str(relates["event_id"]), str(relates["key"])
+
+
+def caption(content: dict[str, Any]) -> str:
+    """What a person wrote: a text's body; a file's caption (its body when a separate `filename` names the file,
+    as from Matrix 1.10 on), else nothing."""
+    body = str(content.get("body", ""))
+    if content.get("msgtype") not in FILE_TYPES:
+        return body
+    name = content.get("filename")
+    return body if name and name != body else ""
+
+
+def files_of(content: dict[str, Any], text: str) -> tuple[StoredFile, ...]:
+    """The file a message carries: a voice note, audio, a JPEG/PNG/WebP photo (named by its caption) or a document;
+    other images and a file without an mxc:// URL are none."""
+    msgtype, url = content.get("msgtype"), content.get("url")
+    if msgtype not in FILE_TYPES or not isinstance(url, str) or not url.startswith("mxc://"):
+        return ()
+    info = content.get("info") or {}
+    name = str(content.get("filename") or content.get("body") or "file")
+    mime = str(info.get("mimetype") or "") or mimetypes.guess_type(name)[0]
+    size = int(info.get("size") or 0)
+    kind: UploadKind = "document"
+    if msgtype == "m.audio":
+        kind = "voice" if VOICE in content else "audio"
+    elif msgtype == "m.image" or (mime or "").startswith("image/"):
+        if mime not in PHOTO_MIMES:
+            return ()
+        kind, name = "photo", text or name
+    return (StoredFile(url, kind, name, mime, size),)
+
+
+def reply_text(text: str) -> str:
+    """A reply's own words: without the quoted lines ("> …") older clients put before them."""
+    lines = text.split("\n")
+    while lines and (lines[0].startswith(">") or not lines[0].strip()):
+        lines.pop(0)
+    return "\n".join(lines).strip()
+
+
+def without_mention(text: str, bot: str, name: str) -> str:
+    """The text without a leading mention of the bot (its display name or id, as a client's pill writes it)."""
+    for who in (bot, name):
+        if who and text.casefold().startswith(who.casefold()):
+            return re.sub(r"^[:,]?\s*", "", text[len(who) :])
+    return text
 
 
 def mentions(event: dict[str, Any], bot: str, name: str) -> bool:
@@ -72,7 +157,9 @@ def mentions(event: dict[str, Any], bot: str, name: str) -> bool:
     return bool(name) and name.casefold() in str(content.get("body", "")).casefold()
 
 
-def received(event: dict[str, Any], room_id: str, direct: bool, sender_name: str, text: str) -> StoredMessage:
+def received(
+    event: dict[str, Any], room_id: str, direct: bool, sender_name: str, text: str, files: tuple[StoredFile, ...] = ()
+) -> StoredMessage:
     """A message as the core's Incoming with where its answer goes."""
     sender, event_id = str(event["sender"]), str(event["event_id"])
     relates = (event.get("content") or {}).get("m.relates_to") or {}
@@ -87,8 +174,9 @@ def received(event: dict[str, Any], room_id: str, direct: bool, sender_name: str
         user_name=sender_name,
         message_id=event_id,
         reply_to=str(reply_to) if reply_to else None,
+        attachments=tuple(f.name for f in files),
     )
-    return StoredMessage(inc, room_id, event_id)
+    return StoredMessage(inc, room_id, event_id, files=files)
 
 
 def inviter_incoming(sender: str, room_id: str) -> Incoming:

@@ -11,9 +11,10 @@ clients draw them; the plain body has them as aligned columns).
 
 Pings: every content carries an empty "m.mentions" (it mentions nobody: clients and servers that know intentional
 mentions ignore the text), and for older ones, whose legacy push rule finds "@room" in the body, a zero-width space
-goes after the "@" of "@room" (in code too: the rule reads the body whole) and of a typed user id `@name:server`
-outside code (so no client makes it a pill). A person's display name typed in the text can still match an old
-server's display-name rule; only m.mentions stops that.
+goes after the "@" of "@room" (in code too: the rule reads the body whole). A typed user id `@name:server` stays as
+typed, so a person can copy theirs; a person's name or id typed in the text can still match an old server's legacy
+name rules (they match the localpart or display name as a word, which no invisible character hides); only m.mentions
+stops that.
 """
 
 from __future__ import annotations
@@ -32,13 +33,12 @@ from adapters.matrix.split import size, split_both
 from core import EMPTY_ANSWER, Step, activity_lines, summary_line
 
 HTML_FORMAT = "org.matrix.custom.html"
-ZWSP = "\u200b"  # invisible: keeps "@room" and "@name:server" from being a mention
+ZWSP = "\u200b"  # invisible: keeps "@room" from being a room ping
 LINK_SCHEMES = ("http://", "https://", "mailto:")  # hrefs made into links; others are shown as text
 
 _MD = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
 _INLINE_TAGS = {"strong": "strong", "em": "em", "s": "del"}
 _ROOM = re.compile(r"(?<!\w)@(?=room(?!\w))", re.IGNORECASE)
-_USER_ID = re.compile(r"(?<![\w@])@(?=[a-z0-9._=/+\-]+:[a-z0-9.\-]+)", re.IGNORECASE)
 _PERSON_LINK = re.compile(r"https?://matrix\.to/#/(?:@|%40)", re.IGNORECASE)
 _LANGUAGE = re.compile(r"[A-Za-z0-9_+#.\-]{1,32}")
 
@@ -49,8 +49,10 @@ def defuse(text: str) -> str:
 
 
 def esc(text: str) -> str:
-    """Text as HTML: escaped, "@room" and user ids defused."""
-    return html.escape(_USER_ID.sub("@" + ZWSP, defuse(text)), quote=False)
+    """Text as HTML: escaped, "@room" defused. A user id stays as typed, so a person can copy theirs (a refusal names
+    it for ALLOWED_USERS): the empty m.mentions already keeps it from notifying anyone, and an old server's rule
+    matches the localpart, which a zero-width space after the "@" would not hide."""
+    return html.escape(defuse(text), quote=False)
 
 
 def _esc_code(code: str) -> str:

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from mautrix.client import ClientAPI
 from mautrix.types import EventType, Obj, RoomID
 
+from adapters.matrix.buttons import BUTTONS_FIELD, Offered, keyed, legend
 from adapters.matrix.limits import MATRIX_TYPING_MS
 from adapters.matrix.render import answer_contents
-from core import Assistant, Error, QuietReply
+from adapters.matrix.send import Sender, as_obj, replying
+from core import Allow, Assistant, Button, Error, QuietReply
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +28,10 @@ class RoomReply(QuietReply):
     and the part's index: a send that is tried again (the same process, or another one after a crash between the
     homeserver taking it and the core recording it) is the same event, not a second one."""
 
-    def __init__(self, client: ClientAPI, room_id: str, event_id: str) -> None:
-        """Answer the event `event_id` in `room_id`."""
+    def __init__(self, client: ClientAPI, room_id: str, event_id: str, sender: Sender, *, reply: bool = False) -> None:
+        """Answer the event `event_id` in `room_id` (`reply`: each part a reply to it, as in a group room)."""
         self.client, self.room_id, self.event_id = client, room_id, event_id
+        self.sender, self.reply_to = sender, event_id if reply else None
 
     @contextlib.asynccontextmanager
     async def working(self) -> AsyncIterator[None]:
@@ -55,16 +60,35 @@ class RoomReply(QuietReply):
         if answer.sent_parts >= len(contents):
             log.info("answer of turn %s was sent before its process died; not sent again", answer.turn_id)
             return
+        offered = keyed([Button(ask.label, Allow(ask.id)) for ask in answer.asks]) if answer.asks else []
         for i in range(answer.sent_parts, len(contents)):
-            await self._send(contents[i], f"answer.{i}")
+            last = i == len(contents) - 1
+            event_id = await self._send(self._offering(contents[i], offered) if last else contents[i], f"answer.{i}")
+            if last and offered:
+                await self.sender.offer(self.room_id, event_id, answer.text, offered, f"{self.event_id}.answer.{i}")
             yield i + 1
+
+    def _offering(self, message: Obj, offered: list[Offered]) -> Obj:
+        """The last part with the line naming its "Allow" reactions (none: unchanged)."""
+        if not offered:
+            return message
+        body: dict[str, Any] = dict(message.serialize())
+        line = legend(offered)
+        body["body"] = f"{body.get('body', '')}\n\n{line}"
+        body["formatted_body"] = f"{body.get('formatted_body', '')}<p>{html.escape(line)}</p>"
+        body[BUTTONS_FIELD] = [{"key": o.key, "label": o.label} for o in offered]
+        return as_obj(body)
 
     async def error(self, error: Error) -> None:
         """One line (split when long)."""
         for i, message in enumerate(answer_contents(error.message)):
             await self._send(message, f"error.{i}")
 
-    async def _send(self, message: Obj, what: str) -> None:
-        """One message's content, with a transaction id made of the event's id and `what`."""
+    async def _send(self, message: Obj, what: str) -> str:
+        """One message's content (a reply to the message in a group room), with a transaction id made of the event's
+        id and `what`; its event id."""
         txn = f"{self.event_id}.{what}"
-        await self.client.send_message_event(RoomID(self.room_id), EventType.ROOM_MESSAGE, message, txn_id=txn)
+        if self.reply_to:
+            message = as_obj(replying(dict(message.serialize()), self.reply_to))
+        room = RoomID(self.room_id)
+        return str(await self.client.send_message_event(room, EventType.ROOM_MESSAGE, message, txn_id=txn))

@@ -7,12 +7,12 @@ the channel; /export's file goes into the person's DM."""
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import replace
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.base import renamed
 from adapters.slack.buttons import answer_buttons
 from adapters.slack.constants import COMMAND
 from adapters.slack.incoming import command_incoming
@@ -24,12 +24,11 @@ log = logging.getLogger(__name__)
 
 HELP = "help"
 BY_NAME = {name: c for c in COMMANDS for name in (c.name, *c.aliases)}
-NAMED = re.compile(r"(?<![\w/<])/(" + "|".join(sorted(BY_NAME, key=len, reverse=True)) + r")\b")
 
 
 def on_slack(text: str) -> str:
     """A command answer's `/tasks`, `/remind …` as Slack runs them: `/assistant tasks`, `/assistant remind …`."""
-    return NAMED.sub(lambda m: f"{COMMAND} {m.group(1)}", text)
+    return renamed(text, lambda name: f"{COMMAND} {name}")
 
 
 def parse(text: str) -> tuple[str, str]:

@@ -12,16 +12,17 @@ from aiohttp import web
 
 from core.front_door import Core
 from core.storage.db import Pool
-from tests.adapter_kit import discord_driver, slack_driver, telegram_driver
+from tests.adapter_kit import discord_driver, matrix_driver, slack_driver, telegram_driver
 from tests.adapter_kit.driver import Driver, Who
 from tests.conftest import MakeCore
 from tests.fake_discord import FakeDiscord
+from tests.fake_matrix import FakeMatrix
 from tests.fake_openai import FakeOpenAI
 from tests.fake_slack import FakeSlack
 from tests.fake_telegram import FakeTelegram
 from tests.test_web_fetch import Site, article, html
 
-PLATFORMS = ["telegram", "discord", "slack"]
+PLATFORMS = ["telegram", "discord", "slack", "matrix"]
 OTHER_MODEL = "fake-big"  # LLM_MODELS: a second model on offer (the first is LLM_MODEL), so /model offers a choice
 
 
@@ -48,7 +49,7 @@ async def driver(
     """The platform's adapter, started against its fake on a Core where the owner is an admin, the friend may use
     the bot and the stranger may not; in Berlin's time zone, with two models on offer, and `site` readable."""
     platform: str = request.param
-    fakes = {"telegram": FakeTelegram, "discord": FakeDiscord, "slack": FakeSlack}
+    fakes = {"telegram": FakeTelegram, "discord": FakeDiscord, "slack": FakeSlack, "matrix": FakeMatrix}
     async with fakes[platform]() as fake:
         users: Mapping[Who, int | str]
         build: Callable[[FakeOpenAI, Core, Pool], Driver]
@@ -58,9 +59,12 @@ async def driver(
         elif isinstance(fake, FakeDiscord):
             settings, users = discord_driver.DiscordDriver.settings(fake), discord_driver.USERS
             build = partial(discord_driver.DiscordDriver, fake)
-        else:
+        elif isinstance(fake, FakeSlack):
             settings, users = slack_driver.SlackDriver.settings(fake), slack_driver.USERS_IN_TEAM
             build = partial(slack_driver.SlackDriver, fake)
+        else:
+            settings, users = matrix_driver.MatrixDriver.settings(fake), matrix_driver.USERS
+            build = partial(matrix_driver.MatrixDriver, fake)
         core = make_core(
             **settings,
             ADMINS=f"{platform}:{users['owner']}",

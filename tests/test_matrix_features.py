@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from adapters.matrix.buttons import BUTTONS_FIELD
-from adapters.matrix.incoming import StoredFile, files_of, update_id, without_mention
+from adapters.matrix.incoming import StoredFile, files_of, mentions, update_id, without_mention
 from core import SENT_PRIVATELY, Incoming, ReminderMessage
 from core.storage.db import Pool
 from tests.fake_matrix import BOT, BOT_NAME, FakeMatrix, Room
@@ -104,6 +104,13 @@ def test_files_people_send_become_the_cores_uploads() -> None:
     assert files_of({"msgtype": "m.file", "body": "x.pdf", "url": "https://elsewhere/x.pdf"}, "") == ()
     assert without_mention(f"{BOT_NAME}: hello", BOT, BOT_NAME) == "hello"
     assert without_mention(f"{BOT}, hello", BOT, BOT_NAME) == "hello"
+
+    def said(body: str) -> dict[str, object]:
+        return {"content": {"body": body}}
+
+    assert mentions(said(f"hey {BOT_NAME.upper()}, hi"), BOT, BOT_NAME) and mentions(said(f"{BOT} hi"), BOT, BOT_NAME)
+    assert not mentions(said(f"not{BOT_NAME} or {BOT_NAME}x"), BOT, BOT_NAME)
+    assert mentions({"content": {"body": "hi", "m.mentions": {"user_ids": [BOT]}}}, BOT, BOT_NAME)
 
 
 async def test_link_joins_a_matrix_and_a_telegram_identity_into_one_account(

@@ -150,11 +150,13 @@ def without_mention(text: str, bot: str, name: str) -> str:
 
 
 def mentions(event: dict[str, Any], bot: str, name: str) -> bool:
-    """Whether the message is for the bot: its id in m.mentions, or its display name in the text."""
+    """Whether the message is for the bot: its id in m.mentions, or its id or display name typed as a word ("Bot" in
+    "robot" is not a mention)."""
     content = event.get("content") or {}
     if bot in ((content.get("m.mentions") or {}).get("user_ids") or []):
         return True
-    return bool(name) and name.casefold() in str(content.get("body", "")).casefold()
+    body = str(content.get("body", ""))
+    return any(typed and re.search(rf"(?<!\w){re.escape(typed)}(?!\w)", body, re.IGNORECASE) for typed in (bot, name))
 
 
 def received(

@@ -13,12 +13,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from core import COMMANDS, Outbox
+from core import COMMANDS, Incoming, Outbox, Quoted
 
 log = logging.getLogger(__name__)
 
 _NAMES = sorted({name for c in COMMANDS for name in (c.name, *c.aliases)}, key=len, reverse=True)
 _NAMED = re.compile(r"(?<![\w/<!])/(" + "|".join(_NAMES) + r")\b")  # a /command named in a text, not a path's part
+
+
+def stored_incoming(fields: dict[str, Any]) -> Incoming:
+    """An Incoming back from an inbox payload's JSON (its uploads are not stored: an adapter adds them again)."""
+    attachments, quoted = tuple(fields["attachments"]), tuple(Quoted(**q) for q in fields["quoted"])
+    return Incoming(**{**fields, "attachments": attachments, "quoted": quoted, "uploads": ()})
 
 
 def renamed(text: str, typed: Callable[[str], str]) -> str:

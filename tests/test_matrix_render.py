@@ -275,3 +275,10 @@ def test_a_full_part_of_the_widest_characters_fits_an_event(char: str) -> None:
     for c in answer_contents(char * 40_000):
         event = json.dumps(c.serialize(), ensure_ascii=False, separators=(",", ":")).encode()
         assert len(event) <= 65_536 - 1_000  # the PDU limit, with room for the event's other fields
+
+
+def test_a_cut_before_an_at_room_that_followed_a_letter_defuses_it() -> None:
+    for zeros in range(MATRIX_MIN_LIMIT - 30, MATRIX_MIN_LIMIT + 5):  # "0@room" pings nobody; "@room" alone would
+        for c in answer_contents("0" * zeros + "@room and more", limit=MATRIX_MIN_LIMIT):
+            shown = html.unescape(re.sub(r"<[^>]*>", "", c["formatted_body"]))
+            assert not ROOM_PING.search(c["body"]) and not ROOM_PING.search(shown)

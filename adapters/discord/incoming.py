@@ -10,6 +10,7 @@ from typing import Any
 
 import discord
 
+from adapters.base import stored_incoming
 from adapters.discord.files import StoredFile, files_of, gif_names
 from core import Incoming, Quoted, sticker_text
 
@@ -48,13 +49,7 @@ class StoredMessage:
     def from_payload(cls, payload: dict[str, Any]) -> StoredMessage:
         """A stored message back from the inbox's JSON."""
         fields = payload["incoming"]
-        incoming = Incoming(
-            **{
-                **fields,
-                "attachments": tuple(fields["attachments"]),
-                "quoted": tuple(Quoted(**q) for q in fields["quoted"]),
-            }
-        )
+        incoming = stored_incoming(fields)
         guild = payload["guild_id"]
         files = tuple(StoredFile.from_json(f) for f in payload.get("files", []))  # none in what a version before stored
         return cls(incoming, int(payload["channel_id"]), int(guild) if guild is not None else None, files)

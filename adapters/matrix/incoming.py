@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from core import Incoming, Quoted, UploadKind
+from adapters.base import stored_incoming
+from core import Incoming, UploadKind
 
 TEXT_TYPES = frozenset({"m.text", "m.notice", "m.emote"})
 FILE_TYPES = frozenset({"m.file", "m.image", "m.audio"})
@@ -63,14 +64,7 @@ class StoredMessage:
     def from_payload(cls, payload: dict[str, Any]) -> StoredMessage:
         """A stored message back from the inbox's JSON."""
         fields = payload["incoming"]
-        incoming = Incoming(
-            **{
-                **fields,
-                "attachments": tuple(fields["attachments"]),
-                "quoted": tuple(Quoted(**q) for q in fields["quoted"]),
-                "uploads": (),
-            }
-        )
+        incoming = stored_incoming(fields)
         extra = {k: payload[k] for k in ("kind", "command", "args", "target", "key") if k in payload}
         files = tuple(StoredFile(**f) for f in payload.get("files", []))
         return cls(incoming, payload["room_id"], payload["event_id"], files=files, **extra)

@@ -200,8 +200,10 @@ def _plain_size(markup: str) -> int:
 
 
 def html_parts(markup: str, limit: int = MATRIX_TEXT_LIMIT) -> list[str]:
-    """HTML split into parts whose HTML and plain body are both within `limit`; parts showing nothing dropped."""
-    return [p for p in split_both(markup, limit, _plain_size) if body_of(p).strip()]
+    """HTML split into parts whose HTML and plain body are both within `limit`; parts showing nothing dropped. A cut
+    can leave a "@room" that followed a letter (not a ping there) at the start of a part, where it reads as one: each
+    part is defused again, which adds a character at most (room is kept for it)."""
+    return [defuse(p) for p in split_both(markup, limit - 1, _plain_size) if body_of(p).strip()]
 
 
 def answer_parts(

@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from core import Incoming, Quoted, UploadKind
+from adapters.base import stored_incoming
+from core import Incoming, UploadKind
 
 MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 LINK = re.compile(r"<((?:https?|mailto):[^|>]+)(?:\|([^>]*))?>")
@@ -66,14 +67,7 @@ class StoredMessage:
     def from_payload(cls, payload: dict[str, Any]) -> StoredMessage:
         """A stored message back from the inbox's JSON."""
         fields = payload["incoming"]
-        incoming = Incoming(
-            **{
-                **fields,
-                "attachments": tuple(fields["attachments"]),
-                "quoted": tuple(Quoted(**q) for q in fields["quoted"]),
-                "uploads": (),
-            }
-        )
+        incoming = stored_incoming(fields)
         files = tuple(StoredFile(**f) for f in payload.get("files", []))
         return cls(incoming, payload["channel"], payload["ts"], payload["thread_ts"], files)
 

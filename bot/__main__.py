@@ -116,7 +116,13 @@ def given_settings(args: argparse.Namespace) -> dict[str, object]:
 
 def terminal_chat(args: argparse.Namespace, settings: Settings) -> bool:
     """Whether this start opens the terminal chat: `bot` (or `bot run`) with no platform token."""
-    tokens = (settings.TELEGRAM_BOT_TOKEN, settings.DISCORD_BOT_TOKEN, settings.SLACK_BOT_TOKEN)
+    tokens = (
+        settings.TELEGRAM_BOT_TOKEN,
+        settings.DISCORD_BOT_TOKEN,
+        settings.SLACK_BOT_TOKEN,
+        settings.MATRIX_ACCESS_TOKEN,
+        settings.MATRIX_PASSWORD,
+    )
     return args.command in (None, "run") and all(token is None for token in tokens)
 
 

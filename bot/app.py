@@ -40,7 +40,13 @@ async def run_bot(
             answer, answered = await console.ask_once(core, ask_text, fresh=not ask_continue)
             print(answer)
             return core.exit_code if core.exit_code is not None else 0 if answered else 1
-        tokens = (settings.TELEGRAM_BOT_TOKEN, settings.DISCORD_BOT_TOKEN, settings.SLACK_BOT_TOKEN)
+        tokens = (
+            settings.TELEGRAM_BOT_TOKEN,
+            settings.DISCORD_BOT_TOKEN,
+            settings.SLACK_BOT_TOKEN,
+            settings.MATRIX_ACCESS_TOKEN,
+            settings.MATRIX_PASSWORD,
+        )
         if all(token is None for token in tokens):
             return await run_console(core)
         return await run_platforms(settings, core)

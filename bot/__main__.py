@@ -23,6 +23,7 @@ from adapters.slack import config_problem as slack_problem
 from adapters.telegram import config_problem as telegram_problem
 from bot import remote
 from bot.hosts import ALL_INTERFACES, LOOPBACK, is_loopback
+from bot.platforms import configured
 from bot.remote import TOKEN_ENV
 from bot.setting_names import warn_of_unknown_names
 from core import (
@@ -70,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "run",
         help="run the bot (the default)",
-        description="Run the bot: Telegram and Discord when their tokens are set, else a chat in this terminal, "
-        "until Ctrl-C or SIGTERM.",
+        description="Run the bot: each platform whose settings are given (Telegram, Discord, Slack, Matrix), "
+        "else a chat in this terminal, until Ctrl-C or SIGTERM.",
     )
     ask = sub.add_parser(
         "ask",
@@ -116,14 +117,7 @@ def given_settings(args: argparse.Namespace) -> dict[str, object]:
 
 def terminal_chat(args: argparse.Namespace, settings: Settings) -> bool:
     """Whether this start opens the terminal chat: `bot` (or `bot run`) with no platform token."""
-    tokens = (
-        settings.TELEGRAM_BOT_TOKEN,
-        settings.DISCORD_BOT_TOKEN,
-        settings.SLACK_BOT_TOKEN,
-        settings.MATRIX_ACCESS_TOKEN,
-        settings.MATRIX_PASSWORD,
-    )
-    return args.command in (None, "run") and all(token is None for token in tokens)
+    return args.command in (None, "run") and not configured(settings)
 
 
 def on_this_machine(args: argparse.Namespace, settings: Settings) -> bool:
@@ -170,7 +164,7 @@ def log_level(settings: Settings, debug: bool) -> int:
         return logging.DEBUG
     if settings.LOG_LEVEL is not None:
         return logging.getLevelNamesMapping()[settings.LOG_LEVEL]
-    return logging.INFO if settings.TELEGRAM_BOT_TOKEN or settings.DISCORD_BOT_TOKEN else logging.WARNING
+    return logging.INFO if configured(settings) else logging.WARNING
 
 
 def configure_logging(level: int) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from adapters import console
 from adapters.base import Adapter
 from bot.hosts import ALL_INTERFACES, LOOPBACK, is_loopback
+from bot.platforms import configured
 from core import API_PLATFORM, Core, Outbox, Settings, open_core
 
 if TYPE_CHECKING:  # the web server, the HTTP API and each platform's library load only when this start uses them
@@ -40,14 +41,7 @@ async def run_bot(
             answer, answered = await console.ask_once(core, ask_text, fresh=not ask_continue)
             print(answer)
             return core.exit_code if core.exit_code is not None else 0 if answered else 1
-        tokens = (
-            settings.TELEGRAM_BOT_TOKEN,
-            settings.DISCORD_BOT_TOKEN,
-            settings.SLACK_BOT_TOKEN,
-            settings.MATRIX_ACCESS_TOKEN,
-            settings.MATRIX_PASSWORD,
-        )
-        if all(token is None for token in tokens):
+        if not configured(settings):
             return await run_console(core)
         return await run_platforms(settings, core)
 
@@ -139,28 +133,12 @@ async def run_platforms(settings: Settings, core: Core) -> int:
     """Start every configured platform adapter and the reminders, and run until interrupted."""
     adapters: list[Adapter] = []
     hooks: list[tuple[str, Handler]] = []  # (path, handler) of each webhook the web server takes
-    if settings.TELEGRAM_BOT_TOKEN is not None:
-        from adapters.telegram import TelegramAdapter
-
-        telegram = TelegramAdapter(core, settings)
-        adapters.append(telegram)
-        if telegram.webhook_path is not None:
-            hooks.append((telegram.webhook_path, telegram.on_webhook))
-    if settings.DISCORD_BOT_TOKEN is not None:
-        from adapters.discord import DiscordAdapter
-
-        adapters.append(DiscordAdapter(core, settings))
-    if settings.SLACK_BOT_TOKEN is not None:
-        from adapters.slack import SlackAdapter
-
-        slack = SlackAdapter(core, settings)
-        adapters.append(slack)
-        if slack.webhook_path is not None:
-            hooks.append((slack.webhook_path, slack.on_webhook))
-    if settings.MATRIX_ACCESS_TOKEN is not None or settings.MATRIX_PASSWORD is not None:
-        from adapters.matrix import MatrixAdapter
-
-        adapters.append(MatrixAdapter(core, settings))
+    for platform in configured(settings):
+        adapter = platform.make(core, settings)
+        adapters.append(adapter)
+        path, handler = getattr(adapter, "webhook_path", None), getattr(adapter, "on_webhook", None)
+        if path is not None and handler is not None:  # Telegram's webhook, Slack's Events API
+            hooks.append((path, handler))
     if not adapters:
         return 2
     started: list[Adapter] = []

@@ -5,14 +5,17 @@ meant (never its value) and the start goes on; a slow first start of the embedde
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 from pathlib import Path
 
 import pytest
 
-from bot.__main__ import build_parser, main, parse_args
+from bot.__main__ import build_parser, log_level, main, parse_args, terminal_chat
+from bot.platforms import PLATFORMS, configured
 from bot.setting_names import NOT_BUILT_YET, known_names, prefixes, unknown_name_lines
 from core import Settings
+from core.settings import load_settings
 from core.storage.embedded import said_if_slow, start_embedded
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.test_console import bot_cli
@@ -127,3 +130,20 @@ def test_a_slow_start_of_the_embedded_database_says_what_it_does_on_stderr(
     with said_if_slow("Starting the local database…", 60):  # a fast step says nothing
         pass
     assert capsys.readouterr() == ("", "")
+
+
+PLATFORM_SETTINGS = {  # each platform's settings alone
+    "telegram": {"TELEGRAM_BOT_TOKEN": "123:abc"},
+    "discord": {"DISCORD_BOT_TOKEN": "x" * 30},
+    "slack": {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"},
+    "matrix": {"MATRIX_HOMESERVER": "https://m.example", "MATRIX_USER_ID": "@b:m.example", "MATRIX_PASSWORD": "pw"},
+}
+
+
+@pytest.mark.parametrize("name", [p.name for p in PLATFORMS])
+def test_any_one_platform_alone_runs_it_not_the_terminal_chat(name: str) -> None:
+    settings = load_settings(LLM_API_KEY="sk-x", **PLATFORM_SETTINGS[name])
+    assert [p.name for p in configured(settings)] == [name]
+    assert not terminal_chat(parse_args([]), settings) and log_level(settings, debug=False) == logging.INFO
+    bare = load_settings(LLM_API_KEY="sk-x")
+    assert terminal_chat(parse_args([]), bare) and log_level(bare, debug=False) == logging.WARNING

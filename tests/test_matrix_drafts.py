@@ -9,11 +9,13 @@ from typing import Any
 
 from mautrix.errors import MatrixRequestError
 
+from adapters.matrix.buttons import BUTTONS_FIELD
 from adapters.matrix.draft import MORE, Draft
 from adapters.matrix.limits import MATRIX_DRAFT_AFTER_S, MATRIX_DRAFT_EDITS, MATRIX_DRAFT_EVERY_S, MATRIX_TEXT_LIMIT
 from adapters.matrix.render import answer_contents
 from adapters.matrix.reply import RoomReply
-from core import Assistant
+from core import Assistant, Error
+from core.types import Ask
 from tests.fake_matrix import BOT, FakeMatrix, Room
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import WAIT_S
@@ -236,3 +238,35 @@ async def test_a_draft_whose_first_send_was_lost_is_found_again_for_the_answer()
     await draft.add("two")
     assert draft.event_id is None and await draft.sent() == "$draft:fake.test" and calls == ["$q.draft"] * 2
     assert await Draft(put, "$r.draft", reply_to=None).sent() is None  # never tried: no draft
+
+
+async def test_the_draft_carries_the_answers_reactions_and_an_error_replaces_it(
+    start: Start,  # noqa: F811
+    mx: FakeMatrix,  # noqa: F811
+) -> None:
+    adapter = await start()
+    room = await joined(mx, mx.direct(ALICE))
+    client, sender = adapter.client, adapter.sender
+    assert client is not None and sender is not None
+    slow = Ticks(MATRIX_DRAFT_EVERY_S + 0.5)
+
+    asking = RoomReply(client, room.id, "$asked1:fake.test", sender, clock=slow)
+    for piece in ["May I ", "send it?"]:
+        await asking.draft(piece)
+    [draft] = bots(mx, room.id)
+    asked = Assistant("May I send it?", None, asks=(Ask(7, "Allow mail: send_email"),))
+    assert [n async for n in asking.answer(asked)] == [1]
+    [final] = mx.edits(draft["event_id"])
+    assert final["content"]["m.new_content"][BUTTONS_FIELD] == [{"key": "1️⃣", "label": "Allow mail: send_email"}]
+    assert [r["content"]["m.relates_to"]["key"] for r in mx.reactions(draft["event_id"])] == ["1️⃣"]  # under the draft
+    assert await sender.kept(draft["event_id"]) is not None  # a press on the draft's reaction finds its button
+
+    failing = RoomReply(client, room.id, "$asked2:fake.test", sender, clock=slow)
+    for piece in ["Half an ", "answer, then "]:
+        await failing.draft(piece)
+    stale = bots(mx, room.id)[-1]
+    await failing.error(Error("llm_unavailable", "The model stopped answering. Your message is saved."))
+    [line] = mx.edits(stale["event_id"])
+    assert txn_of(mx, line["event_id"]) == "$asked2:fake.test.error.0"
+    assert mx.text(stale["event_id"]) == "The model stopped answering. Your message is saved."
+    assert_pings_nobody(bots(mx, room.id))

@@ -33,10 +33,12 @@ class RoomReply(QuietReply):
 
     A slow answer streams as a draft (draft.py) that the answer's first part then replaces: an m.replace edit with the
     part's own transaction id, so a stored answer sent again is still that same event. A client without edits shows
-    the draft and then the answer as "* " and its text (the spec's fallback). A process that dies after the draft and
-    before the answer leaves it to the next one, which runs the turn again: a slow rerun's draft has the same
-    transaction id, so the homeserver gives back the old draft and the rerun edits it into the answer; a quick rerun
-    (or an answer stored before the crash) is sent as new messages, and the old draft stays as it was, ending in "…"."""
+    the draft and then the answer as "* " and its text (the spec's fallback). An error answer replaces the draft the
+    same way; a turn a shutdown cuts short leaves it, followed by the "cut short" note. A process that dies after the
+    draft and before the answer leaves it to the next one, which runs the turn again: a slow rerun's draft has the
+    same transaction id, so the homeserver gives back the old draft and the rerun edits it into the answer; a quick
+    rerun (or an answer stored before the crash) is sent as new messages, and the old draft stays as it was, ending
+    in "…"."""
 
     def __init__(
         self,
@@ -91,11 +93,7 @@ class RoomReply(QuietReply):
         for i in range(answer.sent_parts, len(contents)):
             last = i == len(contents) - 1
             message = self._offering(contents[i], offered) if last else contents[i]
-            if i == 0 and draft is not None:
-                event_id = draft  # reactions and later edits go to the message people see, the draft
-                await self._put(editing(dict(message.serialize()), draft), f"{self.event_id}.answer.0")
-            else:
-                event_id = await self._send(message, f"answer.{i}")
+            event_id = await self._send(message, f"answer.{i}", replacing=draft if i == 0 else None)
             if last and offered:
                 await self.sender.offer(self.room_id, event_id, answer.text, offered, f"{self.event_id}.answer.{i}")
             yield i + 1
@@ -112,14 +110,20 @@ class RoomReply(QuietReply):
         return as_obj(body)
 
     async def error(self, error: Error) -> None:
-        """One line (split when long)."""
+        """One line (split when long); it replaces the draft of an answer that failed while it streamed, if any."""
+        draft = await self._draft.sent()
         for i, message in enumerate(answer_contents(error.message)):
-            await self._send(message, f"error.{i}")
+            await self._send(message, f"error.{i}", replacing=draft if i == 0 else None)
 
-    async def _send(self, message: Obj, what: str) -> str:
-        """One message's content (a reply to the message in a group room), with a transaction id made of the event's
-        id and `what`; its event id."""
-        return await self._put(replying(dict(message.serialize()), self.reply_to), f"{self.event_id}.{what}")
+    async def _send(self, message: Obj, what: str, *, replacing: str | None = None) -> str:
+        """One message's content (a reply to the message in a group room), or an edit of the draft `replacing`, with
+        a transaction id made of the event's id and `what`; the event id people see it under (the draft's, for an
+        edit: its reactions and later edits go there)."""
+        txn = f"{self.event_id}.{what}"
+        if replacing is not None:
+            await self._put(editing(dict(message.serialize()), replacing), txn)
+            return replacing
+        return await self._put(replying(dict(message.serialize()), self.reply_to), txn)
 
     async def _put(self, body: dict[str, Any], txn: str) -> str:
         """One m.room.message with the transaction id `txn`; its event id."""

@@ -17,6 +17,13 @@ MATRIX_BUTTON_LABEL = 75  # no buttons in Matrix: a reaction's or a line's label
 MATRIX_SYNC_TIMEOUT_MS = 30_000  # one /sync long poll
 MATRIX_SYNC_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits after failed syncs, the last one repeated
 MATRIX_TYPING_MS = 30_000  # one typing notice lasts this long; renewed at half of it while the turn runs
+# a slow answer is shown while it is written, as a draft message edited in place; every edit is one more event in the
+# room's history (and in every client's timeline), so they are rare: the first draft once the answer has been streaming
+# this long (a quick answer gets none), then an edit at most every this often, at most this many edits an answer
+MATRIX_DRAFT_AFTER_S = 2.0
+MATRIX_DRAFT_EVERY_S = 2.0
+MATRIX_DRAFT_EDITS = 10
+MATRIX_DRAFT_TIMEOUT_S = 2.0  # a draft's send that takes longer is not worth waiting for (the answer goes on)
 MATRIX_CUT_NOTE_S = 2.0  # sending the "cut short" note at a stop
 MATRIX_EVENT_BYTES = 65_536  # the spec's limit of one event (its JSON, with the homeserver's own fields)
 MATRIX_EVENT_HEADROOM = 2_048  # left of it for the fields the homeserver adds (ids, signatures, timestamps)

@@ -39,6 +39,7 @@ LINK_SCHEMES = ("http://", "https://", "mailto:")  # hrefs made into links; othe
 _MD = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
 _INLINE_TAGS = {"strong": "strong", "em": "em", "s": "del"}
 _ROOM = re.compile(r"(?<!\w)@(?=room(?!\w))", re.IGNORECASE)
+_LEADING_ROOM = re.compile(r"^((?:<[^>]*>|\s)*)@(?=room(?!\w))", re.IGNORECASE)  # a part's text starting "@room"
 _PERSON_LINK = re.compile(r"https?://matrix\.to/#/(?:@|%40)", re.IGNORECASE)
 _LANGUAGE = re.compile(r"[A-Za-z0-9_+#.\-]{1,32}")
 
@@ -201,9 +202,13 @@ def _plain_size(markup: str) -> int:
 
 def html_parts(markup: str, limit: int = MATRIX_TEXT_LIMIT) -> list[str]:
     """HTML split into parts whose HTML and plain body are both within `limit`; parts showing nothing dropped. A cut
-    can leave a "@room" that followed a letter (not a ping there) at the start of a part, where it reads as one: each
-    part is defused again, which adds a character at most (room is kept for it)."""
-    return [defuse(p) for p in split_both(markup, limit - 1, _plain_size) if body_of(p).strip()]
+    can leave a "@room" that followed a letter (not a ping there) at the start of a part, where it reads as one: it is
+    defused there, a character more at most (room is kept for it)."""
+    return [
+        _LEADING_ROOM.sub(r"\1@" + ZWSP, p, count=1)
+        for p in split_both(markup, limit - 1, _plain_size)
+        if body_of(p).strip()
+    ]
 
 
 def answer_parts(

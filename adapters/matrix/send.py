@@ -47,6 +47,21 @@ def replying(body: dict[str, Any], event_id: str | None) -> dict[str, Any]:
     return body
 
 
+def editing(new: dict[str, Any], event_id: str) -> dict[str, Any]:
+    """The content that makes `event_id` read `new` (an m.replace edit); its own body is "* " and the new text, the
+    spec's fallback for clients without edits (they show it as one more message)."""
+    new = {k: v for k, v in new.items() if k != "m.relates_to"}  # an edit keeps the original's reply, if any
+    body = {
+        **new,
+        "body": f"* {new.get('body', '')}",
+        "m.new_content": new,
+        "m.relates_to": {"rel_type": "m.replace", "event_id": event_id},
+    }
+    if "formatted_body" in new:
+        body["formatted_body"] = f"* {new['formatted_body']}"
+    return body
+
+
 def mentioning(body: dict[str, Any], user: str, name: str) -> dict[str, Any]:
     """The content starting with a mention of `user` (a pill), the only one it notifies."""
     shown = name or user
@@ -129,15 +144,7 @@ class Sender:
         """A pressed message now reads `text`, without buttons: edited in place, the bot's reactions taken away."""
         await self.core.kept.put(self._buttons_key(event_id), "")
         new = messages(text)[-1]  # what the pressed (last) message of the text now reads
-        body = {
-            **new,
-            "body": f"* {new.get('body', '')}",
-            "m.new_content": new,
-            "m.relates_to": {"rel_type": "m.replace", "event_id": event_id},
-        }
-        if "formatted_body" in new:
-            body["formatted_body"] = f"* {new['formatted_body']}"
-        await self.send(room_id, body, f"{txn}.edit")
+        await self.send(room_id, editing(new, event_id), f"{txn}.edit")
         for reaction in kept.reactions:
             try:
                 await self.client.redact(RoomID(room_id), EventID(reaction))

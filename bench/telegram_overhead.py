@@ -676,6 +676,8 @@ async def part_bot(
         status |= int(head.missed())
         if floor is not None:
             status |= int(not print_ratio(head, floor))
+        if work is not None:
+            print_ratio(head, work, "bot/work floor", None)
         print()
         if args.breakdown_turns:
             await part_breakdown(rig, args.breakdown_turns, pacing)

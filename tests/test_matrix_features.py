@@ -4,7 +4,7 @@ delivered twice presses once, files people send become the core's uploads, /link
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from adapters.matrix.buttons import BUTTONS_FIELD
 from adapters.matrix.incoming import StoredFile, files_of, mentions, update_id, without_mention
@@ -68,10 +68,14 @@ async def test_a_reaction_delivered_twice_presses_once_and_anothers_is_refused_p
     reminder = await adapter.send_reminder(msg)
     assert reminder is not None
     assert [b["label"] for b in mx.event(reminder)["content"][BUTTONS_FIELD]] == ["✅ Done", "😴 10 min", "😴 1 h"]
+    buttons_row = "SELECT expires_at - updated_at FROM platform_state WHERE key LIKE '%:buttons:' || $1"
+    assert await pool.fetchval(buttons_row, reminder) == timedelta(days=adapter.core.settings.RETENTION_DAYS)
     mx.join(room, MALLORY)
     mx.react(room, MALLORY, reminder, "✅")  # not hers: told in her own direct room
     await mx.wait_for(lambda: len(directs_of(mx, MALLORY)) == 1, WAIT_S, what="Mallory's direct room")
     [hers] = directs_of(mx, MALLORY)
+    owner = "SELECT owner FROM platform_state WHERE value = $1"
+    assert await pool.fetchval(owner, hers.id) == f"matrix:{MALLORY}"  # her direct room goes with her /forget_me
     await mx.wait_for(lambda: len(answers(mx, hers.id)) == 1, WAIT_S, what="the refusal")
     assert "Only the person" in answers(mx, hers.id)[0]
     assert await pool.fetchval("SELECT status FROM tasks") == "pending"
@@ -79,6 +83,7 @@ async def test_a_reaction_delivered_twice_presses_once_and_anothers_is_refused_p
     await mx.wait_for(lambda: len(mx.edits(reminder)) == 1, WAIT_S, what="the reminder edited")
     assert await pool.fetchval("SELECT status FROM tasks") == "done"
     await mx.wait_for(lambda: mx.reactions(reminder) == [], WAIT_S, what="the bot's reactions taken away")
+    assert await pool.fetchval(buttons_row, reminder) is None  # spent: its row is gone, not kept blank
     mx.redeliver(pressed)  # the same reaction again: the inbox has it
     mx.say(room, ALICE, "!tasks")  # answered after the redelivery (one room's events go in order)
     await mx.wait_for(lambda: len(answers(mx, room.id)) == 2, WAIT_S, what="the next answer")

@@ -242,6 +242,8 @@ async def test_forget_me_asks_then_leaves_no_row_of_the_person_in_any_table(
     )
     await core.pool.execute("INSERT INTO link_tries (user_id, wrong, first_wrong_at) VALUES ($1, 1, now())", ANN_DC_ID)
     assert await core.pool.fetchval("SELECT count(*) FROM token_usage WHERE account_id = $1", ANN_ID) > 0
+    await core.kept.put(f"x:dm:{ANN_DC}", "her direct room", owner=f"discord:{ANN_DC}")  # what an adapter keeps of her
+    await core.kept.put(f"x:dm:{BOB_TG}", "his direct room", owner=f"telegram:{BOB_TG}")
     bob_before = tables_of(await traces(core.pool, [BOB_WORDS], []))
     bob_id = await core.pool.fetchval("SELECT id FROM users WHERE platform_user_id = $1", str(BOB_TG))
     assert await traces(core.pool, ANN_NEEDLES, [ANN_ID, ANN_DC_ID])
@@ -255,6 +257,7 @@ async def test_forget_me_asks_then_leaves_no_row_of_the_person_in_any_table(
     done = await core.command(ann("/forget_me confirm", platform="discord"), "forget_me", "confirm", must_answer=True)
     assert isinstance(done, str) and done.startswith("Done — I deleted your account") and "6 stored messages" in done
     assert await traces(core.pool, ANN_NEEDLES, [ANN_ID, ANN_DC_ID]) == []
+    assert await core.kept.get(f"x:dm:{ANN_DC}") is None and await core.kept.get(f"x:dm:{BOB_TG}") == "his direct room"
     assert tables_of(await traces(core.pool, [BOB_WORDS], [])) == bob_before  # Bob's rows, in the group too, all stay
     group = await core.pool.fetch(
         "SELECT m.role, m.content FROM messages m JOIN chats c ON c.id = m.chat_id WHERE c.platform_chat_id = $1"

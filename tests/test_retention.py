@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from core.reminders.engine import ReminderEngine
 from core.storage.db import Pool
+from core.storage.platform_state import PlatformState
 from core.storage.retention import PruneCursor, Pruned, prune, pruning
 
 NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
@@ -145,3 +146,17 @@ async def test_parked_mcp_calls_that_expired_long_ago_are_pruned(pool: Pool) -> 
         )  # fmt: skip
     assert await prune(pool, NOW, KEEP) == Pruned(confirmations=1)
     assert [r["server"] for r in await pool.fetch("SELECT server FROM mcp_confirmations")] == ["recent"]
+
+
+async def test_what_an_adapter_kept_for_a_while_goes_after_its_time_and_the_rest_stays(pool: Pool) -> None:
+    kept = PlatformState(pool)
+    await kept.put("buttons:old", "spent", keep=timedelta(microseconds=1))
+    await kept.put("buttons:new", "fresh", keep=timedelta(days=90))
+    await kept.put("sync", "s42")  # for good
+    await pool.execute("UPDATE platform_state SET expires_at = now() - interval '1 second' WHERE key = 'buttons:old'")
+    assert await kept.get("buttons:old") is None  # expired: as good as gone before retention runs
+    assert await prune(pool, datetime.now(UTC), KEEP) == Pruned(platform_state=1)
+    assert {r["key"] for r in await pool.fetch("SELECT key FROM platform_state")} == {"buttons:new", "sync"}
+    assert await kept.get("buttons:new") == "fresh" and await kept.get("sync") == "s42"
+    await kept.forget("buttons:new")
+    assert await kept.get("buttons:new") is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from mautrix.client import ClientAPI
@@ -124,7 +125,7 @@ class Sender:
     async def offer(self, room_id: str, event_id: str, text: str, offered: Sequence[Offered], txn: str) -> None:
         """Keep what the message's reactions press, then put them under it."""
         kept = Kept(text, tuple(offered))
-        await self.core.kept.put(self._buttons_key(event_id), kept.dumps())
+        await self._keep_buttons(event_id, kept)
         reactions = []
         for i, o in enumerate(offered):
             relates = {"m.relates_to": {"rel_type": "m.annotation", "event_id": event_id, "key": o.key}}
@@ -133,7 +134,12 @@ class Sender:
                     RoomID(room_id), EventType.REACTION, as_obj(relates), txn_id=f"{txn}.react.{i}"
                 )
             )
-        await self.core.kept.put(self._buttons_key(event_id), Kept(text, tuple(offered), tuple(reactions)).dumps())
+        await self._keep_buttons(event_id, Kept(text, tuple(offered), tuple(reactions)))
+
+    async def _keep_buttons(self, event_id: str, kept: Kept) -> None:
+        """Keep what a message's reactions press for as long as reminders' history is kept (RETENTION_DAYS)."""
+        keep = timedelta(days=self.core.settings.RETENTION_DAYS)
+        await self.core.kept.put(self._buttons_key(event_id), kept.dumps(), keep=keep)
 
     async def kept(self, event_id: str) -> Kept | None:
         """What a message's reactions press (None: not a message with buttons, or they were used)."""
@@ -142,7 +148,7 @@ class Sender:
 
     async def settle(self, room_id: str, event_id: str, kept: Kept, text: str, txn: str) -> None:
         """A pressed message now reads `text`, without buttons: edited in place, the bot's reactions taken away."""
-        await self.core.kept.put(self._buttons_key(event_id), "")
+        await self.core.kept.forget(self._buttons_key(event_id))
         new = messages(text)[-1]  # what the pressed (last) message of the text now reads
         await self.send(room_id, editing(new, event_id), f"{txn}.edit")
         for reaction in kept.reactions:
@@ -182,13 +188,13 @@ class Sender:
         room = await self.client.create_room(
             preset=RoomCreatePreset.TRUSTED_PRIVATE, is_direct=True, invitees=[UserID(user)]
         )
-        await self.core.kept.put(key, str(room))
+        await self.core.kept.put(key, str(room), owner=f"matrix:{user}")  # goes with their /forget_me
         await self.core.kept.put(f"{self.source}:room:{room}", DIRECT)
         return str(room)
 
     async def keep_direct(self, user: str, room_id: str) -> None:
         """A direct room a person opened with the bot is theirs."""
-        await self.core.kept.put(self._direct_key(user), room_id)
+        await self.core.kept.put(self._direct_key(user), room_id, owner=f"matrix:{user}")
 
     def _direct_key(self, user: str) -> str:
         return f"{self.source}:dm:{user}"

@@ -2,7 +2,8 @@
 (all of it deleted, every identity with it). Both cover the same rows, so what an export shows is what a forget
 deletes: the account, its identities, tasks and their reminders' history, memory, token usage, and the stored
 conversation: their private chats whole (the bot's answers and steps too) and, in groups, their own messages and
-the turns they started (the bot's answers to them), never other members' messages."""
+the turns they started (the bot's answers to them), never other members' messages. A forget also deletes what adapters
+kept about them (platform_state rows they own: their Matrix direct room), which is no content of theirs to export."""
 
 from __future__ import annotations
 
@@ -269,6 +270,8 @@ async def forget_account(
         await conn.execute(_SILENT_CHAT_SQL, platform, private_chat)
         await conn.execute("DELETE FROM refusal_notices WHERE chat_key = ANY($1::text[])", found["chat_keys"])
         await conn.execute(_SCRUB_INBOX_SQL, found["platforms"], [_id_vars(i) for i in found["platform_ids"]])
+        identities = [f"{p}:{i}" for p, i in zip(found["platforms"], found["platform_ids"], strict=True)]
+        await conn.execute("DELETE FROM platform_state WHERE owner = ANY($1::text[])", identities)  # sql/039
         # the account goes with what it owns (ON DELETE CASCADE): its identities, tasks and their occurrences,
         # memory blocks, archival notes, search words, and whatever later tables hang on the account
         await conn.execute("DELETE FROM users WHERE account_id = $1", account_id)

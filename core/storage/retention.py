@@ -1,7 +1,8 @@
 """Retention: rows that would otherwise pile up for ever are deleted after their time, in small batches.
 
 Reminder occurrences that ended (delivered, failed, skipped) and dead letters (updates that could not be stored)
-go after RETENTION_DAYS, refusal notices after a day. Two more tables forget on their own: `processes`
+go after RETENTION_DAYS, refusal notices after a day, what an adapter kept for a while (platform_state) after its
+time. Two more tables forget on their own: `processes`
 (core/storage/fleet.py, each beat) and handled `inbox` rows (core/storage/inbox.forget_done, the inbox's renewal
 loop). Conversations, tasks and memory are the user's and are never pruned.
 """
@@ -57,6 +58,12 @@ DELETE FROM mcp_confirmations WHERE expires_at < $1 AND ctid = ANY(ARRAY(
     SELECT ctid FROM mcp_confirmations WHERE expires_at < $1 LIMIT $2))
 """
 
+# What adapters kept for a while (sql/039: a message's buttons), once its time is up.
+_PLATFORM_STATE_SQL = """
+DELETE FROM platform_state WHERE expires_at < $1 AND ctid = ANY(ARRAY(
+    SELECT ctid FROM platform_state WHERE expires_at < $1 LIMIT $2))
+"""
+
 # Updates quarantined as dead letters (sql/035), kept as long as the history of reminders.
 _DEAD_LETTERS_SQL = """
 DELETE FROM dead_letters WHERE created_at < $1 AND ctid = ANY(ARRAY(
@@ -72,6 +79,7 @@ class Pruned:
     refusal_notices: int = 0
     confirmations: int = 0
     dead_letters: int = 0
+    platform_state: int = 0
 
 
 @dataclass
@@ -119,7 +127,8 @@ async def prune(
     cursor: PruneCursor | None = None,
 ) -> Pruned:
     """Delete ended occurrences scheduled before `now - keep_occurrences` (and parked MCP calls that expired then, and
-    dead letters kept since then), and refusal notices older than `now - keep_notices`, at most `batch` rows per
+    dead letters kept since then), refusal notices older than `now - keep_notices` and adapters' values expired by
+    `now`, at most `batch` rows per
     statement and `rounds` statements per table (`cursor`: where the last prune's pass over occurrences stopped; none:
     from the oldest)."""
     cutoff = now - keep_occurrences
@@ -127,7 +136,8 @@ async def prune(
     notices = await _delete_in_batches(pool, _NOTICES_SQL, now - keep_notices, batch, rounds)
     confirmations = await _delete_in_batches(pool, _CONFIRMATIONS_SQL, cutoff, batch, rounds)
     dead = await _delete_in_batches(pool, _DEAD_LETTERS_SQL, cutoff, batch, rounds)
-    return Pruned(occurrences, notices, confirmations, dead)
+    kept = await _delete_in_batches(pool, _PLATFORM_STATE_SQL, now, batch, rounds)
+    return Pruned(occurrences, notices, confirmations, dead, kept)
 
 
 async def _prune_once(pool: Pool, clock: Clock, keep_occurrences: timedelta, cursor: PruneCursor) -> None:

@@ -294,6 +294,7 @@ async def test_link_joins_a_slack_identity_with_a_telegram_one_and_tells_the_sla
     assert isinstance(said, str) and said.startswith(f"🔗 Linked with `slack:{TEAM}:{ALICE}` (Alice)")
     await sl.wait_for(lambda: len(sl.sent) == 1, WAIT_S, what="the note in Alice's Slack DM")
     assert sl.sent[0]["channel"] == sl.dm_of(ALICE) and "`telegram:100` (Ann) used your link code" in sl.sent[0]["text"]
+    assert "/assistant unlink separates" in sl.sent[0]["text"]  # the note names the command as typed on Slack
     asked = await sl.interact("slash_commands", sl.command(ALICE, sl.dm_of(ALICE), "/assistant", "whoami"))
     shown = (await sl.wait_answered(asked, WAIT_S)).responses[0]["text"]
     assert f"slack:{TEAM}:{ALICE}" in shown and "telegram:100" in shown

@@ -350,8 +350,10 @@ class SlackAdapter:
                     await post_parts(self.web, stored.channel, [FAILED], thread_ts=stored.thread_ts)
 
     async def send_reminder(self, msg: ReminderMessage) -> str | None:
-        """Push a reminder into its DM or channel with Done / Snooze (see send.deliver_reminder)."""
-        return await deliver_reminder(self.web, msg, reminder_buttons(msg.buttons, msg.task_id))
+        """Push a reminder into its DM or channel with Done / Snooze (see send.deliver_reminder); a command it names
+        (/link's note: "/unlink separates one again") as typed on Slack."""
+        said = replace(msg, text=commands.on_slack(msg.text))
+        return await deliver_reminder(self.web, said, reminder_buttons(msg.buttons, msg.task_id))
 
 
 def _posted(body: bytes, content_type: str) -> tuple[dict[str, Any], str]:

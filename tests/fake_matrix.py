@@ -10,9 +10,11 @@ wait on it with `wait_for` (never a sleep)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +58,14 @@ def _error(status: int, errcode: str, message: str) -> web.Response:
     return web.json_response({"errcode": errcode, "error": message}, status=status)
 
 
+def _membership(event: object, user: str) -> str:
+    """The membership an m.room.member event gives `user` ("": another event, or a malformed one)."""
+    if not isinstance(event, dict) or event.get("type") != "m.room.member" or event.get("state_key") != user:
+        return ""
+    content = event.get("content")
+    return str(content.get("membership", "")) if isinstance(content, dict) else ""
+
+
 class FakeMatrix(LoopbackServer):
     """A homeserver as far as the bot uses one."""
 
@@ -77,6 +87,12 @@ class FakeMatrix(LoopbackServer):
         self.drop_syncs = 0  # the next this many /sync answers are lost (the connection closes instead)
         self.logins: list[dict[str, Any]] = []
         self.typing: list[tuple[str, bool]] = []  # (room id, typing) of every typing notice the bot sent
+        # misbehaving: each /sync (send) answer is made by the next fault while any are left (given the real body)
+        self.sync_faults: list[Callable[[dict[str, Any]], web.StreamResponse]] = []
+        self.send_faults: list[Callable[[], web.Response]] = []
+        self.send_times: list[float] = []  # when each send (PUT …/send/…) arrived, faulty ones too (monotonic)
+        self.downloads: list[str] = []  # the media ids asked for, in order
+        self.hold_downloads: asyncio.Event | None = None  # set: downloads wait for it (a media repository that hangs)
         self._ids = itertools.count(1)
         self._clock = itertools.count(1)
         client, media = "/_matrix/client", "/_matrix/media"
@@ -123,7 +139,7 @@ class FakeMatrix(LoopbackServer):
 
     def event(self, event_id: str) -> dict[str, Any]:
         """An event by its id."""
-        return next(e.event for e in self.log if e.event["event_id"] == event_id)
+        return next(e.event for e in self.log if e.event.get("event_id") == event_id)
 
     def text(self, event_id: str) -> str:
         """A message's body as it reads now: the last m.replace edit's new content, if any."""
@@ -212,9 +228,14 @@ class FakeMatrix(LoopbackServer):
         extra = {"msgtype": msgtype, "filename": name, "url": url, "info": {"mimetype": mime, "size": len(data)}}
         return self.say(room, sender, caption or name, extra=extra)
 
+    def raw(self, room: Room, event: dict[str, Any]) -> None:
+        """Any event, however malformed, into the room's timeline exactly as given (no id or timestamp added)."""
+        self.log.append(Logged(len(self.log) + 1, room.id, event))
+        self._notify()
+
     def redeliver(self, event_id: str) -> None:
         """The same event once more, later in the log (as a sync that started from an older token sees it)."""
-        logged = next(e for e in self.log if e.event["event_id"] == event_id)
+        logged = next(e for e in self.log if e.event.get("event_id") == event_id)
         self.log.append(Logged(len(self.log) + 1, logged.room_id, dict(logged.event)))
         self._notify()
 
@@ -229,12 +250,12 @@ class FakeMatrix(LoopbackServer):
 
     def reactions(self, event_id: str, sender: str = BOT) -> list[dict[str, Any]]:
         """The reactions of `sender` to an event that were not redacted."""
-        redacted = {e.event.get("redacts") for e in self.log if e.event["type"] == "m.room.redaction"}
+        redacted = {e.event.get("redacts") for e in self.log if e.event.get("type") == "m.room.redaction"}
         return [
             e.event
             for e in self.log
-            if e.event["type"] == "m.reaction"
-            and e.event["sender"] == sender
+            if e.event.get("type") == "m.reaction"
+            and e.event.get("sender") == sender
             and e.event["content"]["m.relates_to"]["event_id"] == event_id
             and e.event["event_id"] not in redacted
         ]
@@ -313,6 +334,9 @@ class FakeMatrix(LoopbackServer):
             await self.wait_for(lambda: len(self.log) > since, timeout, what="an event")
         except TimeoutError:
             pass
+        if self.sync_faults:
+            self._notify()
+            return self.sync_faults.pop(0)(self._sync_body(user, since))
         if self.drop_syncs > 0:  # the answer is lost on its way: the client must sync from the same `since` again
             self.drop_syncs -= 1
             if request.transport is not None:
@@ -326,26 +350,23 @@ class FakeMatrix(LoopbackServer):
         invite: dict[str, Any] = {}
         for logged in self.log[since:]:
             room, event = self.rooms[logged.room_id], logged.event
-            if (
-                event["type"] == "m.room.member"
-                and event["state_key"] == user
-                and event["content"]["membership"] == "invite"
-            ):
+            if _membership(event, user) == "invite":
                 if user in room.invited:
                     stripped = [self._stripped(e) for e in self._state(room.id, logged.position)]
                     invite[room.id] = {"invite_state": {"events": stripped}}
                 continue
             if self._member_at(room.id, user, logged.position):
                 timeline = join.setdefault(room.id, {"timeline": {"events": [], "limited": False}})
-                timeline["timeline"]["events"].append({k: v for k, v in event.items() if k != "room_id"})
+                shown = {k: v for k, v in event.items() if k != "room_id"} if isinstance(event, dict) else event
+                timeline["timeline"]["events"].append(shown)
         return {"next_batch": self.next_batch, "rooms": {"join": join, "invite": invite, "leave": {}}}
 
     def _state(self, room_id: str, position: int) -> list[dict[str, Any]]:
         """The room's state events up to a position, the last per (type, state_key)."""
         state: dict[tuple[str, str], dict[str, Any]] = {}
         for logged in self.log[:position]:
-            if logged.room_id == room_id and "state_key" in logged.event:
-                state[(logged.event["type"], logged.event["state_key"])] = logged.event
+            if logged.room_id == room_id and isinstance(logged.event, dict) and "state_key" in logged.event:
+                state[(str(logged.event.get("type")), str(logged.event["state_key"]))] = logged.event
         return list(state.values())
 
     @staticmethod
@@ -356,15 +377,18 @@ class FakeMatrix(LoopbackServer):
         """Whether `user` had joined the room by that position (their join event included)."""
         membership = ""
         for logged in self.log[:position]:
-            event = logged.event
-            if logged.room_id == room_id and event["type"] == "m.room.member" and event["state_key"] == user:
-                membership = event["content"]["membership"]
+            if logged.room_id == room_id and _membership(logged.event, user):
+                membership = _membership(logged.event, user)
         return membership == "join"
 
     async def _send(self, request: web.Request) -> web.Response:
         user = self._user(request)
         if user is None:
             return _error(401, "M_UNKNOWN_TOKEN", "Invalid access token passed.")
+        self.send_times.append(time.monotonic())
+        if self.send_faults:
+            self._notify()
+            return self.send_faults.pop(0)()
         room = self.rooms.get(request.match_info["room"])
         if room is None or user not in room.members:
             return _error(403, "M_FORBIDDEN", "You are not in this room")
@@ -382,7 +406,7 @@ class FakeMatrix(LoopbackServer):
         if user is None:
             return _error(401, "M_UNKNOWN_TOKEN", "Invalid access token passed.")
         room = self.rooms.get(request.match_info["room"])
-        found = [e.event for e in self.log if e.event["event_id"] == request.match_info["event"]]
+        found = [e.event for e in self.log if e.event.get("event_id") == request.match_info["event"]]
         if room is None or user not in room.members or not found or found[0]["room_id"] != room.id:
             return _error(404, "M_NOT_FOUND", "Event not found.")
         return web.json_response(found[0])
@@ -464,6 +488,9 @@ class FakeMatrix(LoopbackServer):
     async def _download(self, request: web.Request) -> web.Response:
         if request.path.startswith("/_matrix/client/") and self._user(request) is None:
             return _error(401, "M_MISSING_TOKEN", "Missing access token.")
+        self.downloads.append(request.match_info["media"])
+        if self.hold_downloads is not None:
+            await self.hold_downloads.wait()
         found = self.media.get(request.match_info["media"]) if request.match_info["server"] == SERVER else None
         if found is None:
             return _error(404, "M_NOT_FOUND", "Not found")

@@ -21,16 +21,21 @@ from adapters.base import Limits, RunningAnswers
 from adapters.matrix import commands, presses
 from adapters.matrix.commands import command_of, on_matrix
 from adapters.matrix.files import lazy
+from adapters.matrix.guard import malformed, quarantine
 from adapters.matrix.incoming import (
     StoredMessage,
     caption,
+    content_of,
     files_of,
     from_a_person,
     inviter_incoming,
     mentions,
+    obj,
     reaction,
     received,
+    replied_to,
     reply_text,
+    string,
     without_mention,
 )
 from adapters.matrix.limits import (
@@ -211,19 +216,38 @@ class MatrixAdapter:
         """One sync answer: invitations handled, each joined room's timeline events for the bot stored (raises when
         one cannot be: the token is then not kept and the same events come again). `history`: the first sync ever,
         whose timeline is what was said before the bot was here."""
-        rooms = answer.get("rooms") or {}
-        for room_id, invited in (rooms.get("invite") or {}).items():
-            await self._on_invite(str(room_id), (invited.get("invite_state") or {}).get("events") or [])
-        for room_id, joined in (rooms.get("join") or {}).items():
-            for event in (joined.get("timeline") or {}).get("events") or []:
-                if event.get("type") == "m.room.encryption" and not history:  # turned on while the bot is in
-                    await self._refuse_encrypted(str(room_id))
+        rooms = obj(answer.get("rooms"))
+        for room_id, invited in obj(rooms.get("invite")).items():
+            events = obj(obj(invited).get("invite_state")).get("events")
+            await self._guarded(str(room_id), events, self._on_invite(str(room_id), _events(events)))
+        for room_id, joined in obj(rooms.get("join")).items():
+            for event in _events(obj(obj(joined).get("timeline")).get("events")):
+                if await self._guarded(str(room_id), event, self._on_timeline(str(room_id), event, history)):
                     break
-                if event.get("type") == "m.room.member" and event.get("state_key") == self.user_id:
-                    if (event.get("content") or {}).get("is_direct"):
-                        await self._mark_direct(str(room_id), str(event.get("sender", "")))
-                if not history:
-                    await self.on_event(str(room_id), event)
+
+    async def _guarded(self, room_id: str, event: object, handled: Awaitable[bool | None]) -> bool:
+        """Handle one event (or invitation); one the adapter cannot read is kept as a dead letter and the sync goes
+        on. Whether the room's other events are to be passed over (it was left)."""
+        try:
+            return bool(await handled)
+        except Exception as e:
+            if not malformed(e):
+                raise  # the database or the homeserver is away: the sync is tried again from the same point
+            log.warning("a Matrix event in %s could not be handled (%s); kept as a dead letter", room_id, e)
+            await quarantine(self.core, self.source, room_id, event, e)
+            return False
+
+    async def _on_timeline(self, room_id: str, event: dict[str, Any], history: bool) -> bool:
+        """One timeline event of a joined room; whether the bot left the room over it (encryption turned on)."""
+        if event.get("type") == "m.room.encryption" and not history:  # turned on while the bot is in
+            await self._refuse_encrypted(room_id)
+            return True
+        if event.get("type") == "m.room.member" and event.get("state_key") == self.user_id:
+            if content_of(event).get("is_direct"):
+                await self._mark_direct(room_id, string(event.get("sender")))
+        if not history:
+            await self.on_event(room_id, event)
+        return False
 
     async def _on_invite(self, room_id: str, state: list[dict[str, Any]]) -> None:
         """Join a room an allowed person invited the bot to (a direct chat when the invitation says so); decline
@@ -234,7 +258,7 @@ class MatrixAdapter:
         if not mine:
             return
         invite = mine[-1]
-        sender = str(invite.get("sender", ""))
+        sender = string(invite.get("sender"))
         room = RoomID(room_id)
         inviter = inviter_incoming(sender, room_id)
         if not self.core.is_allowed(inviter):
@@ -245,7 +269,7 @@ class MatrixAdapter:
         if any(e.get("type") == "m.room.encryption" for e in state):
             await self._refuse_encrypted(room_id)
             return
-        if (invite.get("content") or {}).get("is_direct"):
+        if content_of(invite).get("is_direct"):
             await self._mark_direct(room_id, sender)
 
     async def _refuse_encrypted(self, room_id: str) -> None:
@@ -278,7 +302,7 @@ class MatrixAdapter:
         if not from_a_person(event, self.user_id):
             return
         direct = await self._is_direct(room_id)
-        content = event["content"]
+        content = content_of(event)
         text = caption(content).strip()
         found = command_of(text)
         if (
@@ -328,12 +352,12 @@ class MatrixAdapter:
         """A reply to a message with buttons that names one of them ("done", "snooze 10 min", "2") presses it, for
         clients that cannot react; whether it did."""
         assert self.sender is not None
-        replied = ((event["content"].get("m.relates_to") or {}).get("m.in_reply_to") or {}).get("event_id")
-        kept = await self.sender.kept(str(replied)) if replied else None
+        replied = replied_to(event)
+        kept = await self.sender.kept(replied) if replied else None
         key = kept.named(reply_text(text)) if kept is not None else None
         if key is None:
             return False
-        await self._on_reaction(room_id, event, str(replied), key)
+        await self._on_reaction(room_id, event, replied, key)
         return True
 
     async def _name(self, user: str) -> str:
@@ -349,12 +373,11 @@ class MatrixAdapter:
     async def _replies_to_bot(self, room_id: str, event: dict[str, Any]) -> bool:
         """Whether the message replies to one of the bot's (the replied-to event asked of the homeserver)."""
         assert self.client is not None
-        relates = (event.get("content") or {}).get("m.relates_to") or {}
-        replied = (relates.get("m.in_reply_to") or {}).get("event_id")
+        replied = replied_to(event)
         if not replied:
             return False
         try:
-            original = await self.client.get_event(RoomID(room_id), EventID(str(replied)))
+            original = await self.client.get_event(RoomID(room_id), EventID(replied))
         except MatrixRequestError:  # gone, or not visible to the bot
             return False
         return str(original.sender) == self.user_id
@@ -375,7 +398,10 @@ class MatrixAdapter:
                         async with asyncio.timeout(MATRIX_CUT_NOTE_S):
                             await self._post(stored.room_id, CUT_SHORT, f"cut.{stored.event_id}")
                 raise
-            except Exception:
+            except Exception as e:
+                if isinstance(e, MatrixRequestError) and e.errcode in REFUSED:  # kicked, say: a note would fail too
+                    log.warning("could not answer in Matrix room %s (%s)", stored.room_id, e.errcode)
+                    return
                 log.exception("a Matrix answer failed")
                 with contextlib.suppress(Exception):
                     await self._post(stored.room_id, FAILED, f"failed.{stored.event_id}")
@@ -426,3 +452,8 @@ class MatrixAdapter:
             if e.errcode in REFUSED:
                 raise DeliveryRefused(f"Matrix: {e.errcode}") from e
             raise
+
+
+def _events(events: object) -> list[dict[str, Any]]:
+    """The events of a sync's list that are JSON objects (anything else in it is no event: skipped)."""
+    return [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []

@@ -40,6 +40,8 @@ async def fetch(client: ClientAPI, file: StoredFile) -> Upload:
         return replace(base, refused="could not download the file from the homeserver (it took too long)")
     except MatrixError as e:
         return replace(base, refused=f"could not download the file from the homeserver ({e})")
+    except aiohttp.ClientResponseError as e:  # mautrix raises this one for an error status
+        return replace(base, refused=f"could not download the file from the homeserver (it answered {e.status})")
     except (aiohttp.ClientError, OSError):
         return replace(base, refused="could not download the file from the homeserver (no connection)")
     if len(data) > MATRIX_MAX_DOWNLOAD_BYTES:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from adapters.base import stored_incoming
-from core import Incoming, UploadKind
+from adapters.matrix.limits import MATRIX_KEY_CHARS
+from core import Incoming, UploadKind, clean_json
 
 TEXT_TYPES = frozenset({"m.text", "m.notice", "m.emote"})
 FILE_TYPES = frozenset({"m.file", "m.image", "m.audio"})
@@ -58,7 +59,8 @@ class StoredMessage:
     def payload(self) -> dict[str, Any]:
         """The JSON kept in the inbox."""
         kept = dataclasses.asdict(self)
-        return {**kept, "files": [dataclasses.asdict(f) for f in self.files]}
+        cleaned: dict[str, Any] = clean_json({**kept, "files": [dataclasses.asdict(f) for f in self.files]})
+        return cleaned  # no U+0000 or lone surrogate in a file's name either
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> StoredMessage:
@@ -76,47 +78,76 @@ def update_id(event_id: str) -> int:
     return int.from_bytes(digest, "big") & ((1 << 63) - 1)
 
 
+def obj(value: object) -> dict[str, Any]:
+    """A JSON object of an event as given; {} for anything else (a string, a list, null where an object belongs)."""
+    return value if isinstance(value, dict) else {}
+
+
+def string(value: object) -> str:
+    """A JSON string as given; "" for anything else."""
+    return value if isinstance(value, str) else ""
+
+
+def content_of(event: dict[str, Any]) -> dict[str, Any]:
+    """An event's content (an object, whatever was sent)."""
+    return obj(event.get("content"))
+
+
+def replied_to(event: dict[str, Any]) -> str:
+    """The event a message replies to ("": none, or an id that is no string)."""
+    return string(obj(obj(content_of(event).get("m.relates_to")).get("m.in_reply_to")).get("event_id"))
+
+
+def identified(event: dict[str, Any], bot: str) -> bool:
+    """Whether the event names its id and its sender as strings, and the sender is someone other than the bot."""
+    sender = string(event.get("sender"))
+    return bool(string(event.get("event_id"))) and bool(sender) and sender != bot
+
+
 def from_a_person(event: dict[str, Any], bot: str) -> bool:
     """A person's new text message or file (not the bot's own, not an edit, not a notice from another bot)."""
-    if event.get("type") != "m.room.message" or event.get("sender") in (None, bot):
+    if event.get("type") != "m.room.message" or not identified(event, bot):
         return False
-    content = event.get("content") or {}
-    if (content.get("m.relates_to") or {}).get("rel_type") == "m.replace":
+    content = content_of(event)
+    if obj(content.get("m.relates_to")).get("rel_type") == "m.replace":
         return False
     types = (TEXT_TYPES - {"m.notice"}) | FILE_TYPES
     return content.get("msgtype") in types and isinstance(content.get("body"), str)
 
 
 def reaction(event: dict[str, Any], bot: str) -> tuple[str, str] | None:
-    """A person's reaction: (the event reacted to, its key); None for anything else."""
-    if event.get("type") != "m.reaction" or event.get("sender") in (None, bot):
+    """A person's reaction: (the event reacted to, its key); None for anything else (a key longer than any button's
+    is no button either)."""
+    if event.get("type") != "m.reaction" or not identified(event, bot):
         return None
-    relates = (event.get("content") or {}).get("m.relates_to") or {}
-    if relates.get("rel_type") != "m.annotation" or not relates.get("event_id") or not relates.get("key"):
+    relates = obj(content_of(event).get("m.relates_to"))
+    target, key = string(relates.get("event_id")), string(relates.get("key"))
+    if relates.get("rel_type") != "m.annotation" or not target or not key or len(key) > MATRIX_KEY_CHARS:
         return None
-    return str(relates["event_id"]), str(relates["key"])
+    return target, key
 
 
 def caption(content: dict[str, Any]) -> str:
     """What a person wrote: a text's body; a file's caption (its body when a separate `filename` names the file,
     as from Matrix 1.10 on), else nothing."""
-    body = str(content.get("body", ""))
+    body = string(content.get("body"))
     if content.get("msgtype") not in FILE_TYPES:
         return body
-    name = content.get("filename")
+    name = string(content.get("filename"))
     return body if name and name != body else ""
 
 
 def files_of(content: dict[str, Any], text: str) -> tuple[StoredFile, ...]:
     """The file a message carries: a voice note, audio, a JPEG/PNG/WebP photo (named by its caption) or a document;
     other images and a file without an mxc:// URL are none."""
-    msgtype, url = content.get("msgtype"), content.get("url")
-    if msgtype not in FILE_TYPES or not isinstance(url, str) or not url.startswith("mxc://"):
+    msgtype, url = content.get("msgtype"), string(content.get("url"))
+    if msgtype not in FILE_TYPES or not url.startswith("mxc://"):
         return ()
-    info = content.get("info") or {}
-    name = str(content.get("filename") or content.get("body") or "file")
-    mime = str(info.get("mimetype") or "") or mimetypes.guess_type(name)[0]
-    size = int(info.get("size") or 0)
+    info = obj(content.get("info"))
+    name = string(content.get("filename")) or string(content.get("body")) or "file"
+    mime = string(info.get("mimetype")) or mimetypes.guess_type(name)[0]
+    size = info.get("size")
+    size = size if isinstance(size, int) and size > 0 else 0  # a size that is no count: found out when downloaded
     kind: UploadKind = "document"
     if msgtype == "m.audio":
         kind = "voice" if VOICE in content else "audio"
@@ -146,10 +177,11 @@ def without_mention(text: str, bot: str, name: str) -> str:
 def mentions(event: dict[str, Any], bot: str, name: str) -> bool:
     """Whether the message is for the bot: its id in m.mentions, or its id or display name typed as a word ("Bot" in
     "robot" is not a mention)."""
-    content = event.get("content") or {}
-    if bot in ((content.get("m.mentions") or {}).get("user_ids") or []):
+    content = content_of(event)
+    ids = obj(content.get("m.mentions")).get("user_ids")
+    if isinstance(ids, list) and bot in ids:
         return True
-    body = str(content.get("body", ""))
+    body = string(content.get("body"))
     return any(typed and re.search(rf"(?<!\w){re.escape(typed)}(?!\w)", body, re.IGNORECASE) for typed in (bot, name))
 
 
@@ -158,8 +190,7 @@ def received(
 ) -> StoredMessage:
     """A message as the core's Incoming with where its answer goes."""
     sender, event_id = str(event["sender"]), str(event["event_id"])
-    relates = (event.get("content") or {}).get("m.relates_to") or {}
-    reply_to = (relates.get("m.in_reply_to") or {}).get("event_id")
+    reply_to = replied_to(event)
     inc = Incoming(
         platform="matrix",
         user_id=sender,
@@ -169,7 +200,7 @@ def received(
         text=text,
         user_name=sender_name,
         message_id=event_id,
-        reply_to=str(reply_to) if reply_to else None,
+        reply_to=reply_to or None,
         attachments=tuple(f.name for f in files),
     )
     return StoredMessage(inc, room_id, event_id, files=files)

@@ -31,3 +31,4 @@ MATRIX_ACTIVITY_CHARS = 3_000  # the steps under an answer at most, in character
 MATRIX_CHOICES = 10  # buttons one message offers at most (the keycap reactions 1️⃣ … 🔟)
 MATRIX_MAX_DOWNLOAD_BYTES = 50_000_000  # a file a person sends, at most (Synapse's default max_upload_size)
 MATRIX_DOWNLOAD_TIMEOUT_S = 60.0  # fetching one file from the media repository
+MATRIX_KEY_CHARS = 100  # a reaction's key longer than this is no button (a keycap or an emoji is a few characters)

@@ -46,6 +46,7 @@ from adapters.matrix.limits import (
     MATRIX_TEXT_LIMIT,
     MATRIX_UPLOAD_BYTES,
 )
+from adapters.matrix.paced import PacedAPI
 from adapters.matrix.render import content, parts
 from adapters.matrix.reply import RoomReply
 from adapters.matrix.send import DIRECT, Sender
@@ -119,7 +120,7 @@ class MatrixAdapter:
         """Check the token (whoami), serve the stored messages, then start syncing; a failure is one StartupError
         line."""
         self.running.restart()
-        client = ClientAPI(UserID(self.user_id), base_url=self.homeserver, token=self.token)
+        client = ClientAPI(UserID(self.user_id), api=PacedAPI(base_url=self.homeserver, token=self.token))
         try:
             if not self.token:
                 await self._log_in(client)

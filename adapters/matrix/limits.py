@@ -32,3 +32,6 @@ MATRIX_CHOICES = 10  # buttons one message offers at most (the keycap reactions 
 MATRIX_MAX_DOWNLOAD_BYTES = 50_000_000  # a file a person sends, at most (Synapse's default max_upload_size)
 MATRIX_DOWNLOAD_TIMEOUT_S = 60.0  # fetching one file from the media repository
 MATRIX_KEY_CHARS = 100  # a reaction's key longer than this is no button (a keycap or an emoji is a few characters)
+MATRIX_RATE_LIMIT_TRIES = 5  # a request the homeserver rate-limits (429) is tried this many more times at most
+MATRIX_RATE_LIMIT_WAIT_S = 1.0  # the wait before trying again when the homeserver does not say (retry_after_ms)
+MATRIX_RATE_LIMIT_MAX_WAIT_S = 30.0  # a longer wait the homeserver asks for is cut to this

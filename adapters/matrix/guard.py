@@ -27,7 +27,9 @@ def malformed(e: BaseException) -> bool:
 
 
 def one_line(e: BaseException) -> str:
-    """An exception as a short line for a dead letter's reason."""
+    """An exception as a short line for a dead letter's reason (the homeserver's errcode for its refusal)."""
+    if isinstance(e, MatrixRequestError):
+        return f"{e.errcode}: {e.message}"
     return f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__
 
 

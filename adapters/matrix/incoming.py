@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from adapters.base import stored_incoming
 from adapters.matrix.limits import MATRIX_KEY_CHARS
-from core import Incoming, UploadKind, clean_json
+from core import Incoming, UploadKind
 
 TEXT_TYPES = frozenset({"m.text", "m.notice", "m.emote"})
 FILE_TYPES = frozenset({"m.file", "m.image", "m.audio"})
@@ -59,8 +59,7 @@ class StoredMessage:
     def payload(self) -> dict[str, Any]:
         """The JSON kept in the inbox."""
         kept = dataclasses.asdict(self)
-        cleaned: dict[str, Any] = clean_json({**kept, "files": [dataclasses.asdict(f) for f in self.files]})
-        return cleaned  # no U+0000 or lone surrogate in a file's name either
+        return {**kept, "files": [dataclasses.asdict(f) for f in self.files]}
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> StoredMessage:

@@ -233,6 +233,26 @@ async def test_an_invitation_with_missing_fields_is_declined_or_skipped(
     await answered_after(mx, room)
 
 
+async def test_an_invitation_the_homeserver_will_not_let_the_bot_take_stalls_nothing(
+    start: Start, mx: FakeMatrix, fake_llm: FakeOpenAI, pool: Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    room = await direct_chat(start, mx, fake_llm)
+    gone = mx.room(ALICE)  # Alice's invitation was withdrawn: joining is refused (M_FORBIDDEN)
+
+    def withdrawn(body: dict[str, Any]) -> web.StreamResponse:
+        member = {"type": "m.room.member", "state_key": BOT, "sender": ALICE, "content": {"membership": "invite"}}
+        invite = {gone.id: {"invite_state": {"events": [member]}}}
+        return web.json_response({**body, "rooms": {**body["rooms"], "invite": invite}})
+
+    mx.sync_faults.append(withdrawn)
+    mx.say(room, ALICE, "hello")
+    await mx.wait_for(lambda: "re: hello" in answers(mx, room.id), WAIT_S, what="the answer")
+    await answered_after(mx, room)
+    assert sync_failures(caplog) == [] and BOT not in gone.members
+    [dead] = await dead_letters(pool)
+    assert "M_FORBIDDEN" in dead["reason"] and gone.id in dead["payload"]
+
+
 # ---- reactions -------------------------------------------------------------------------------------------------
 
 
@@ -275,6 +295,15 @@ async def test_a_file_whose_url_is_not_mxc_is_never_fetched(start: Start, mx: Fa
         mx.raw(room, msg(f"$ssrf{i}", {"msgtype": "m.file", "body": "see", "filename": "s.txt", "url": url}))
     await answered_after(mx, room)
     assert mx.downloads == []  # nothing fetched from anywhere
+
+
+async def test_a_file_with_nul_in_its_name_is_answered_not_a_dead_letter(
+    start: Start, mx: FakeMatrix, fake_llm: FakeOpenAI, pool: Pool
+) -> None:
+    room = await direct_chat(start, mx, fake_llm)
+    mx.send_file(room, ALICE, "re\x00port\ud800.txt", b"hello", "text/plain", caption="read it")
+    await mx.wait_for(lambda: len(answers(mx, room.id)) == 1, WAIT_S, what="the answer")
+    assert "read it" in answers(mx, room.id)[0] and await dead_letters(pool) == []
 
 
 async def test_an_image_declaring_10_gb_is_refused_without_a_download(

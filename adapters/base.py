@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -19,6 +20,12 @@ log = logging.getLogger(__name__)
 
 _NAMES = sorted({name for c in COMMANDS for name in (c.name, *c.aliases)}, key=len, reverse=True)
 _NAMED = re.compile(r"(?<![\w/<!])/(" + "|".join(_NAMES) + r")\b")  # a /command named in a text, not a path's part
+
+
+def hashed_id(key: str) -> int:
+    """An inbox update id for a platform whose message ids are not integers: 63 bits of a hash of `key`."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & ((1 << 63) - 1)
 
 
 def stored_incoming(fields: dict[str, Any]) -> Incoming:

@@ -9,13 +9,12 @@ press (a person's reaction to one of the bot's messages with buttons; buttons.py
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import mimetypes
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from adapters.base import stored_incoming
+from adapters.base import hashed_id, stored_incoming
 from adapters.matrix.limits import MATRIX_KEY_CHARS
 from core import Incoming, UploadKind
 
@@ -72,9 +71,8 @@ class StoredMessage:
 
 
 def update_id(event_id: str) -> int:
-    """An event's inbox id: 63 bits of a hash of its event id (unique on its homeserver and beyond)."""
-    digest = hashlib.blake2b(event_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") & ((1 << 63) - 1)
+    """An event's inbox id: a hash of its event id (unique on its homeserver and beyond)."""
+    return hashed_id(event_id)
 
 
 def obj(value: object) -> dict[str, Any]:

@@ -41,7 +41,9 @@ def wait_of(body: dict[str, Any]) -> float:
 
 
 class PacedAPI(HTTPAPI):
-    """mautrix's HTTP API that waits out the homeserver's rate limit instead of failing."""
+    """mautrix's HTTP API that waits out the homeserver's rate limit instead of failing. It overrides `_send`, not the
+    public `request`: the error mautrix raises for a 429 (MLimitExceeded) keeps neither the body nor its
+    retry_after_ms."""
 
     async def _send(
         self,

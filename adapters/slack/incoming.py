@@ -9,14 +9,13 @@ the channel tidy while the channel's conversation goes on across them, as a Disc
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import html
 import mimetypes
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.base import stored_incoming
+from adapters.base import hashed_id, stored_incoming
 from core import Incoming, UploadKind
 
 MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
@@ -73,9 +72,8 @@ class StoredMessage:
 
 
 def update_id(channel: str, ts: str) -> int:
-    """A message's inbox id: 63 bits of a hash of its channel and timestamp (unique together in a workspace)."""
-    digest = hashlib.blake2b(f"{channel}:{ts}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") & ((1 << 63) - 1)
+    """A message's inbox id: a hash of its channel and timestamp (unique together in a workspace)."""
+    return hashed_id(f"{channel}:{ts}")
 
 
 def is_dm(event: dict[str, Any]) -> bool:
